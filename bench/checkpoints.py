@@ -1,0 +1,78 @@
+"""Checkpoints: the shared cache of trained deterministic (MAP) networks, and fitted methods.
+
+Methods that start from a MAP network (PBN, subnetwork Laplace, ensembles whose members
+are MAP networks of distinct seeds) ask ``MapCache.get(seed)``: the network is trained
+once per (suite, data, model, training budget, seed) and reused by every method after.
+"""
+from __future__ import annotations
+
+import io
+import logging
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from bench.data import TensorLoader
+from bench.seeding import derive_seed, seed_everything
+from bench.store import atomic_write_bytes, config_hash
+from bench.training import TrainConfig, nll_loss, train_model
+
+log = logging.getLogger(__name__)
+
+
+def save_torch(obj, path: Path) -> None:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def load_torch(path: Path):
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+class MapCache:
+    def __init__(self, root: Path, key: dict, build_model: Callable[..., nn.Module], task,
+                 train_x: torch.Tensor, train_y: torch.Tensor, train_cfg: TrainConfig,
+                 device: torch.device, augment=None, progress: bool = False, refresh: bool = False):
+        self.dir = Path(root) / "map" / str(key.get("model", "model")) / config_hash(key)
+        self.key = key
+        self.build_model, self.task = build_model, task
+        self.train_x, self.train_y, self.train_cfg = train_x, train_y, train_cfg
+        self.device, self.augment, self.progress = device, augment, progress
+        self.refresh = refresh  # retrain each seed once in this process even if cached (--force)
+        self.trained_now: list[int] = []  # seeds trained (not loaded) by this cache instance
+        self.train_time_s: dict[int, float] = {}
+
+    def path(self, seed: int) -> Path:
+        return self.dir / f"seed{seed}.pt"
+
+    def get(self, seed: int) -> nn.Module:
+        """The MAP network for ``seed`` on the device in eval mode (trained and cached if absent)."""
+        path = self.path(seed)
+        model = self.build_model(dropout=0.0)
+        if path.exists() and not (self.refresh and seed not in self.trained_now):
+            state = load_torch(path)
+            model.load_state_dict(state["model"])
+            self.train_time_s.setdefault(seed, state.get("train_time_s", float("nan")))
+            return model.to(self.device).eval()
+        import time
+
+        gen_seed = derive_seed("map", seed)
+        seed_everything(gen_seed)
+        model = self.build_model(dropout=0.0).to(self.device)
+        loader = TensorLoader(self.train_x, self.train_y, self.train_cfg.batch_size, shuffle=True,
+                              seed=gen_seed, device=self.device, augment=self.augment)
+        t0 = time.perf_counter()
+        train_model(model, loader, self.train_cfg, nll_loss(self.task), desc=f"MAP seed {seed}",
+                    progress=self.progress, resume_path=path.with_suffix(".partial"))
+        elapsed = time.perf_counter() - t0
+        save_torch({"model": model.state_dict(), "key": self.key, "seed": seed, "train_time_s": elapsed}, path)
+        self.trained_now.append(seed)
+        self.train_time_s[seed] = elapsed
+        return model.eval()
+
+    def upstream_time(self, seeds) -> float:
+        """Total training time of the MAP networks of ``seeds`` (for methods built on them)."""
+        return float(sum(self.train_time_s.get(s, 0.0) for s in seeds))

@@ -1,0 +1,171 @@
+"""Command line: ``python -m bench {run,report,list,perf}``. Bad input exits with code 2."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from bench.errors import BenchError
+
+EPILOG_RUN = """examples:
+  python -m bench run --suite mnist_rotated --profile quick --data-root data
+  python -m bench run --suite mnist_rotated --methods deterministic,deep_ensemble --seeds 0,1
+  python -m bench run --suite toy --profile smoke --set train.epochs=100 --set mc_dropout.p=0.05,0.2
+
+--set key=value[,value...] overrides (several values sweep a method option):
+  <method>.<option>   e.g. deep_ensemble.members=3, pbn.r_bayes=0.01,0.05
+  train.<field>       epochs, batch_size, optimizer, lr, momentum, weight_decay, schedule, ...
+  data.<field>        suite data options (e.g. data.n_train=5000)
+  models=a,b / seeds=0,1
+"""
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        return [int(t) for t in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds expects comma-separated integers, got {text!r}") from None
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse exits 2 too; keep its usage line
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m bench", description="Benchmark of Bayesian subnetwork uncertainty methods under shift.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    r = sub.add_parser("run", help="train and evaluate methods on a suite, then write its report",
+                       epilog=EPILOG_RUN, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("--suite", required=True, help="suite name (see `list`)")
+    r.add_argument("--methods", type=_csv, default=None, help="comma-separated method names (default: the suite's)")
+    r.add_argument("--seeds", type=_seeds, default=None, help="comma-separated seeds (default: the profile's)")
+    r.add_argument("--profile", default="quick", help="smoke | quick | paper (default: quick)")
+    r.add_argument("--data-root", default=None, help="dataset root (default: $BENCH_DATA_ROOT or ./data)")
+    r.add_argument("--out", default="results", help="results directory: records and checkpoints (default: results)")
+    r.add_argument("--report-dir", default="reports", help="where the report is written (default: reports)")
+    r.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
+    r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE[,VALUE...]",
+                   help="override or sweep a setting (repeatable; see below)")
+    r.add_argument("--force", action="store_true", help="redo finished cells instead of resuming")
+    r.add_argument("--no-download", action="store_true", help="never try to download missing data")
+    r.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+    r.add_argument("--quiet", action="store_true", help="no progress output")
+
+    rep = sub.add_parser("report", help="build HTML and markdown reports from stored records (no training)")
+    rep.add_argument("--results", default="results", help="results directory (default: results)")
+    rep.add_argument("--out", default="reports", help="report directory (default: reports)")
+    rep.add_argument("--suite", action="append", default=None, help="only this suite (repeatable)")
+
+    sub.add_parser("list", help="show methods, suites, profiles and each suite's shifts")
+
+    perf = sub.add_parser("perf", help="benchmarks that print speed ratios measured side by side")
+    perf.add_argument("--repeats", type=int, default=5)
+    perf.add_argument("--device", default="auto")
+    return p
+
+
+def cmd_list(_args) -> int:
+    from bench.models import MODELS
+    from bench.suites import PROFILES, SUITES
+    from methods import METHODS
+
+    print("methods:")
+    for name in METHODS.names():
+        cls = METHODS.get(name)
+        opts = ", ".join(f"{k}={v}" for k, v in cls.defaults.items()) or "no options"
+        print(f"  {name:16s} {cls.description}\n  {'':16s} options: {opts}")
+    print(f"\nmodels: {', '.join(MODELS.names())}")
+    print(f"profiles: {', '.join(PROFILES)}")
+    print("\nsuites:")
+    for name in SUITES.names():
+        suite = SUITES.get(name)()
+        print(f"  {name}: {suite.description}")
+        print(f"    task: {suite.task.kind}; default methods: {', '.join(suite.default_methods)}")
+        for prof in PROFILES:
+            pc = suite.profiles[prof]
+            print(f"    {prof}: models {','.join(pc['models'])}; seeds {','.join(map(str, pc['seeds']))}; "
+                  f"epochs {pc['train']['epochs']}")
+        print("    evaluation sets (quick/paper): " + "; ".join(suite.describe_shifts(suite.profiles["quick"].get("data", {}))))
+    return 0
+
+
+def cmd_run(args) -> int:
+    import torch
+
+    from bench.config import parse_sets, resolve_plan
+    from bench.harness import Harness
+    from bench.provenance import resolve_device
+    from bench.store import ResultsStore
+    from bench.suites import SUITES
+    from datasets.roots import resolve_data_root
+    from methods import METHODS
+
+    suite = SUITES.get(args.suite)()
+    methods = args.methods or list(suite.default_methods)
+    for m in methods:
+        METHODS.get(m)
+    plan = resolve_plan(suite, args.profile, methods, parse_sets(args.sets), seeds=args.seeds, method_registry=METHODS)
+    device = resolve_device(args.device)
+    data_root = resolve_data_root(args.data_root)
+    if not args.quiet:
+        print(f"[{suite.name}] profile {plan.profile}: models {plan.models}, methods {methods}, seeds {plan.seeds}, "
+              f"device {device}, data root {data_root}", file=sys.stderr)
+    data = suite.load(data_root, plan.data, download=not args.no_download)
+    torch.set_num_threads(torch.get_num_threads())
+    harness = Harness(suite, plan, data, ResultsStore(args.out), device, METHODS, force=args.force,
+                      progress=not args.quiet, quiet=args.quiet)
+    summary = harness.run()
+    if not args.quiet:
+        print(f"[{suite.name}] done: {summary.fitted} fitted, {summary.loaded} loaded, {summary.skipped} skipped, "
+              f"{len(summary.failed)} failed, {summary.records} records written", file=sys.stderr)
+        for f in summary.failed:
+            print(f"  failed: {f}", file=sys.stderr)
+    if not args.no_report:
+        from bench.reporting import build_report
+
+        for path in build_report(args.out, args.report_dir, suites=[suite.name]):
+            print(f"report: {path}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from bench.reporting import build_report
+
+    for path in build_report(args.results, args.out, suites=args.suite):
+        print(f"report: {path}")
+    return 0
+
+
+def cmd_perf(args) -> int:
+    from bench.perf import main as perf_main
+
+    return perf_main(repeats=args.repeats, device=args.device)
+
+
+def check_datasets_package() -> None:
+    import datasets
+
+    if not getattr(datasets, "BENCH_DATASETS", False):
+        raise BenchError(f"`import datasets` found {getattr(datasets, '__file__', '?')} (probably the PyPI package), "
+                         "not this project's datasets/; run from the repository root or install the project")
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        check_datasets_package()
+        return {"run": cmd_run, "report": cmd_report, "list": cmd_list, "perf": cmd_perf}[args.command](args)
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: finished records are kept; run the same command again to resume", file=sys.stderr)
+        return 130

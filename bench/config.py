@@ -1,0 +1,127 @@
+"""Resolving a run's configuration: suite profile < method defaults < ``--set`` overrides.
+
+``--set`` takes ``key=value[,value...]``; several values make a sweep (the cartesian
+product over keys). Keys:
+
+* ``<method>.<option>`` (e.g. ``pbn.r_bayes=0.01,0.05``, ``mc_dropout.p=0.2``)
+* ``train.<field>`` (a :class:`bench.training.TrainConfig` field, e.g. ``train.epochs=3``)
+* ``data.<field>`` (suite data options, e.g. ``data.n_train=5000``)
+* ``models=a,b`` and ``seeds=0,1``
+"""
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+
+from bench.errors import BenchError
+from bench.training import TrainConfig
+
+
+def parse_value(text: str):
+    text = text.strip()
+    low = text.lower()
+    if low in ("none", "null"):
+        return None
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def split_values(text: str) -> list[str]:
+    """Split on commas that are not inside brackets."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur)
+    return [v for v in (s.strip() for s in out) if v != ""]
+
+
+def parse_sets(items: list[str] | None) -> dict[str, list]:
+    parsed: dict[str, list] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise BenchError(f"--set expects key=value[,value...], got {item!r}")
+        key, _, value = item.partition("=")
+        values = [parse_value(v) for v in split_values(value)]
+        if not values:
+            raise BenchError(f"--set {key}= has no value")
+        parsed[key.strip()] = values
+    return parsed
+
+
+@dataclass
+class RunPlan:
+    suite: str
+    profile: str
+    models: list[str]
+    seeds: list[int]
+    train: TrainConfig
+    data: dict
+    methods: dict[str, list[dict]] = field(default_factory=dict)  # method -> list of configs (sweep)
+    note: str = ""
+
+
+def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
+                 seeds: list[int] | None = None, method_registry=None) -> RunPlan:
+    from bench.suites import PROFILES
+
+    if profile not in suite.profiles:
+        raise BenchError(f"unknown profile {profile!r}; valid profiles: {', '.join(PROFILES)}")
+    prof = suite.profiles[profile]
+    train = dict(prof["train"])
+    data = dict(prof.get("data", {}))
+    models = list(prof["models"])
+    plan_seeds = list(seeds) if seeds is not None else list(prof["seeds"])
+    method_sets: dict[str, dict[str, list]] = {}
+    for key, values in sets.items():
+        if key == "models":
+            models = [str(v) for v in values]
+        elif key == "seeds":
+            plan_seeds = [int(v) for v in values]
+        elif key.startswith("train.") or key.startswith("data."):
+            if len(values) != 1:
+                raise BenchError(f"--set {key}: sweeps are only supported for method options")
+            (train if key.startswith("train.") else data)[key.split(".", 1)[1]] = values[0]
+        elif "." in key:
+            m, opt = key.split(".", 1)
+            if m not in methods:
+                raise BenchError(f"--set {key}: method {m!r} is not in this run (--methods {','.join(methods)})")
+            method_sets.setdefault(m, {})[opt] = values
+        else:
+            raise BenchError(f"--set {key}: keys are <method>.<option>, train.<field>, data.<field>, models or seeds")
+    train_cfg = TrainConfig.from_dict(train)
+    from bench.models import MODELS
+
+    for m in models:
+        MODELS.get(m)
+    plan = RunPlan(suite.name, profile, models, plan_seeds, train_cfg, data, note=prof.get("note", ""))
+    for name in methods:
+        cls = method_registry.get(name)
+        base = {**prof.get("methods", {}).get(name, {})}
+        sweep = method_sets.get(name, {})
+        unknown = (set(base) | set(sweep)) - set(cls.defaults)
+        if unknown:
+            raise BenchError(f"unknown option(s) {sorted(unknown)} for method {name!r}; valid: {sorted(cls.defaults) or 'none'}")
+        keys = list(sweep)
+        configs = []
+        for combo in itertools.product(*(sweep[k] for k in keys)) if keys else [()]:
+            configs.append({**cls.defaults, **base, **dict(zip(keys, combo))})
+        plan.methods[name] = configs
+    return plan
+
+
+def method_label(name: str, config: dict, defaults: dict) -> str:
+    diff = [f"{k}={config[k]}" for k in sorted(config) if config[k] != defaults.get(k)]
+    return f"{name}[{','.join(diff)}]" if diff else name

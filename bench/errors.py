@@ -1,0 +1,18 @@
+"""Errors that the CLI turns into a clear message and exit code 2."""
+
+
+class BenchError(Exception):
+    """A user-facing error: bad input, missing data, impossible configuration."""
+
+
+class UnknownNameError(BenchError, KeyError):
+    def __init__(self, kind: str, name: str, valid):
+        self.kind, self.name, self.valid = kind, name, sorted(valid)
+        super().__init__(f"unknown {kind} {name!r}; valid {kind}s: {', '.join(self.valid)}")
+
+    def __str__(self):  # KeyError would quote the message
+        return self.args[0]
+
+
+class DivergedError(RuntimeError):
+    """Training produced a non-finite loss; the harness records the run as failed."""

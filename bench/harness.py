@@ -1,0 +1,212 @@
+"""The run loop: for every model, method configuration and seed, fit once, evaluate every set.
+
+Resumable at two levels: finished evaluation records are never redone (unless ``force``),
+and a fitted method is checkpointed before evaluation, so a run killed during evaluation
+does not retrain. MAP networks are shared through :class:`bench.checkpoints.MapCache`.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import torch
+
+from bench import metrics as M
+from bench.checkpoints import MapCache, load_torch, save_torch
+from bench.config import RunPlan, method_label
+from bench.cost import PeakMemory, Timer, flops_per_example
+from bench.data import EvalSet, SuiteData, TensorLoader
+from bench.errors import DivergedError
+from bench.models import build_model
+from bench.predictive import concat
+from bench.provenance import device_description, git_commit, now, versions
+from bench.seeding import derive_seed, seed_everything
+from bench.store import ResultsStore, config_hash
+
+log = logging.getLogger("bench")
+
+
+@dataclass
+class RunSummary:
+    fitted: int = 0
+    loaded: int = 0
+    skipped: int = 0
+    failed: list[str] = field(default_factory=list)
+    records: int = 0
+    eval_examples: int = 0
+    eval_seconds: float = 0.0
+
+
+def predict_all(method, x: torch.Tensor, batch_size: int, device: torch.device):
+    """Predictive for a whole tensor, in chunks, gathered on the CPU; returns (predictive, seconds)."""
+    parts = []
+    with Timer(device) as t, torch.no_grad():
+        for start in range(0, len(x), batch_size):
+            parts.append(method.predict(x[start:start + batch_size].to(device, non_blocking=True)).to("cpu"))
+    return concat(parts), t.seconds
+
+
+def score_set(task_kind: str, pred, eval_set: EvalSet, id_pred=None) -> tuple[dict, dict]:
+    if task_kind == "regression":
+        return M.regression_metrics(pred.mean, pred.var, eval_set.y), {}
+    if eval_set.kind == "ood":
+        return M.ood_metrics(id_pred.probs, pred.probs, pred.sample_probs)
+    return M.classification_metrics(pred.probs, eval_set.y, pred.sample_probs)
+
+
+class Harness:
+    def __init__(self, suite, plan: RunPlan, data: SuiteData, store: ResultsStore, device: torch.device,
+                 methods_registry, *, force: bool = False, progress: bool = False, quiet: bool = False):
+        self.suite, self.plan, self.data, self.store = suite, plan, data, store
+        self.device, self.methods_registry = device, methods_registry
+        self.force, self.progress, self.quiet = force, progress, quiet
+        self.summary = RunSummary()
+        self.eval_batch_size = int(plan.data.get("eval_batch_size", 1000))
+
+    def say(self, msg: str) -> None:
+        if not self.quiet:
+            print(f"[{self.suite.name}] {msg}", file=sys.stderr, flush=True)
+
+    # ------------------------------------------------------------------
+    def run(self) -> RunSummary:
+        for model_name in self.plan.models:
+            build = partial(build_model, model_name, self.suite.in_shape, self.suite.task.num_outputs)
+            map_key = {"suite": self.suite.name, "model": model_name, "train": self.plan.train.to_dict(),
+                       "data": self.plan.data}
+            map_cache = MapCache(self.store.checkpoint_dir(self.suite.name), map_key, build, self.suite.task,
+                                 self.data.train_x, self.data.train_y, self.plan.train, self.device,
+                                 augment=self.data.augment, progress=self.progress, refresh=self.force)
+            for method_name, configs in self.plan.methods.items():
+                for cfg in configs:
+                    for seed in self.plan.seeds:
+                        self.run_cell(model_name, build, map_cache, method_name, cfg, seed)
+        return self.summary
+
+    def run_cell(self, model_name, build, map_cache, method_name, cfg, seed):
+        cls = self.methods_registry.get(method_name)
+        label = method_label(method_name, cfg, cls.defaults)
+        identity = {"suite": self.suite.name, "method": method_name, "method_config": cfg, "model": model_name,
+                    "train": self.plan.train.to_dict(), "data": self.plan.data}
+        chash = config_hash(identity)
+        run_dir = self.store.run_dir(self.suite.name, model_name, method_name, chash, seed)
+        tag = f"{model_name} {label} seed {seed}"
+        base = {"suite": self.suite.name, "profile": self.plan.profile, "task": self.suite.task.kind,
+                "method": method_name, "method_label": label, "method_config": cfg, "config_hash": chash,
+                "model": model_name, "seed": seed, "train_config": self.plan.train.to_dict(),
+                "data_config": self.plan.data, "git_commit": git_commit(), "versions": versions(),
+                "device": device_description(self.device)}
+        if self.plan.note:
+            base["eval_note"] = self.plan.note
+        if not self.force and self.store.has(run_dir, "fit", "fit", None):
+            self.say(f"{tag}: recorded as failed earlier, skipped (use --force to retry)")
+            self.summary.skipped += 1
+            return
+        pending = [e for e in self.data.eval_sets if self.force or not self.store.has(run_dir, e.kind, e.shift, e.severity)]
+        if not pending:
+            self.say(f"{tag}: all {len(self.data.eval_sets)} evaluation records exist, skipped")
+            self.summary.skipped += 1
+            return
+        started = now()
+        ctx_cls = sys.modules["methods.base"].MethodContext
+        work_dir = self.store.checkpoint_dir(self.suite.name) / "partial" / model_name / f"{method_name}-{chash}" / f"seed{seed}"
+        ctx = ctx_cls(task=self.suite.task, build_model=build, train=self.plan.train, device=self.device,
+                      seed=seed, map_cache=map_cache, num_train=len(self.data.train_x), work_dir=work_dir,
+                      progress=self.progress, extras=self.data.extras)
+        method = cls(ctx, **cfg)
+        ckpt = self.store.checkpoint_dir(self.suite.name) / "fitted" / model_name / f"{method_name}-{chash}" / f"seed{seed}.pt"
+        fit_seed = derive_seed(self.suite.name, model_name, method_name, chash, seed)
+        try:
+            if ckpt.exists() and not self.force:
+                state = load_torch(ckpt)
+                method.load_state_dict(state["method"])
+                fit_cost = state["fit_cost"]
+                self.summary.loaded += 1
+                self.say(f"{tag}: loaded fitted checkpoint")
+            else:
+                seed_everything(fit_seed)
+                loader = TensorLoader(self.data.train_x, self.data.train_y, self.plan.train.batch_size,
+                                      shuffle=True, seed=fit_seed, device=self.device, augment=self.data.augment)
+                n_before = len(map_cache.trained_now)
+                with PeakMemory(self.device) as mem, Timer(self.device) as timer:
+                    method.fit(loader, (self.data.val_x, self.data.val_y))
+                # MAP networks trained inside this fit are counted once, as upstream cost
+                map_in_fit = map_cache.upstream_time(map_cache.trained_now[n_before:])
+                fit_cost = {"fit_time_s": timer.seconds - map_in_fit, "fit_peak_memory_mb": mem.peak_mb}
+                save_torch({"method": method.state_dict(), "fit_cost": fit_cost}, ckpt)
+                self.summary.fitted += 1
+                self.say(f"{tag}: fitted in {timer.seconds:.1f} s")
+        except (DivergedError, FloatingPointError, torch.linalg.LinAlgError) as exc:
+            self.record_failure(run_dir, base, started, exc, tag)
+            return
+        cost = self.measure_cost(method, fit_cost)
+        self.evaluate(method, run_dir, base, cost, pending, started, tag, seed)
+
+    def record_failure(self, run_dir, base, started, exc, tag):
+        msg = f"{type(exc).__name__}: {exc}"
+        self.store.write(run_dir, {**base, "status": "failed", "kind": "fit", "shift": "fit", "severity": None,
+                                   "error": msg, "traceback": traceback.format_exc(limit=5),
+                                   "started_at": started, "finished_at": now()})
+        self.summary.failed.append(f"{tag}: {msg}")
+        self.say(f"{tag}: FAILED ({msg}); recorded, continuing")
+
+    def measure_cost(self, method, fit_cost) -> dict:
+        x = self.data.id_set().x[: min(64, len(self.data.id_set().x))].to(self.device)
+        seed_everything(0)
+        try:
+            flops = flops_per_example(method.predict, x)
+        except Exception as exc:  # noqa: BLE001 - a counter failure must not lose the results
+            log.warning("FLOP counting failed: %s", exc)
+            flops = float("nan")
+        with PeakMemory(self.device) as mem, torch.no_grad():
+            method.predict(self.data.id_set().x[: self.eval_batch_size].to(self.device))
+        extra = method.extra_cost()
+        return {"total_params": method.num_params(), "stochastic_params": method.num_stochastic_params(),
+                "train_time_s": fit_cost["fit_time_s"] + extra.pop("upstream_train_time_s", 0.0),
+                "fit_time_s": fit_cost["fit_time_s"], "peak_memory_mb": fit_cost["fit_peak_memory_mb"],
+                "predict_peak_memory_mb": mem.peak_mb, "flops_per_example": flops, **extra}
+
+    def evaluate(self, method, run_dir, base, cost, pending, started, tag, seed):
+        kind = self.suite.task.kind
+        id_set = self.data.id_set()
+        id_pred = None
+        needs_id = kind == "classification" and any(e.kind == "ood" for e in pending)
+        times, n_seen = 0.0, 0
+        order = sorted(pending, key=lambda e: e.kind != "id")  # the id set first: OOD scores need it
+        if needs_id and id_set not in order:
+            seed_everything(derive_seed("eval", seed, id_set.kind, id_set.shift, id_set.severity))
+            id_pred, _ = predict_all(method, id_set.x, self.eval_batch_size, self.device)
+        for e in order:
+            seed_everything(derive_seed("eval", seed, e.kind, e.shift, e.severity))
+            pred, secs = predict_all(method, e.x, self.eval_batch_size, self.device)
+            times += secs
+            n_seen += e.n
+            if e is id_set:
+                id_pred = pred
+            scores, curves = score_set(kind, pred, e, id_pred)
+            if e is id_set and kind == "regression":
+                curves["band"] = self.band_curve(method)
+            rec = {**base, "status": "ok", "kind": e.kind, "shift": e.shift, "severity": e.severity, "n": e.n,
+                   "metrics": scores, "curves": curves, "started_at": started, "finished_at": now(),
+                   "cost": {**cost, "predict_time_per_example_s": secs / max(e.n, 1)},
+                   "diagnostics": method.diagnostics() if e is id_set else None}
+            if e.note:
+                rec["eval_note"] = "; ".join(filter(None, [base.get("eval_note"), e.note]))
+            self.store.write(run_dir, rec)
+            self.summary.records += 1
+        self.summary.eval_examples += n_seen
+        self.summary.eval_seconds += times
+        rate = n_seen / times if times > 0 else float("inf")
+        self.say(f"{tag}: evaluated {len(pending)} sets, {n_seen} examples in {times:.1f} s ({rate:,.0f} ex/s)")
+
+    def band_curve(self, method) -> dict:
+        ex = self.data.extras
+        pred, _ = predict_all(method, ex["band_x"], self.eval_batch_size, self.device)
+        s = ex.get("band_scale", 1.0)
+        return {"x": ex["band_x"].squeeze(1).tolist(), "mean": (pred.mean * s).tolist(),
+                "std": (pred.var.sqrt() * s).tolist(), "truth": (ex["band_truth"] * s).tolist(),
+                "train_x": ex["train_x"].tolist(), "train_y": (ex["train_y"] * s).tolist()}

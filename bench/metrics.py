@@ -1,0 +1,164 @@
+"""Metrics, one definition each. Inputs are torch tensors; outputs are Python floats.
+
+Classification metrics take mean predictive probabilities ``probs`` (N, K) and integer
+labels ``y`` (N,). Definitions (also printed in every report, see ``DEFINITIONS``):
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+EPS = 1e-12
+ECE_BINS = 15
+
+DEFINITIONS = {
+    "accuracy": "fraction of examples whose arg-max class equals the label",
+    "nll": "negative log-likelihood, -1/N sum_i log p(y_i | x_i) (probabilities clamped at 1e-12)",
+    "brier": "Brier score, 1/N sum_i sum_k (p_ik - 1[y_i = k])^2 (Ovadia et al.'s variant is this minus 1)",
+    "ece": "expected calibration error, 15 equal-width bins of the top-label confidence: "
+           "sum_b |B_b|/N |acc(B_b) - conf(B_b)|",
+    "entropy": "mean predictive entropy H[p] = -sum_k p_k log p_k of the mean predictive (nats)",
+    "mutual_information": "mean mutual information H[E_s p_s] - E_s H[p_s] over posterior samples "
+                          "(epistemic part; only for sampling methods)",
+    "auroc": "area under the ROC curve separating the OOD set (positive) from the in-distribution test "
+             "set by predictive entropy",
+    "aupr": "area under the precision-recall curve (average precision), OOD as positive, score = entropy",
+    "rmse": "root mean squared error of the predictive mean (regression)",
+    "gaussian_nll": "negative log-likelihood of y under N(mean, var) of the (moment-matched) predictive",
+    "mean_std": "mean predictive standard deviation (regression)",
+    "coverage_3sigma": "fraction of targets inside mean +- 3 std (0.9973 when calibrated)",
+}
+
+
+def accuracy(probs: torch.Tensor, y: torch.Tensor) -> float:
+    return (probs.argmax(-1) == y).double().mean().item()
+
+
+def nll(probs: torch.Tensor, y: torch.Tensor) -> float:
+    p = probs.double().gather(-1, y.long().unsqueeze(-1)).squeeze(-1)
+    return (-torch.log(p.clamp_min(EPS))).mean().item()
+
+
+def brier(probs: torch.Tensor, y: torch.Tensor) -> float:
+    onehot = torch.nn.functional.one_hot(y.long(), probs.shape[-1]).double()
+    return (probs.double() - onehot).pow(2).sum(-1).mean().item()
+
+
+def reliability_bins(probs: torch.Tensor, y: torch.Tensor, n_bins: int = ECE_BINS) -> dict:
+    """Counts, summed confidences and summed correctness per equal-width confidence bin."""
+    conf, pred = probs.double().max(-1)
+    correct = (pred == y).double()
+    # bin b holds confidences in (b/n, (b+1)/n]; confidence exactly 0 goes to bin 0
+    idx = (torch.ceil(conf * n_bins) - 1).clamp(0, n_bins - 1).long()
+    count = torch.bincount(idx, minlength=n_bins).double()
+    conf_sum = torch.bincount(idx, weights=conf, minlength=n_bins)
+    corr_sum = torch.bincount(idx, weights=correct, minlength=n_bins)
+    return {"edges": torch.linspace(0, 1, n_bins + 1).tolist(), "count": count.tolist(),
+            "confidence_sum": conf_sum.tolist(), "correct_sum": corr_sum.tolist()}
+
+
+def ece_from_bins(bins: dict) -> float:
+    count = torch.tensor(bins["count"], dtype=torch.float64)
+    n = count.sum()
+    gap = (torch.tensor(bins["correct_sum"], dtype=torch.float64) - torch.tensor(bins["confidence_sum"], dtype=torch.float64)).abs()
+    return (gap.sum() / n).item()  # sum_b |B_b|/N |acc_b - conf_b| = sum_b |corr_b - conf_b| / N
+
+
+def ece(probs: torch.Tensor, y: torch.Tensor, n_bins: int = ECE_BINS) -> float:
+    return ece_from_bins(reliability_bins(probs, y, n_bins))
+
+
+def entropy(probs: torch.Tensor) -> torch.Tensor:
+    p = probs.double()
+    return -(p * torch.log(p.clamp_min(EPS))).sum(-1)
+
+
+def mutual_information(sample_probs: torch.Tensor) -> torch.Tensor:
+    """I[y; theta | x] = H[mean_s p_s] - mean_s H[p_s] per example, from (S, N, K) samples."""
+    return (entropy(sample_probs.mean(0)) - entropy(sample_probs).mean(0)).clamp_min(0.0)
+
+
+def _ranks_with_ties(scores: torch.Tensor) -> torch.Tensor:
+    """1-based ranks, ties get the average rank."""
+    s = scores.double()
+    order = torch.argsort(s, stable=True)
+    sorted_s = s[order]
+    ranks = torch.empty_like(s)
+    ranks[order] = torch.arange(1, len(s) + 1, dtype=torch.float64)
+    uniq, inverse, counts = torch.unique_consecutive(sorted_s, return_inverse=True, return_counts=True)
+    if len(uniq) < len(s):
+        sum_ranks = torch.zeros(len(uniq), dtype=torch.float64).index_add_(0, inverse, ranks[order])
+        ranks[order] = (sum_ranks / counts)[inverse]
+    return ranks
+
+
+def auroc(scores_in: torch.Tensor, scores_out: torch.Tensor) -> float:
+    """P(score_out > score_in) + 0.5 P(tie): the Mann-Whitney form of the ROC area."""
+    n_in, n_out = len(scores_in), len(scores_out)
+    ranks = _ranks_with_ties(torch.cat([scores_in.double(), scores_out.double()]))
+    r_out = ranks[n_in:].sum().item()
+    return (r_out - n_out * (n_out + 1) / 2) / (n_in * n_out)
+
+
+def aupr(scores_in: torch.Tensor, scores_out: torch.Tensor) -> float:
+    """Average precision with the OOD set as positives (step-wise, as scikit-learn's)."""
+    scores = torch.cat([scores_in.double(), scores_out.double()])
+    labels = torch.cat([torch.zeros(len(scores_in)), torch.ones(len(scores_out))]).double()
+    order = torch.argsort(scores, descending=True, stable=True)
+    s, lab = scores[order], labels[order]
+    tp = torch.cumsum(lab, 0)
+    fp = torch.cumsum(1 - lab, 0)
+    # evaluate only at the last position of each group of tied scores
+    last = torch.ones(len(s), dtype=torch.bool)
+    last[:-1] = s[1:] != s[:-1]
+    tp, fp = tp[last], fp[last]
+    precision = tp / (tp + fp)
+    recall = tp / tp[-1]
+    prev = torch.cat([torch.zeros(1, dtype=torch.float64), recall[:-1]])
+    return ((recall - prev) * precision).sum().item()
+
+
+def entropy_histogram(ent: torch.Tensor, num_classes: int, bins: int = 30) -> dict:
+    edges = torch.linspace(0.0, math.log(num_classes), bins + 1, dtype=torch.float64)
+    idx = torch.bucketize(ent.double().clamp(0, math.log(num_classes)), edges[1:-1], right=False)
+    counts = torch.bincount(idx, minlength=bins)
+    return {"edges": edges.tolist(), "counts": counts.tolist()}
+
+
+def classification_metrics(probs: torch.Tensor, y: torch.Tensor, sample_probs: torch.Tensor | None = None) -> tuple[dict, dict]:
+    """Scalar metrics and the curves (reliability bins, entropy histogram) of one evaluation set."""
+    bins = reliability_bins(probs, y)
+    ent = entropy(probs)
+    metrics = {
+        "accuracy": accuracy(probs, y),
+        "nll": nll(probs, y),
+        "brier": brier(probs, y),
+        "ece": ece_from_bins(bins),
+        "entropy": ent.mean().item(),
+        "mutual_information": None if sample_probs is None else mutual_information(sample_probs).mean().item(),
+    }
+    curves = {"reliability": bins, "entropy_hist": entropy_histogram(ent, probs.shape[-1])}
+    return metrics, curves
+
+
+def ood_metrics(probs_in: torch.Tensor, probs_out: torch.Tensor, sample_probs_out: torch.Tensor | None = None) -> tuple[dict, dict]:
+    ent_in, ent_out = entropy(probs_in), entropy(probs_out)
+    metrics = {
+        "auroc": auroc(ent_in, ent_out),
+        "aupr": aupr(ent_in, ent_out),
+        "entropy": ent_out.mean().item(),
+        "mutual_information": None if sample_probs_out is None else mutual_information(sample_probs_out).mean().item(),
+    }
+    return metrics, {"entropy_hist": entropy_histogram(ent_out, probs_out.shape[-1])}
+
+
+def regression_metrics(mean: torch.Tensor, var: torch.Tensor, y: torch.Tensor) -> dict:
+    mean, var, y = mean.double(), var.double(), y.double()
+    std = var.sqrt()
+    return {
+        "rmse": (mean - y).pow(2).mean().sqrt().item(),
+        "nll": (0.5 * torch.log(2 * math.pi * var) + 0.5 * (y - mean).pow(2) / var).mean().item(),
+        "mean_std": std.mean().item(),
+        "coverage_3sigma": ((y - mean).abs() <= 3 * std).double().mean().item(),
+    }

@@ -1,0 +1,62 @@
+"""Where a result came from: git commit, package versions, device, timestamps."""
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import platform
+import subprocess
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> str:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return (commit or "unknown") + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+@functools.lru_cache(maxsize=1)
+def versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in ("torch", "torchvision", "numpy", "pandas", "laplace-torch", "backpack-for-pytorch"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    import bench
+
+    out["bench"] = bench.__version__
+    return out
+
+
+def device_description(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    return f"cpu:{platform.machine()}:{torch.get_num_threads()}threads"
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def resolve_device(name: str) -> torch.device:
+    from bench.errors import BenchError
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise BenchError(f"--device {name}: CUDA is not available on this machine; use --device cpu or auto")
+    if name.split(":")[0] not in ("cpu", "cuda"):
+        raise BenchError(f"--device {name!r}: valid devices are auto, cpu, cuda, cuda:N")
+    return torch.device(name)

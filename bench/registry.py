@@ -1,0 +1,52 @@
+"""A small name -> object registry (in the spirit of timm's model registry).
+
+Plugins register themselves with a decorator at import time; the package ``__init__``
+imports every module of the package, so adding a method or a suite is one new file.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Callable, Generic, Iterator, TypeVar
+
+from bench.errors import UnknownNameError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        def deco(obj: T) -> T:
+            if name in self._items and self._items[name] is not obj:
+                raise ValueError(f"{self.kind} {name!r} registered twice")
+            self._items[name] = obj
+            return obj
+
+        return deco
+
+    def get(self, name: str) -> T:
+        try:
+            return self._items[name]
+        except KeyError:
+            raise UnknownNameError(self.kind, name, self._items) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._items)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+
+def import_submodules(package_name: str) -> None:
+    """Import every module of a package so that their ``@register`` decorators run."""
+    package = importlib.import_module(package_name)
+    for info in pkgutil.iter_modules(package.__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{package_name}.{info.name}")

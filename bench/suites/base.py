@@ -1,0 +1,46 @@
+"""What a suite is: data (decoded once), a task, models, shifts and three profiles.
+
+A suite is one module in ``bench/suites/`` with a :class:`Suite` subclass decorated by
+``@register_suite``. Profiles: ``smoke`` (seconds, tests), ``quick`` (minutes on 2 CPU
+cores, real data, real training), ``paper`` (the papers' hyperparameters, for a GPU).
+"""
+from __future__ import annotations
+
+import abc
+from pathlib import Path
+from typing import ClassVar
+
+from bench.data import SuiteData
+from bench.registry import Registry
+from bench.tasks import Task
+
+SUITES: Registry[type["Suite"]] = Registry("suite")
+PROFILES = ("smoke", "quick", "paper")
+
+
+def register_suite(name: str):
+    def deco(cls):
+        cls.name = name
+        return SUITES.register(name)(cls)
+
+    return deco
+
+
+class Suite(abc.ABC):
+    name: ClassVar[str] = "?"
+    description: ClassVar[str] = ""
+    task: ClassVar[Task]
+    in_shape: ClassVar[tuple[int, ...]]
+    shift_label: ClassVar[str] = "shift severity"  # x axis of the shift plots
+    default_methods: ClassVar[tuple[str, ...]] = ("deterministic", "mc_dropout", "deep_ensemble")
+    #: profile -> {"models": [...], "seeds": [...], "train": {...TrainConfig}, "data": {...},
+    #:             "methods": {method: {option: value}}, "note": str}
+    profiles: ClassVar[dict[str, dict]] = {}
+
+    @abc.abstractmethod
+    def load(self, data_root: Path, data_cfg: dict, download: bool) -> SuiteData:
+        """Decode the data once and build every evaluation set for this profile."""
+
+    @abc.abstractmethod
+    def describe_shifts(self, data_cfg: dict) -> list[str]:
+        """Human-readable list of evaluation sets (for ``bench list``)."""

@@ -1,0 +1,89 @@
+"""Rotated MNIST (Ovadia et al. 2019), as used by the PBN and subnetwork-Laplace papers.
+
+Train on MNIST train minus its last 10,000 images (validation split), test on MNIST test
+rotated by 0..180 degrees in 15-degree steps; FashionMNIST test is the OOD set.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from bench.data import EvalSet, SuiteData
+from bench.suites.base import Suite, register_suite
+from bench.tasks import classification
+from datasets.mnist import load_mnist_like, normalize
+from datasets.shifts import rotate_images
+
+
+def subset(x: torch.Tensor, y: torch.Tensor | None, n: int | None, seed: int = 0):
+    """A fixed, seeded, class-balanced-in-expectation subset of at most n rows."""
+    if n is None or n >= len(x):
+        return x, y
+    idx = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))[:n].sort().values
+    return x[idx], (None if y is None else y[idx])
+
+
+@register_suite("mnist_rotated")
+class MnistRotated(Suite):
+    description = "MNIST, test rotated 0-180 degrees; FashionMNIST as OOD (Ovadia et al. 2019)"
+    task = classification(10)
+    in_shape = (1, 28, 28)
+    shift_label = "rotation (degrees)"
+    profiles = {
+        "smoke": {
+            "models": ["lenet_300_100"], "seeds": [0],
+            "train": {"epochs": 1, "batch_size": 128, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-5},
+            "data": {"n_train": 2000, "n_val": 500, "n_test": 500, "n_ood": 500, "angles": [0, 60, 120, 180]},
+            "methods": {"deep_ensemble": {"members": 2}, "mc_dropout": {"samples": 5}},
+            "note": "smoke profile: tiny subsets, one epoch; numbers are meaningless",
+        },
+        "quick": {
+            "models": ["lenet_300_100", "lenet5"], "seeds": [0, 1, 2],
+            "train": {"epochs": 5, "batch_size": 128, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-5,
+                      "schedule": "cosine"},
+            "data": {},
+            "methods": {},
+            "note": "",
+        },
+        "paper": {
+            # PBN paper, Appendix H.2.1: SGD lr 0.01, momentum 0.9, L2 1e-5, batch 50, 50 epochs
+            "models": ["lenet_300_100", "lenet5"], "seeds": [0, 1, 2, 3, 4],
+            "train": {"epochs": 50, "batch_size": 50, "lr": 0.01, "momentum": 0.9, "weight_decay": 1e-5},
+            "data": {},
+            "methods": {},
+            "note": "",
+        },
+    }
+    DEFAULT_DATA = {"n_val": 10_000, "n_train": None, "n_test": None, "n_ood": None,
+                    "angles": list(range(0, 181, 15)), "eval_batch_size": 1000}
+
+    def data_cfg(self, data_cfg: dict) -> dict:
+        return {**self.DEFAULT_DATA, **data_cfg}
+
+    def describe_shifts(self, data_cfg):
+        cfg = self.data_cfg(data_cfg)
+        return [f"rotation {a} deg" + (" (in-distribution)" if a == 0 else "") for a in cfg["angles"]] + ["OOD: FashionMNIST test"]
+
+    def load(self, data_root: Path, data_cfg: dict, download: bool) -> SuiteData:
+        cfg = self.data_cfg(data_cfg)
+        tr_x, tr_y = load_mnist_like(data_root, "MNIST", "train", download)
+        te_x, te_y = load_mnist_like(data_root, "MNIST", "test", download)
+        ood_x, _ = load_mnist_like(data_root, "FashionMNIST", "test", download)
+        n_val = int(cfg["n_val"])
+        if n_val >= len(tr_x):
+            raise ValueError(f"n_val={n_val} leaves no training data ({len(tr_x)} images)")
+        # Ovadia et al.: the last 10,000 training images are the validation split
+        val_x, val_y = tr_x[-n_val:], tr_y[-n_val:]
+        tr_x, tr_y = tr_x[:-n_val], tr_y[:-n_val]
+        tr_x, tr_y = subset(tr_x, tr_y, cfg["n_train"], seed=1)
+        te_x, te_y = subset(te_x, te_y, cfg["n_test"], seed=2)
+        ood_x, _ = subset(ood_x, None, cfg["n_ood"], seed=3)
+        test01 = te_x.float() / 255.0
+        eval_sets = []
+        for angle in cfg["angles"]:
+            rotated = rotate_images(test01, angle)
+            x = (rotated - 0.1307) / 0.3081
+            eval_sets.append(EvalSet("id" if angle == 0 else "shift", "rotation", float(angle), x, te_y))
+        eval_sets.append(EvalSet("ood", "fashion_mnist", None, normalize(ood_x), None))
+        return SuiteData(normalize(tr_x), tr_y, normalize(val_x), val_y, eval_sets)

@@ -1,0 +1,156 @@
+"""One training loop for every method: SGD/Adam, schedules, divergence check, resumable epochs."""
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from bench.data import TensorLoader
+from bench.errors import BenchError, DivergedError
+
+
+@dataclass
+class TrainConfig:
+    """The training budget a suite profile gives every method (methods may scale epochs)."""
+
+    epochs: int = 5
+    batch_size: int = 128
+    optimizer: str = "sgd"  # "sgd" | "adam"
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    schedule: str = "constant"  # "constant" | "cosine" | "step"
+    warmup_epochs: float = 0.0  # linear warm-up from 0 (step-based)
+    milestones: list[int] = field(default_factory=list)  # for "step": epochs where lr /= 10
+    grad_clip: float | None = None
+    max_train_examples: int | None = None  # profile-level cap (smoke)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise BenchError(f"unknown training option(s) {sorted(unknown)}; valid: {sorted(names)}")
+        return cls(**d)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def replace(self, **kw) -> "TrainConfig":
+        return TrainConfig.from_dict({**self.to_dict(), **kw})
+
+
+def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+    params = [p for p in params if p.requires_grad]
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    raise BenchError(f"unknown optimizer {cfg.optimizer!r}; valid: adam, sgd")
+
+
+def lr_factor(cfg: TrainConfig, step: int, steps_per_epoch: int) -> float:
+    total = max(1, cfg.epochs * steps_per_epoch)
+    warm = int(cfg.warmup_epochs * steps_per_epoch)
+    if warm and step < warm:
+        return (step + 1) / warm
+    if cfg.schedule == "constant":
+        return 1.0
+    if cfg.schedule == "cosine":
+        t = (step - warm) / max(1, total - warm)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, t)))
+    if cfg.schedule == "step":
+        epoch = step // steps_per_epoch
+        return 0.1 ** sum(epoch >= m for m in cfg.milestones)
+    raise BenchError(f"unknown schedule {cfg.schedule!r}; valid: constant, cosine, step")
+
+
+LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor, float], torch.Tensor]
+
+
+def progress_enabled(requested: bool) -> bool:
+    return requested and sys.stderr.isatty()
+
+
+def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_fn: LossFn, *,
+                params=None, desc: str = "train", progress: bool = False,
+                resume_path: str | os.PathLike | None = None,
+                on_epoch_end: Callable[[int], None] | None = None) -> dict:
+    """Minimise ``loss_fn(model, x, y, fraction_of_training_done)`` over ``cfg.epochs`` epochs.
+
+    Raises :class:`DivergedError` on a non-finite loss. With ``resume_path`` the model,
+    optimiser and data order are checkpointed after every epoch and a restarted call
+    continues from the last finished epoch. Returns a small training log.
+    """
+    from tqdm.auto import tqdm
+
+    optimizer = make_optimizer(params if params is not None else model.parameters(), cfg)
+    base_lrs = [g["lr"] for g in optimizer.param_groups]
+    steps_per_epoch = len(loader)
+    start_epoch, log = 0, {"epoch_loss": []}
+    resume_path = Path(resume_path) if resume_path else None
+    if resume_path is not None and resume_path.exists():
+        state = torch.load(resume_path, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        loader.load_state_dict(state["loader"])
+        torch.set_rng_state(state["torch_rng"])
+        start_epoch, log = state["epoch"], state["log"]
+
+    total_steps = max(1, cfg.epochs * steps_per_epoch)
+    bar = tqdm(total=cfg.epochs * steps_per_epoch, initial=start_epoch * steps_per_epoch, desc=desc,
+               disable=not progress_enabled(progress), leave=False, mininterval=0.5)
+    model.train()
+    for epoch in range(start_epoch, cfg.epochs):
+        running, count = 0.0, 0
+        for i, (x, y) in enumerate(loader):
+            step = epoch * steps_per_epoch + i
+            f = lr_factor(cfg, step, steps_per_epoch)
+            for g, lr in zip(optimizer.param_groups, base_lrs):
+                g["lr"] = lr * f
+            loss = loss_fn(model, x, y, step / total_steps)
+            if not torch.isfinite(loss):
+                bar.close()
+                raise DivergedError(f"non-finite loss {loss.item()} at epoch {epoch} step {i} ({desc})")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip:
+                nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], cfg.grad_clip)
+            optimizer.step()
+            running += loss.item() * len(x)
+            count += len(x)
+            bar.update(1)
+            if i % 20 == 0:
+                bar.set_postfix(epoch=epoch, loss=f"{running / count:.4f}")
+        log["epoch_loss"].append(running / max(count, 1))
+        if on_epoch_end is not None:
+            on_epoch_end(epoch)
+        if resume_path is not None and epoch + 1 < cfg.epochs:
+            from bench.store import atomic_write_bytes
+            import io
+
+            buf = io.BytesIO()
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "loader": loader.state_dict(), "torch_rng": torch.get_rng_state(),
+                        "epoch": epoch + 1, "log": log}, buf)
+            atomic_write_bytes(resume_path, buf.getvalue())
+    bar.close()
+    if resume_path is not None and resume_path.exists():
+        resume_path.unlink()
+    model.eval()
+    return log
+
+
+def nll_loss(task) -> LossFn:
+    """The plain maximum-likelihood (MAP with weight decay) objective."""
+
+    def fn(model, x, y, _progress):
+        return task.loss(model(x), y)
+
+    return fn

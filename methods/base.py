@@ -1,0 +1,110 @@
+"""The contract every method plugin follows (scikit-learn/laplace-torch style).
+
+A method is constructed from a :class:`MethodContext` (what the suite and profile give it)
+and its own hyperparameters, then::
+
+    method.fit(train_loader, (val_x, val_y))   # returns self
+    method.predict(x)                          # -> ClassificationPredictive | RegressionPredictive
+    method.state_dict() / method.load_state_dict(state)   # save / load a fitted method
+    method.num_params(), method.num_stochastic_params(), method.extra_cost()
+
+``predict`` is called by the harness under ``torch.no_grad()`` with ``x`` on ``ctx.device``
+and must be batch-size independent. Adding a method = one new module in ``methods/`` that
+subclasses :class:`Method` and decorates it with ``@register_method``.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar
+
+import torch
+from torch import nn
+
+from bench.checkpoints import MapCache
+from bench.errors import BenchError
+from bench.registry import Registry
+from bench.tasks import Task
+from bench.training import TrainConfig
+
+METHODS: Registry[type["Method"]] = Registry("method")
+
+
+def register_method(name: str):
+    def deco(cls):
+        cls.name = name
+        return METHODS.register(name)(cls)
+
+    return deco
+
+
+@dataclass
+class MethodContext:
+    task: Task
+    build_model: Callable[..., nn.Module]  # build_model(dropout=0.0) -> fresh nn.Module (CPU)
+    train: TrainConfig  # the profile's training budget
+    device: torch.device
+    seed: int
+    map_cache: MapCache | None = None  # trained deterministic networks, shared across methods
+    num_train: int = 0
+    work_dir: Path | None = None  # scratch space for resumable training checkpoints
+    progress: bool = False
+    extras: dict = field(default_factory=dict)
+
+    def resume_path(self, tag: str) -> Path | None:
+        return None if self.work_dir is None else self.work_dir / f"{tag}.partial"
+
+
+class Method(abc.ABC):
+    name: ClassVar[str] = "?"
+    description: ClassVar[str] = ""
+    #: hyperparameters and their defaults; profiles and ``--set method.key=value`` override them
+    defaults: ClassVar[dict[str, Any]] = {}
+    #: tasks the method supports
+    tasks: ClassVar[tuple[str, ...]] = ("classification", "regression")
+
+    def __init__(self, ctx: MethodContext, **config):
+        unknown = set(config) - set(self.defaults)
+        if unknown:
+            raise BenchError(f"unknown option(s) {sorted(unknown)} for method {self.name!r}; "
+                             f"valid: {sorted(self.defaults) or 'none'}")
+        if ctx.task.kind not in self.tasks:
+            raise BenchError(f"method {self.name!r} does not support {ctx.task.kind} tasks")
+        self.ctx = ctx
+        self.config = {**self.defaults, **config}
+
+    # -- the contract ------------------------------------------------------
+    @abc.abstractmethod
+    def fit(self, train, val: tuple[torch.Tensor, torch.Tensor]) -> "Method":
+        """Fit on a :class:`bench.data.TensorLoader`; ``val`` is the held-out validation split."""
+
+    @abc.abstractmethod
+    def predict(self, x: torch.Tensor):
+        """Predictive distribution for a batch ``x`` (already on ``ctx.device``)."""
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict:
+        """Everything needed to rebuild the fitted method with :meth:`load_state_dict`."""
+
+    @abc.abstractmethod
+    def load_state_dict(self, state: dict) -> None: ...
+
+    @abc.abstractmethod
+    def modules(self) -> list[nn.Module]:
+        """The networks the method holds (for parameter counts and device moves)."""
+
+    # -- cost --------------------------------------------------------------
+    def num_params(self) -> int:
+        """Stored parameters (deterministic + variational), as the papers count them."""
+        return sum(p.numel() for m in self.modules() for p in m.parameters())
+
+    def num_stochastic_params(self) -> int:
+        return 0
+
+    def extra_cost(self) -> dict:
+        return {}
+
+    def diagnostics(self) -> dict:
+        """Method-specific facts worth storing with the results (JSON-able)."""
+        return {}

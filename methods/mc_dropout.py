@@ -1,0 +1,70 @@
+"""Monte Carlo dropout (Gal & Ghahramani 2016): dropout kept active at test time, S samples."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from bench.seeding import derive_seed, seed_everything
+from bench.training import nll_loss, train_model
+from methods.base import Method, register_method
+
+
+def split_at_first(model: nn.Module, kind: type) -> tuple[nn.Module, nn.Module]:
+    """(prefix, rest) of an nn.Sequential at the first module of type ``kind``."""
+    if not isinstance(model, nn.Sequential):
+        return nn.Identity(), model
+    for i, m in enumerate(model):
+        if isinstance(m, kind):
+            return model[:i], model[i:]
+    return model, nn.Sequential()
+
+
+def stochastic_forward(prefix: nn.Module, rest: nn.Module, x: torch.Tensor, samples: int) -> torch.Tensor:
+    """Outputs (S, N, ...) with the deterministic prefix computed once and the rest on S copies."""
+    h = prefix(x)
+    hs = h.unsqueeze(0).expand(samples, *h.shape).reshape(samples * h.shape[0], *h.shape[1:])
+    out = rest(hs)
+    return out.reshape(samples, h.shape[0], *out.shape[1:])
+
+
+@register_method("mc_dropout")
+class MCDropout(Method):
+    description = "dropout after every hidden layer, kept on at test time; S Monte Carlo samples"
+    defaults = {"p": 0.1, "samples": 20}
+
+    def __init__(self, ctx, **config):
+        super().__init__(ctx, **config)
+        self.model = ctx.build_model(dropout=float(self.config["p"])).to(ctx.device)
+
+    def fit(self, train, val):
+        seed_everything(derive_seed("mc_dropout", self.ctx.seed))
+        train_model(self.model, train, self.ctx.train, nll_loss(self.ctx.task), desc="mc_dropout",
+                    progress=self.ctx.progress, resume_path=self.ctx.resume_path("mc_dropout"))
+        self._eval_mode()
+        return self
+
+    def _eval_mode(self):
+        self.model.eval()  # batch norm uses its running statistics...
+        for m in self.model.modules():
+            if isinstance(m, nn.Dropout):
+                m.train()  # ...while dropout keeps sampling masks
+
+    @torch.no_grad()
+    def predict(self, x):
+        prefix, rest = split_at_first(self.model, nn.Dropout)
+        return self.ctx.task.predictive_from_samples(stochastic_forward(prefix, rest, x, int(self.config["samples"])))
+
+    def state_dict(self):
+        return {"model": self.model.state_dict()}
+
+    def load_state_dict(self, state):
+        self.model.load_state_dict(state["model"])
+        self._eval_mode()
+
+    def modules(self):
+        return [self.model]
+
+    def num_stochastic_params(self):
+        # dropout randomises whole units: count the weights that read a dropped activation
+        prefix, rest = split_at_first(self.model, nn.Dropout)
+        return sum(p.numel() for m in rest.modules() if isinstance(m, (nn.Linear, nn.Conv2d)) for p in m.parameters(recurse=False) if p.dim() > 1)
