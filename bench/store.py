@@ -33,6 +33,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -92,9 +93,6 @@ class ResultsStore:
 
     def has(self, run_dir: Path, kind: str, shift: str, severity) -> bool:
         return self.record_path(run_dir, kind, shift, severity).exists()
-
-    def failure_path(self, run_dir: Path) -> Path:
-        return run_dir / "FAILED.json"
 
     def iter_records(self, suite: str | None = None) -> Iterable[dict]:
         base = self.root / _safe(suite) if suite else self.root

@@ -1,0 +1,268 @@
+"""``build_report``: records -> one HTML + markdown report per suite."""
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from bench.errors import BenchError
+from bench.store import atomic_write_bytes, load_records
+
+from . import plots
+from .data import (CLASSIFICATION_METRICS, REGRESSION_METRICS, SectionData, distinct, failed_records,
+                   labels_in_order, ok_records, prepare, severity_axis_label, shift_families,
+                   split_sections)
+from .document import Bullets, Definitions, Document, Figure, KeyValues, Paragraph, Section
+from .render import to_html, to_markdown
+from .tables import cost_table, failed_table, leaderboard, methods_table, regression_tables
+
+FIGURES_DIR = "figures"
+
+CLASSIFICATION_DEFINITIONS = [
+    ("Accuracy", "Fraction of examples whose most probable class (argmax of the predictive "
+                 "distribution p(y|x), the mean over posterior samples for sampling methods) is the true class."),
+    ("NLL", "Negative log-likelihood of the true label under the predictive distribution: "
+            "−(1/N) Σ_i log p(y_i | x_i). Lower is better."),
+    ("Brier score", "Σ_k (p_k − y_k)² summed over the K classes with y the one-hot label, averaged over "
+                    "examples; between 0 and 2. Ovadia et al. (2019) report this minus 1."),
+    ("ECE", "Expected calibration error with 15 equal-width bins on the top-label confidence: "
+            "Σ_b |B_b|/N · |acc(B_b) − conf(B_b)|, where acc(B_b) is the accuracy and conf(B_b) the mean "
+            "confidence of the examples whose confidence falls in bin b."),
+    ("Predictive entropy", "H[p̄] = −Σ_k p̄_k log p̄_k (nats) of the mean predictive distribution "
+                           "p̄ = (1/S) Σ_s p_s, averaged over examples."),
+    ("Mutual information", "H[p̄] − (1/S) Σ_s H[p_s]: the epistemic part of the predictive entropy "
+                           "(expected information gain about the weights); undefined (–) for methods "
+                           "that do not sample."),
+    ("AUROC / AUPR", "Area under the ROC / precision-recall curve for telling the OOD set from the clean "
+                     "test set by predictive entropy, with OOD as the positive class (0.5 AUROC = chance)."),
+    ("Shift average", "For each seed, the mean of a metric over every shifted test set (all shift families "
+                      "and severities > 0); the table shows mean ± std of that over seeds."),
+]
+
+REGRESSION_DEFINITIONS = [
+    ("RMSE", "√((1/N) Σ_i (μ(x_i) − y_i)²) of the predictive mean μ."),
+    ("NLL", "Gaussian negative log-likelihood −(1/N) Σ_i log N(y_i; μ(x_i), σ²(x_i)), with σ² the "
+            "predictive variance (epistemic plus noise)."),
+    ("Mean std", "(1/N) Σ_i σ(x_i), the average predictive standard deviation."),
+    ("3σ coverage", "Fraction of targets with |y_i − μ(x_i)| ≤ 3σ(x_i); 0.9973 for a calibrated Gaussian."),
+]
+
+
+def build_report(results_dir, out_dir="reports", suites=None) -> list[Path]:
+    """Write ``<out_dir>/<suite>/{index.html, README.md, figures/*.png}`` for every suite.
+
+    ``suites`` (a name or a list of names) restricts the report to those suites.
+    Returns the paths of the written ``index.html`` files, in suite order.
+    Raises ``BenchError`` when the results directory holds no records or a requested
+    suite has none.
+    """
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise BenchError(f"results directory {str(results_dir)!r} does not exist")
+    raw = load_records(results_dir)
+    if raw.empty:
+        raise BenchError(f"no result records under {str(results_dir)!r} (expected "
+                         f"<results>/<suite>/records/.../*.json); run a suite first")
+    df = prepare(raw)
+    available = distinct(df["suite"])
+    if suites is None:
+        chosen = available
+    else:
+        chosen = [suites] if isinstance(suites, str) else list(suites)
+        missing = [s for s in chosen if s not in available]
+        if missing:
+            raise BenchError(f"no records for suite(s) {', '.join(missing)} under {str(results_dir)!r}; "
+                             f"suites with records: {', '.join(available)}")
+    generated_at = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    written = []
+    for suite in chosen:
+        doc = suite_document(df[df["suite"] == suite], suite, generated_at)
+        written.append(write_report(doc, Path(out_dir) / str(suite)))
+    return written
+
+
+def write_report(doc: Document, dest: Path) -> Path:
+    """Write figures, README.md and index.html (each atomically); returns index.html's path.
+
+    PNGs left in ``figures/`` by an earlier report that this one does not contain are removed.
+    """
+    dest = Path(dest)
+    fig_dir = dest / FIGURES_DIR
+    figures = doc.figures()
+    names = [f"{f.name}.png" for f in figures]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate figure names in report: {names}")
+    for fig in figures:
+        atomic_write_bytes(fig_dir / f"{fig.name}.png", fig.png)
+    if fig_dir.is_dir():
+        for old in fig_dir.glob("*.png"):
+            if old.name not in names:
+                os.unlink(old)
+    atomic_write_bytes(dest / "README.md", to_markdown(doc, FIGURES_DIR).encode("utf-8"))
+    index = dest / "index.html"
+    atomic_write_bytes(index, to_html(doc).encode("utf-8"))
+    return index
+
+
+# --------------------------------------------------------------------------- document
+
+
+def suite_document(df: pd.DataFrame, suite: str, generated_at: str) -> Document:
+    """The report of one suite (``df``: its prepared records, ok and failed)."""
+    doc = Document(title=f"Benchmark report: {suite}")
+    doc.sections.append(_overview(df, suite, generated_at))
+    sections = split_sections(df)
+    palette = plots.make_palette(labels_in_order(ok_records(df)))  # failed-only labels get no colour
+    for sec in sections:
+        if not sec.records.empty:
+            doc.sections.append(_model_section(sec, palette))
+    failed = failed_table(failed_records(df))
+    if failed is not None:
+        s = Section("Failed runs", anchor="failed-runs")
+        s.add(failed)
+        doc.sections.append(s)
+    doc.sections.append(_definitions(df))
+    return doc
+
+
+def _join(values, empty="–") -> str:
+    vals = [str(v) for v in values]
+    return ", ".join(vals) if vals else empty
+
+
+def _overview(df: pd.DataFrame, suite: str, generated_at: str) -> Section:
+    ok, failed = ok_records(df), failed_records(df)
+    seeds = sorted({int(s) for s in df["seed"].dropna()})
+    starts, ends = distinct(df["started_at"]), distinct(df["finished_at"])
+    items = [
+        ("suite", str(suite)),
+        ("task", _join(distinct(df["task"]))),
+        ("profile(s)", _join(distinct(df["profile"]))),
+        ("model(s)", _join(distinct(df["model"]))),
+        ("methods", _join(labels_in_order(df))),
+        ("seeds", _join(seeds)),
+        ("device(s)", _join(distinct(df["device"]))),
+        ("git commit(s)", _join(distinct(df["git_commit"]))),
+        ("runs", f"{starts[0] if starts else '?'} … {ends[-1] if ends else '?'}"),
+        ("records", f"{len(ok)} evaluations, {len(failed)} failed run(s)"),
+        ("report generated", generated_at),
+    ]
+    s = Section("Overview", anchor="overview")
+    s.add(KeyValues(items))
+    notes = distinct(df["eval_note"])
+    if notes:
+        s.add(Paragraph("Evaluation notes:"))
+        s.add(Bullets([str(n) for n in notes]))
+    versions = []
+    for col in sorted(c for c in df.columns if c.startswith("versions.")):
+        vals = distinct(df[col])
+        if vals:
+            versions.append((col.split(".", 1)[1], _join(vals)))
+    if versions:
+        v = Section("Package versions")
+        v.add(KeyValues(versions))
+        s.add(v)
+    methods = methods_table(ok if not ok.empty else df)
+    if methods is not None:
+        m = Section("Method configurations")
+        m.add(methods)
+        s.add(m)
+    return s
+
+
+def _model_section(sec: SectionData, palette: dict) -> Section:
+    df = sec.records
+    s = Section(f"Model: {sec.title}", anchor=f"model-{sec.slug}")
+    labels = labels_in_order(df)
+    pal = {lab: palette[lab] for lab in labels}
+    if sec.task == "regression":
+        _regression_blocks(s, sec, pal)
+    else:
+        _classification_blocks(s, sec, pal)
+    cost = cost_table(df)
+    if cost is not None:
+        c = Section("Cost")
+        c.add(cost)
+        s.add(c)
+    return s
+
+
+def _shift_blocks(parent: Section, sec: SectionData, pal: dict, metrics: list[str]) -> None:
+    df = sec.records
+    families = shift_families(df)
+    lines = plots.shift_lines(df, metrics, pal)
+    if lines is None:
+        return
+    axis = severity_axis_label(families)
+    sh = Section("Under distribution shift")
+    avg = (f" At each severity a seed's value is the mean over the {len(families)} shift families "
+           f"({', '.join(map(str, families))})." if len(families) > 1 else "")
+    sh.add(Figure(f"{sec.slug}-shift", lines,
+                  f"Metrics against {axis}; severity 0 is the clean in-distribution test set. Lines: mean "
+                  f"over seeds; band: ± 1 std over seeds.{avg}", alt=f"metrics vs {axis}"))
+    boxes = plots.shift_boxes(df, metrics, pal)
+    if boxes is not None:
+        sh.add(Figure(f"{sec.slug}-shift-boxes", boxes,
+                      "Spread over shift families at each severity (Ovadia et al. 2019 style): each box "
+                      "summarises one method's seed-averaged metric across the shift families; 'clean' is "
+                      "the in-distribution test set.", alt="box plots over shift families"))
+    parent.add(sh)
+
+
+def _classification_blocks(s: Section, sec: SectionData, pal: dict) -> None:
+    df = sec.records
+    board = leaderboard(df)
+    if board is not None:
+        lb = Section("Leaderboard")
+        lb.add(board)
+        s.add(lb)
+    _shift_blocks(s, sec, pal, CLASSIFICATION_METRICS)
+    hist = plots.entropy_histograms(df, pal)
+    if hist is not None:
+        o = Section("Out-of-distribution detection")
+        o.add(Figure(f"{sec.slug}-ood-entropy", hist,
+                     "Predictive entropy on the clean test set vs each OOD set, per method (densities, "
+                     "histograms summed over seeds). Better OOD detection = less overlap; AUROC in the "
+                     "panel titles and the leaderboard.", alt="entropy histograms"))
+        s.add(o)
+    rel = plots.reliability_diagrams(df, pal)
+    if rel is not None:
+        r = Section("Calibration")
+        r.add(Figure(f"{sec.slug}-reliability", rel,
+                     "Reliability diagrams on the clean test set, bins pooled over seeds: bar height = "
+                     "accuracy of the examples whose top-label confidence falls in the bin, hatched = gap "
+                     "to the bin's mean confidence, dashed diagonal = perfect calibration; lower panels: "
+                     "examples per bin.", alt="reliability diagrams"))
+        s.add(r)
+
+
+def _regression_blocks(s: Section, sec: SectionData, pal: dict) -> None:
+    df = sec.records
+    tables = regression_tables(df)
+    if tables:
+        t = Section("Metrics")
+        for table in tables:
+            t.add(table)
+        s.add(t)
+    _shift_blocks(s, sec, pal, REGRESSION_METRICS)
+    bands = plots.regression_bands(df, pal)
+    if bands is not None:
+        b = Section("Predictive bands")
+        b.add(Figure(f"{sec.slug}-bands", bands,
+                     "Predictive mean and mean ± 3 std (shaded) per method for the first seed, with the "
+                     "true function (dashed) and the training points.", alt="3-sigma predictive bands"))
+        s.add(b)
+
+
+def _definitions(df: pd.DataFrame) -> Section:
+    s = Section("Metric definitions", anchor="metric-definitions")
+    tasks = set(distinct(df["task"])) or {"classification"}
+    if tasks - {"regression"}:
+        s.add(Definitions(CLASSIFICATION_DEFINITIONS))
+    if "regression" in tasks:
+        s.add(Definitions(REGRESSION_DEFINITIONS))
+    s.add(Paragraph("Tables show mean ± std over seeds (sample std, ddof = 1); with a single seed "
+                    "only the mean is shown. Cells marked best are compared at full precision."))
+    return s

@@ -1,0 +1,205 @@
+"""Tidy the flat record DataFrame from ``bench.store.load_records`` for the report.
+
+Everything downstream (tables, plots) works on the frame returned by :func:`prepare`:
+one row per record, a ``label`` column to group by (the record's ``method_label``,
+made unique per configuration), numeric ``seed``/``severity``/``metrics.*``/``cost.*``.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+CLASSIFICATION_METRICS = ["accuracy", "nll", "brier", "ece"]
+REGRESSION_METRICS = ["rmse", "nll", "mean_std", "coverage_3sigma"]
+OOD_METRICS = ["auroc", "aupr"]
+
+_TEXT_COLUMNS = ["status", "suite", "profile", "task", "method", "method_label", "model",
+                 "kind", "shift", "config_hash", "error", "eval_note", "device", "git_commit",
+                 "started_at", "finished_at"]
+
+
+def natural_key(text) -> tuple:
+    """Sort key that orders embedded numbers numerically ("pbn[r=0.01]" < "pbn[r=0.1]")."""
+    parts = re.split(r"(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)", str(text))
+    key = []
+    for i, part in enumerate(parts):
+        if i % 2:
+            key.append((1, float(part), ""))
+        elif part:
+            key.append((0, 0.0, part.lower()))
+    return tuple(key)
+
+
+def prepare(df: pd.DataFrame) -> pd.DataFrame:
+    """Copy of ``df`` with the columns the report relies on, typed and filled in."""
+    df = df.copy()
+    for col in _TEXT_COLUMNS:
+        if col not in df.columns:
+            df[col] = None
+    for col in ("seed", "severity", "n"):
+        df[col] = pd.to_numeric(df[col], errors="coerce") if col in df.columns else np.nan
+    for col in df.columns:
+        if col.startswith(("metrics.", "cost.")):
+            df[col] = pd.to_numeric(df[col], errors="coerce")
+    if "curves" not in df.columns:
+        df["curves"] = None
+    if "method_config" not in df.columns:
+        df["method_config"] = None
+
+    df["status"] = df["status"].where(df["status"].notna(), "ok").astype(object)
+    df["method"] = df["method"].where(df["method"].notna(), "?").astype(object)
+    df["model"] = df["model"].where(df["model"].notna(), "?").astype(object)
+    df["suite"] = df["suite"].where(df["suite"].notna(), "?").astype(object)
+    df["method_label"] = df["method_label"].where(df["method_label"].notna(), df["method"]).astype(object)
+    df["label"] = _unique_labels(df)
+    return df
+
+
+def _unique_labels(df: pd.DataFrame) -> pd.Series:
+    """``method_label``, suffixed with the config hash when one label covers several configs
+    of the same suite, profile and model (those would otherwise be averaged together)."""
+    label = df["method_label"].astype(str)
+    hashes = df["config_hash"].astype(object)
+    out = label.copy()
+    keys = [df["suite"].astype(str), df["profile"].astype(str), df["model"].astype(str), label]
+    for _, idx in df.groupby(keys, dropna=False).groups.items():
+        distinct = sorted({h for h in hashes.loc[idx] if isinstance(h, str) and h})
+        if len(distinct) > 1:
+            out.loc[idx] = [f"{lab}#{h[:6]}" if isinstance(h, str) and h else lab
+                            for lab, h in zip(label.loc[idx], hashes.loc[idx])]
+    return out
+
+
+def ok_records(df: pd.DataFrame) -> pd.DataFrame:
+    return df[(df["status"] == "ok") & (df["kind"] != "fit")]
+
+
+def failed_records(df: pd.DataFrame) -> pd.DataFrame:
+    return df[(df["status"] != "ok") | (df["kind"] == "fit")]
+
+
+def labels_in_order(df: pd.DataFrame) -> list[str]:
+    return sorted(df["label"].dropna().unique(), key=natural_key)
+
+
+def metric_columns(df: pd.DataFrame, names) -> list[str]:
+    """``metrics.<name>`` columns that exist and hold at least one number."""
+    cols = []
+    for name in names:
+        col = f"metrics.{name}"
+        if col in df.columns and df[col].notna().any():
+            cols.append(col)
+    return cols
+
+
+def cost_columns(df: pd.DataFrame) -> list[str]:
+    return [c for c in df.columns if c.startswith("cost.") and df[c].notna().any()]
+
+
+def distinct(values) -> list:
+    """Distinct non-missing values, in natural order."""
+    seen = set()
+    for v in values:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            continue
+        seen.add(v)
+    return sorted(seen, key=natural_key)
+
+
+@dataclass
+class SectionData:
+    title: str       # e.g. "lenet5" or "lenet5 (quick profile)"
+    slug: str        # file-name friendly key used for figure names
+    model: str
+    task: str
+    records: pd.DataFrame  # ok records of this section
+    failed: pd.DataFrame
+
+
+def slugify(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)).strip("_") or "x"
+
+
+def split_sections(suite_df: pd.DataFrame) -> list[SectionData]:
+    """One section per model; also per profile / task when a suite mixes them.
+
+    Mixing profiles in one leaderboard would average results that are not comparable,
+    so a results directory holding e.g. smoke and quick runs of a suite gets one section each.
+    """
+    ok = ok_records(suite_df)
+    failed = failed_records(suite_df)
+    profiles = distinct(suite_df["profile"])
+    tasks = distinct(ok["task"])
+    keys = []
+    for _, row in suite_df[["profile", "model", "task"]].drop_duplicates().iterrows():
+        key = (row["profile"] if len(profiles) > 1 else None, row["model"],
+               row["task"] if len(tasks) > 1 else None)
+        if key not in keys:
+            keys.append(key)
+    keys.sort(key=lambda k: tuple(natural_key(x if x is not None else "") for x in k))
+
+    sections = []
+    for profile, model, task in keys:
+        def pick(frame, profile=profile, model=model, task=task):
+            m = frame["model"] == model
+            if profile is not None:
+                m &= frame["profile"] == profile
+            if task is not None:
+                m &= frame["task"] == task
+            return frame[m]
+
+        recs, fails = pick(ok), pick(failed)
+        if recs.empty and fails.empty:
+            continue
+        sec_task = task or (distinct(recs["task"]) or ["classification"])[0]
+        title = str(model)
+        extra = [f"{profile} profile" if profile else None, task]
+        extra = [e for e in extra if e]
+        if extra:
+            title += f" ({', '.join(extra)})"
+        slug = slugify("-".join(str(x) for x in (profile, model, task) if x is not None))
+        sections.append(SectionData(title, slug, str(model), sec_task, recs, fails))
+    # a section made only of failed fits (no task known) is folded into the failure list only
+    return sections
+
+
+def seed_summary(per_seed: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Mean, std (ddof=1, NaN for one seed) and count over seeds.
+
+    ``per_seed`` is indexed by (label, seed) with one numeric column per quantity.
+    """
+    g = per_seed.groupby(level=0, sort=False)
+    return g.mean(), g.std(ddof=1), g.count()
+
+
+def per_seed_mean(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """Average ``cols`` over the records of each (label, seed)."""
+    if df.empty or not cols:
+        return pd.DataFrame(columns=cols, index=pd.MultiIndex.from_arrays([[], []], names=["label", "seed"]))
+    return df.groupby(["label", "seed"], sort=False)[cols].mean()
+
+
+def shift_frame(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """id + shift records as a long frame with ``family`` and ``severity`` (id -> 0)."""
+    d = df[df["kind"].isin(["id", "shift"])].copy()
+    if d.empty:
+        return d
+    is_id = d["kind"] == "id"
+    d["severity"] = d["severity"].where(~(is_id & d["severity"].isna()), 0.0)
+    d["family"] = d["shift"].astype(object).where(~is_id, "clean")
+    d["family"] = d["family"].where(d["family"].notna(), "?")
+    return d[["label", "seed", "family", "severity", "kind"] + cols]
+
+
+def shift_families(df: pd.DataFrame) -> list[str]:
+    return distinct(df.loc[df["kind"] == "shift", "shift"])
+
+
+def severity_axis_label(families: list[str]) -> str:
+    if len(families) == 1 and str(families[0]).lower().startswith("rotat"):
+        return "rotation (degrees)"
+    return "corruption severity"

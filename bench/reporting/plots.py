@@ -1,0 +1,331 @@
+"""Report figures, each returned as PNG bytes (``None`` when there is nothing to draw).
+
+Figures are built on ``matplotlib.figure.Figure`` objects (Agg backend, no pyplot state),
+so they are freed as soon as they are saved. Every function takes the prepared ok-record
+frame of one report section and a ``palette`` mapping method label -> colour.
+"""
+from __future__ import annotations
+
+import io
+import math
+import warnings
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib import MatplotlibDeprecationWarning  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+from .data import distinct, shift_families, shift_frame, severity_axis_label  # noqa: E402
+
+DPI = 100
+METRIC_AXIS = {
+    "accuracy": "accuracy", "nll": "NLL", "brier": "Brier score", "ece": "ECE",
+    "rmse": "RMSE", "mean_std": "mean predictive std", "coverage_3sigma": "3σ coverage",
+}
+
+
+def make_palette(labels: list[str]) -> dict:
+    colors = sns.color_palette("tab10" if len(labels) <= 10 else "husl", n_colors=max(len(labels), 1))
+    return {lab: colors[i] for i, lab in enumerate(labels)}
+
+
+def to_png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    # no "Software" text chunk: smaller files, identical bytes for identical figures
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _legend(fig: Figure, labels, palette, kind: str = "line", title: str | None = None) -> None:
+    if kind == "patch":
+        handles = [Patch(facecolor=palette[lab], edgecolor="#333", label=lab) for lab in labels]
+    else:
+        handles = [Line2D([0], [0], color=palette[lab], marker="o", label=lab) for lab in labels]
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), frameon=False,
+               bbox_to_anchor=(0.5, -0.01), title=title)
+
+
+def _grid(n: int, max_cols: int = 4):
+    ncols = min(n, max_cols)
+    return ncols, math.ceil(n / ncols)
+
+
+def _severity_ticks(ax, severities) -> None:
+    sev = sorted(severities)
+    if len(sev) > 8:
+        sev = sev[::2]
+    ax.set_xticks(sev)
+    ax.set_xticklabels([f"{s:g}" for s in sev])
+
+
+# ------------------------------------------------------------------------------ shift
+
+
+def shift_lines(df: pd.DataFrame, metrics: list[str], palette: dict) -> bytes | None:
+    """Metric vs severity, one line per method, band = ±1 std over seeds.
+
+    Severity 0 is the in-distribution record. With several shift families (CIFAR-10-C
+    corruptions) each seed's value at a severity is the mean over families.
+    """
+    cols = [f"metrics.{m}" for m in metrics if f"metrics.{m}" in df.columns]
+    sf = shift_frame(df, cols)
+    if sf.empty or not (sf["kind"] == "shift").any():
+        return None
+    cols = [c for c in cols if sf[c].notna().any()]
+    if not cols:
+        return None
+    families = shift_families(df)
+    per_seed = sf.groupby(["label", "seed", "severity"], as_index=False)[cols].mean()
+    labels = [lab for lab in palette if lab in set(per_seed["label"])]
+    ncols, nrows = _grid(len(cols), 2)
+    fig = Figure(figsize=(5.2 * ncols, 3.6 * nrows))
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax, col in zip(axes, cols):
+        sns.lineplot(data=per_seed, x="severity", y=col, hue="label", hue_order=labels, palette=palette,
+                     errorbar="sd", marker="o", markersize=4, legend=False, ax=ax)
+        name = col.split(".", 1)[1]
+        ax.set_ylabel(METRIC_AXIS.get(name, name))
+        ax.set_xlabel(severity_axis_label(families))
+        _severity_ticks(ax, per_seed["severity"].unique())
+        ax.grid(alpha=0.3)
+    for ax in axes[len(cols):]:
+        ax.set_visible(False)
+    fig.tight_layout(rect=(0, 0.06 + 0.02 * math.ceil(len(labels) / 4), 1, 1))
+    _legend(fig, labels, palette)
+    return to_png(fig)
+
+
+def shift_boxes(df: pd.DataFrame, metrics: list[str], palette: dict) -> bytes | None:
+    """Ovadia-style box plots: per severity, the spread over shift families of each
+    method's (seed-averaged) metric. Only drawn when there are several families."""
+    families = shift_families(df)
+    if len(families) < 2:
+        return None
+    cols = [f"metrics.{m}" for m in metrics if f"metrics.{m}" in df.columns]
+    sf = shift_frame(df, cols)
+    cols = [c for c in cols if sf[c].notna().any()]
+    if sf.empty or not cols:
+        return None
+    per_family = sf.groupby(["label", "family", "severity"], as_index=False)[cols].mean()
+    severities = sorted(per_family["severity"].unique())
+    names = {s: ("clean" if s == 0 else f"{s:g}") for s in severities}
+    per_family["sev"] = per_family["severity"].map(names)
+    order = [names[s] for s in severities]
+    labels = [lab for lab in palette if lab in set(per_family["label"])]
+    ncols, nrows = _grid(len(cols), 2)
+    fig = Figure(figsize=(5.6 * ncols, 3.8 * nrows))
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax, col in zip(axes, cols):
+        with warnings.catch_warnings():  # seaborn 0.13 passes matplotlib 3.11's deprecated `vert`
+            warnings.simplefilter("ignore", MatplotlibDeprecationWarning)
+            sns.boxplot(data=per_family, x="sev", y=col, hue="label", order=order, hue_order=labels,
+                        palette=palette, fliersize=2, linewidth=0.8, legend=False, ax=ax)
+        name = col.split(".", 1)[1]
+        ax.set_ylabel(METRIC_AXIS.get(name, name))
+        ax.set_xlabel(severity_axis_label(families))
+        ax.grid(alpha=0.3, axis="y")
+    for ax in axes[len(cols):]:
+        ax.set_visible(False)
+    fig.tight_layout(rect=(0, 0.06 + 0.02 * math.ceil(len(labels) / 4), 1, 1))
+    _legend(fig, labels, palette, kind="patch")
+    return to_png(fig)
+
+
+# -------------------------------------------------------------------------------- ood
+
+
+def _summed_hist(records: pd.DataFrame):
+    """Sum the ``entropy_hist`` curves of ``records`` (those sharing the first one's edges)."""
+    edges, total = None, None
+    for curves in records["curves"]:
+        h = curves.get("entropy_hist") if isinstance(curves, dict) else None
+        if not h or h.get("edges") is None or h.get("counts") is None:
+            continue
+        e = np.asarray(h["edges"], dtype=float)
+        c = np.asarray(h["counts"], dtype=float)
+        if len(e) != len(c) + 1:
+            continue
+        if edges is None:
+            edges, total = e, c.copy()
+        elif len(e) == len(edges) and np.allclose(e, edges):
+            total += c
+    return edges, total
+
+
+def _density(edges, counts):
+    width = np.diff(edges)
+    s = counts.sum()
+    return counts / (s * width) if s > 0 else counts
+
+
+def entropy_histograms(df: pd.DataFrame, palette: dict) -> bytes | None:
+    """Per method: predictive-entropy density on the clean test set vs each OOD set."""
+    ood_names = distinct(df.loc[df["kind"] == "ood", "shift"])
+    if not ood_names:
+        return None
+    labels = [lab for lab in palette if lab in set(df["label"])]
+    panels = []
+    for lab in labels:
+        sub = df[df["label"] == lab]
+        hists = [("in-distribution", *_summed_hist(sub[sub["kind"] == "id"]))]
+        hists += [(name, *_summed_hist(sub[(sub["kind"] == "ood") & (sub["shift"] == name)])) for name in ood_names]
+        hists = [h for h in hists if h[1] is not None]
+        if len(hists) >= 2 or (hists and hists[0][0] != "in-distribution"):
+            panels.append((lab, hists))
+    if not panels:
+        return None
+    set_colors = {"in-distribution": "#4c72b0"}
+    extra = sns.color_palette("Set2", n_colors=max(len(ood_names), 1))
+    for i, name in enumerate(ood_names):
+        set_colors[name] = extra[i] if name != "in-distribution" else "#dd8452"
+    ncols, nrows = _grid(len(panels), 3)
+    fig = Figure(figsize=(4.4 * ncols, 3.2 * nrows))
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax, (lab, hists) in zip(axes, panels):
+        for name, edges, counts in hists:
+            dens = _density(edges, counts)
+            ax.stairs(dens, edges, fill=True, alpha=0.35, color=set_colors[name])
+            ax.stairs(dens, edges, color=set_colors[name], linewidth=1.2)
+        sub = df[(df["label"] == lab) & (df["kind"] == "ood")]
+        title = lab
+        if "metrics.auroc" in sub.columns and sub["metrics.auroc"].notna().any():
+            au = sub.groupby("shift")["metrics.auroc"].mean()
+            title += "\n" + ", ".join(f"AUROC {k}: {v:.3f}" for k, v in au.items() if np.isfinite(v))
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("predictive entropy (nats)")
+        ax.set_ylabel("density")
+        ax.grid(alpha=0.3)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    present = [n for n in ["in-distribution"] + ood_names if any(n == h[0] for _, hs in panels for h in hs)]
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.legend(handles=[Patch(facecolor=set_colors[n], alpha=0.6, label=n) for n in present],
+               loc="lower center", ncol=min(len(present), 4), frameon=False, bbox_to_anchor=(0.5, -0.01))
+    return to_png(fig)
+
+
+# ------------------------------------------------------------------------ reliability
+
+
+def summed_reliability(records: pd.DataFrame):
+    """Sum the ``reliability`` bins of ``records`` over seeds: (edges, count, conf_sum, correct_sum)."""
+    edges = count = conf = corr = None
+    for curves in records["curves"]:
+        r = curves.get("reliability") if isinstance(curves, dict) else None
+        if not r or any(r.get(k) is None for k in ("edges", "count", "confidence_sum", "correct_sum")):
+            continue
+        e = np.asarray(r["edges"], dtype=float)
+        parts = [np.asarray(r[k], dtype=float) for k in ("count", "confidence_sum", "correct_sum")]
+        if any(len(p) != len(e) - 1 for p in parts):
+            continue
+        if edges is None:
+            edges, (count, conf, corr) = e, [p.copy() for p in parts]
+        elif len(e) == len(edges) and np.allclose(e, edges):
+            count, conf, corr = count + parts[0], conf + parts[1], corr + parts[2]
+    return edges, count, conf, corr
+
+
+def reliability_diagrams(df: pd.DataFrame, palette: dict) -> bytes | None:
+    """Per method: accuracy per confidence bin (bars) vs the diagonal, bin counts below."""
+    labels = [lab for lab in palette if lab in set(df["label"])]
+    panels = []
+    for lab in labels:
+        bins = summed_reliability(df[(df["label"] == lab) & (df["kind"] == "id")])
+        if bins[0] is not None and bins[1].sum() > 0:
+            panels.append((lab, bins))
+    if not panels:
+        return None
+    ncols, nrows = _grid(len(panels), 4)
+    fig = Figure(figsize=(3.6 * ncols, 4.4 * nrows))
+    gs = fig.add_gridspec(2 * nrows, ncols, height_ratios=[3, 1] * nrows, hspace=0.08)
+    for i, (lab, (edges, count, conf, corr)) in enumerate(panels):
+        r, c = divmod(i, ncols)
+        ax = fig.add_subplot(gs[2 * r, c])
+        axc = fig.add_subplot(gs[2 * r + 1, c], sharex=ax)
+        width = np.diff(edges)
+        nz = count > 0
+        acc = np.divide(corr, count, out=np.zeros_like(corr), where=nz)
+        mconf = np.divide(conf, count, out=np.zeros_like(conf), where=nz)
+        ece = float(np.abs(corr - conf).sum() / count.sum())
+        color = palette[lab]
+        ax.bar(edges[:-1][nz], acc[nz], width=width[nz], align="edge", color=color, alpha=0.75,
+               edgecolor="#333", linewidth=0.5, label="accuracy")
+        # gap to perfect calibration, drawn from the bin's accuracy to its mean confidence
+        ax.bar(edges[:-1][nz], (mconf - acc)[nz], bottom=acc[nz], width=width[nz], align="edge",
+               facecolor="none", edgecolor="#c44e52", hatch="///", linewidth=0.5, label="gap")
+        ax.plot(mconf[nz], acc[nz], "o", color="#222", markersize=3, label="(mean conf., acc.)")
+        ax.plot([0, 1], [0, 1], "--", color="gray", linewidth=1)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_title(f"{lab}\nECE (pooled) = {ece:.4f}", fontsize=9)
+        ax.tick_params(labelbottom=False)
+        if c == 0:
+            ax.set_ylabel("accuracy")
+            axc.set_ylabel("count")
+        axc.bar(edges[:-1], count, width=width, align="edge", color="#888", edgecolor="#333", linewidth=0.4)
+        if count.max() > 0 and count[nz].min() * 100 < count.max():
+            axc.set_yscale("log")
+        axc.set_xlabel("confidence (top label)")
+        if i == 0:
+            ax.legend(loc="upper left", fontsize=7, frameon=False)
+    return to_png(fig)
+
+
+# ------------------------------------------------------------------------- regression
+
+
+def regression_bands(df: pd.DataFrame, palette: dict) -> bytes | None:
+    """Per method, first seed: truth, training points, predictive mean and mean ± 3 std."""
+    labels = [lab for lab in palette if lab in set(df["label"])]
+    panels = []
+    for lab in labels:
+        sub = df[(df["label"] == lab) & (df["kind"] == "id")].sort_values("seed")
+        for curves in sub["curves"]:
+            band = curves.get("band") if isinstance(curves, dict) else None
+            if band and band.get("x") is not None and band.get("mean") is not None:
+                panels.append((lab, band, sub["seed"].iloc[0]))
+                break
+    if not panels:
+        return None
+    ncols, nrows = _grid(len(panels), 3)
+    fig = Figure(figsize=(4.6 * ncols, 3.6 * nrows))
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax, (lab, band, seed) in zip(axes, panels):
+        x = np.asarray(band["x"], dtype=float)
+        order = np.argsort(x)
+        x = x[order]
+        mean = np.asarray(band["mean"], dtype=float)[order]
+        std = np.asarray(band.get("std") or np.zeros_like(mean), dtype=float)[order]
+        color = palette[lab]
+        ax.fill_between(x, mean - 3 * std, mean + 3 * std, color=color, alpha=0.25, label="mean ± 3 std")
+        ax.plot(x, mean, color=color, linewidth=1.6, label="predictive mean")
+        ylo, yhi = np.nanmin(mean), np.nanmax(mean)
+        if band.get("truth") is not None:
+            truth = np.asarray(band["truth"], dtype=float)[order]
+            ax.plot(x, truth, "--", color="black", linewidth=1, label="truth")
+            ylo, yhi = np.nanmin(truth), np.nanmax(truth)
+        if band.get("train_x") is not None and band.get("train_y") is not None:
+            ax.scatter(band["train_x"], band["train_y"], s=8, color="#c44e52", zorder=3, label="training data")
+        pad = 0.15 * (yhi - ylo if yhi > ylo else 1.0)
+        ax.set_ylim(ylo - pad, yhi + pad)  # keep the truth in view even when a band explodes
+        ax.set_title(f"{lab} (seed {int(seed)})" if pd.notna(seed) else lab, fontsize=9)
+        ax.set_xlabel("x")
+        ax.set_ylabel("y")
+        ax.grid(alpha=0.3)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.legend(handles, names, loc="lower center", ncol=4, frameon=False, bbox_to_anchor=(0.5, -0.01))
+    return to_png(fig)
+
+
+__all__ = ["make_palette", "to_png", "shift_lines", "shift_boxes", "entropy_histograms",
+           "reliability_diagrams", "regression_bands", "summed_reliability"]

@@ -1,0 +1,261 @@
+"""Report tables computed from the prepared record frame (see ``data.prepare``).
+
+A :class:`Table` holds numbers (mean, std and seed count per row and column) and which
+cells are best; ``render`` turns it into HTML or markdown. A :class:`TextTable` holds
+plain strings (failed runs, method configurations).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .data import (CLASSIFICATION_METRICS, OOD_METRICS, REGRESSION_METRICS, cost_columns,
+                   distinct, labels_in_order, metric_columns, natural_key, per_seed_mean,
+                   seed_summary)
+
+METRIC_TITLES = {
+    "accuracy": "acc", "nll": "NLL", "brier": "Brier", "ece": "ECE", "entropy": "entropy",
+    "mutual_information": "MI", "auroc": "AUROC", "aupr": "AUPR", "rmse": "RMSE",
+    "mean_std": "mean std", "coverage_3sigma": "3σ coverage",
+}
+HIGHER_IS_BETTER = {"accuracy", "auroc", "aupr"}
+LOWER_IS_BETTER = {"nll", "brier", "ece", "rmse"}
+TARGETS = {"coverage_3sigma": 0.9973}  # best = closest to the Gaussian 3-sigma mass
+
+
+@dataclass
+class Column:
+    key: str                    # column name in Table.mean / Table.std
+    title: str
+    better: str | None = None   # "max", "min", "target" or None (not ranked)
+    target: float | None = None
+    integers: bool = False      # show integral values as integers (counts, parameters)
+
+
+@dataclass
+class Table:
+    name: str
+    columns: list[Column]
+    mean: pd.DataFrame          # index: row labels, columns: Column.key
+    std: pd.DataFrame
+    count: pd.DataFrame
+    index_title: str = "method"
+    caption: str = ""
+
+    @property
+    def rows(self) -> list[str]:
+        return list(self.mean.index)
+
+    def best_rows(self, key: str) -> set:
+        """Row labels holding the best value of column ``key`` (ties all count)."""
+        col = next(c for c in self.columns if c.key == key)
+        if col.better is None:
+            return set()
+        values = self.mean[key].astype(float)
+        values = values[np.isfinite(values)]
+        if len(values) < 2:
+            return set()
+        if col.better == "max":
+            score = values
+        elif col.better == "min":
+            score = -values
+        else:
+            score = -(values - col.target).abs()
+        top = score.max()
+        return {r for r, s in score.items() if np.isclose(s, top, rtol=1e-12, atol=0.0)}
+
+    def is_best(self, row, key) -> bool:
+        return row in self.best_rows(key)
+
+    def column(self, key: str) -> Column:
+        return next(c for c in self.columns if c.key == key)
+
+    def cell_text(self, row, key) -> str:
+        ints = self.column(key).integers
+        return format_mean_std(self.mean.at[row, key], self.std.at[row, key], integers=ints)
+
+
+@dataclass
+class TextTable:
+    name: str
+    columns: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    caption: str = ""
+    code_columns: tuple = ()    # indices rendered as code / pre-wrapped (errors, configs)
+
+
+def format_number(x, integers: bool = False) -> str:
+    """Compact, stable number format shared by HTML and markdown.
+
+    Metrics get 4 decimals (``0.9812``), large values thousands separators, tiny values
+    scientific notation; with ``integers`` integral values print as integers.
+    """
+    if x is None:
+        return "–"
+    x = float(x)
+    if not math.isfinite(x):
+        return "–" if math.isnan(x) else ("∞" if x > 0 else "-∞")
+    ax = abs(x)
+    if x.is_integer() and (integers or ax >= 1e4) and ax < 1e15:
+        return f"{int(x):,}"
+    if ax >= 1e6:
+        return f"{x:.3e}"
+    if ax >= 100:
+        return f"{x:,.1f}"
+    if ax >= 1e-3 or ax == 0:
+        return f"{x:.4f}"
+    return f"{x:.2e}"
+
+
+def format_mean_std(mean, std=None, integers: bool = False) -> str:
+    """``mean ± std``, or just ``mean`` when the std is missing (one seed)."""
+    m = format_number(mean, integers)
+    if m == "–" or std is None or not np.isfinite(float(std)):
+        return m
+    return f"{m} ± {format_number(std, integers)}"
+
+
+def _metric_column(prefix_key: str, metric: str, scope: str) -> Column:
+    title = f"{scope} {METRIC_TITLES.get(metric, metric)}".strip()
+    if metric in HIGHER_IS_BETTER:
+        return Column(prefix_key, title + " ↑", "max")
+    if metric in LOWER_IS_BETTER:
+        return Column(prefix_key, title + " ↓", "min")
+    if metric in TARGETS:
+        return Column(prefix_key, title + f" (→{TARGETS[metric]:g})", "target", TARGETS[metric])
+    return Column(prefix_key, title, None)
+
+
+def _assemble(name, per_seed: list[pd.DataFrame], columns: list[Column], labels, caption,
+              seeds_from: pd.DataFrame | None = None) -> Table | None:
+    columns = [c for c in columns if any(c.key in p.columns for p in per_seed)]
+    if not columns:
+        return None
+    frame = pd.concat([p for p in per_seed if not p.empty], axis=1) if any(
+        not p.empty for p in per_seed) else pd.DataFrame()
+    if frame.empty:
+        return None
+    mean, std, count = seed_summary(frame)
+    rows = [lab for lab in labels if lab in mean.index]
+    keys = [c.key for c in columns]
+    mean, std, count = (t.reindex(index=rows, columns=keys) for t in (mean, std, count))
+    if seeds_from is not None:
+        seeds = seeds_from.groupby("label")["seed"].nunique().reindex(rows).fillna(0).astype(int)
+        mean.insert(0, "seeds", seeds.astype(float))
+        std.insert(0, "seeds", np.nan)
+        count.insert(0, "seeds", seeds)
+        columns = [Column("seeds", "seeds", integers=True)] + columns
+    return Table(name, columns, mean, std, count, caption=caption)
+
+
+def leaderboard(df: pd.DataFrame) -> Table | None:
+    """Classification leaderboard: id, shift-averaged and per-OOD-set metrics per method.
+
+    Each seed contributes one value per column (shift columns: the mean over every shift
+    record of that seed, i.e. over shift families and severities); cells are the mean and
+    std of those per-seed values.
+    """
+    labels = labels_in_order(df)
+    per_seed, columns = [], []
+    for kind, scope in (("id", "ID"), ("shift", "shift")):
+        sub = df[df["kind"] == kind]
+        cols = metric_columns(sub, CLASSIFICATION_METRICS)
+        ps = per_seed_mean(sub, cols)
+        ps.columns = [f"{kind}.{c.split('.', 1)[1]}" for c in ps.columns]
+        per_seed.append(ps)
+        columns += [_metric_column(f"{kind}.{c.split('.', 1)[1]}", c.split(".", 1)[1], scope) for c in cols]
+    ood = df[df["kind"] == "ood"]
+    for name in distinct(ood["shift"]):
+        sub = ood[ood["shift"] == name]
+        cols = metric_columns(sub, OOD_METRICS)
+        ps = per_seed_mean(sub, cols)
+        ps.columns = [f"ood.{name}.{c.split('.', 1)[1]}" for c in ps.columns]
+        per_seed.append(ps)
+        columns += [_metric_column(f"ood.{name}.{c.split('.', 1)[1]}", c.split(".", 1)[1], f"OOD {name}")
+                    for c in cols]
+    caption = ("Mean ± std over seeds (just the mean for one seed). ID: clean test set. "
+               "Shift: per seed, the mean over every shifted test set (all shift families and "
+               "severities), then mean ± std over seeds. OOD: detection of the named data set from "
+               "predictive entropy. Best per column in bold; ↑ higher is better, ↓ lower is better.")
+    return _assemble("Leaderboard", per_seed, columns, labels, caption, seeds_from=df)
+
+
+def regression_tables(df: pd.DataFrame) -> list[Table]:
+    """One table per evaluation kind (id, shift, ood) with rmse / nll / mean std / coverage."""
+    labels = labels_in_order(df)
+    tables = []
+    for kind, scope in (("id", "in-distribution"), ("shift", "shifted (mean over shifts)"),
+                        ("ood", "out-of-distribution")):
+        sub = df[df["kind"] == kind]
+        if sub.empty:
+            continue
+        cols = metric_columns(sub, REGRESSION_METRICS)
+        ps = per_seed_mean(sub, cols)
+        ps.columns = [c.split(".", 1)[1] for c in ps.columns]
+        columns = [_metric_column(c, c, "") for c in ps.columns]
+        caption = (f"Regression metrics on the {scope} evaluation; mean ± std over seeds. "
+                   "Best in bold (coverage: closest to 0.9973, the mass of a Gaussian within ±3σ).")
+        table = _assemble(f"Regression: {kind}", [ps], columns, labels, caption, seeds_from=sub)
+        if table is not None:
+            tables.append(table)
+    return tables
+
+
+def cost_table(df: pd.DataFrame) -> Table | None:
+    """Mean over seeds of every numeric ``cost.*`` key, taken from each run's id record."""
+    cols = cost_columns(df)
+    if not cols:
+        return None
+    # one record per run: the id record when there is one, otherwise the first record
+    order = df.assign(_rank=(df["kind"] != "id").astype(int)).sort_values("_rank", kind="stable")
+    per_run = order.groupby(["label", "seed"], sort=False)[cols].first()
+    per_run.columns = [c.split(".", 1)[1] for c in cols]
+    # counts (parameters, FLOPs) print as integers; times and memory keep their decimals
+    columns = [Column(c, c, integers=not c.endswith(("_s", "_ms", "_mb", "_gb"))
+                      and bool(np.all(np.mod(per_run[c].dropna(), 1) == 0)))
+               for c in per_run.columns]
+    caption = "Cost per method: mean over seeds of each cost key (from the in-distribution record of each run)."
+    table = _assemble("Cost", [per_run], columns, labels_in_order(df), caption)
+    if table is not None:
+        table.std.loc[:, :] = np.nan  # this table shows means only
+    return table
+
+
+def failed_table(failed: pd.DataFrame) -> TextTable | None:
+    if failed.empty:
+        return None
+    rows = []
+    order = sorted(failed.index, key=lambda i: (natural_key(failed.at[i, "label"]),
+                                                natural_key(failed.at[i, "model"]),
+                                                float(failed.at[i, "seed"]) if pd.notna(failed.at[i, "seed"]) else -1))
+    for i in order:
+        r = failed.loc[i]
+        seed = "" if pd.isna(r["seed"]) else str(int(r["seed"]))
+        rows.append([str(r["label"]), str(r["model"]), seed, str(r["profile"] or ""),
+                     str(r["error"] if r["error"] is not None else "(no error message)")])
+    return TextTable("Failed runs", ["method", "model", "seed", "profile", "error"], rows,
+                     caption="Runs that failed while fitting; they have no metrics and are left out above.",
+                     code_columns=(4,))
+
+
+def methods_table(df: pd.DataFrame) -> TextTable | None:
+    """Each distinct method configuration: label, plugin, config hash, configuration."""
+    if df.empty:
+        return None
+    rows, seen = [], set()
+    for lab in labels_in_order(df):
+        sub = df[df["label"] == lab]
+        for _, r in sub.drop_duplicates("config_hash").iterrows():
+            key = (lab, r["config_hash"])
+            if key in seen:
+                continue
+            seen.add(key)
+            cfg = r["method_config"]
+            cfg_text = json.dumps(cfg, sort_keys=True, default=str) if isinstance(cfg, dict) else ""
+            rows.append([str(lab), str(r["method"]), str(r["config_hash"] or ""), cfg_text])
+    return TextTable("Method configurations", ["method label", "plugin", "config hash", "config"], rows,
+                     code_columns=(3,))

@@ -1,0 +1,57 @@
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # our `datasets`, not the PyPI package
+
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+def real_data_root() -> Path | None:
+    """The unpacked real data (BENCH_DATA_ROOT, else ./data), or None when absent."""
+    root = Path(os.environ.get("BENCH_DATA_ROOT", ROOT / "data"))
+    return root if (root / "MNIST" / "raw" / "train-images-idx3-ubyte").exists() else None
+
+
+@pytest.fixture
+def real_root():
+    root = real_data_root()
+    if root is None:
+        pytest.skip("real MNIST not unpacked (run ../shared/data/unpack.sh data)")
+    return root
+
+
+def make_fake_mnist(root: Path, n_train: int = 600, n_test: int = 200, gz: bool = False, seed: int = 0) -> Path:
+    """MNIST and FashionMNIST test in torchvision's raw IDX layout, with learnable fake digits."""
+    from datasets.mnist import write_idx
+
+    rng = np.random.default_rng(seed)
+    suffix = ".gz" if gz else ""
+
+    def digits(n):
+        labels = rng.integers(0, 10, n).astype(np.uint8)
+        images = rng.integers(0, 40, (n, 28, 28)).astype(np.uint8)
+        for i, lab in enumerate(labels):  # a bright bar whose position encodes the label
+            images[i, 4 + 2 * lab: 6 + 2 * lab, 6:22] = 250
+        return images, labels
+
+    for split, n in (("train", n_train), ("t10k", n_test)):
+        im, lab = digits(n)
+        write_idx(root / "MNIST" / "raw" / f"{split}-images-idx3-ubyte{suffix}", im)
+        write_idx(root / "MNIST" / "raw" / f"{split}-labels-idx1-ubyte{suffix}", lab)
+    im, lab = digits(n_test)
+    im = 255 - im  # a different-looking distribution for the OOD set
+    write_idx(root / "FashionMNIST" / "raw" / f"t10k-images-idx3-ubyte{suffix}", im)
+    write_idx(root / "FashionMNIST" / "raw" / f"t10k-labels-idx1-ubyte{suffix}", lab)
+    return root
+
+
+@pytest.fixture
+def fake_mnist(tmp_path):
+    return make_fake_mnist(tmp_path / "data")

@@ -1,0 +1,326 @@
+"""Report builder on a small synthetic results directory (no training, a few seconds)."""
+from __future__ import annotations
+
+import base64
+import re
+import statistics
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.errors import BenchError
+from bench.reporting import build_report
+from bench.reporting.data import prepare
+from bench.reporting.tables import leaderboard
+from bench.store import ResultsStore, config_hash, load_records
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+# --------------------------------------------------------------------------- synthetic data
+# Classification suite "mnist_rotated": per (method, seed) the clean-test metrics below;
+# a shift record at `sev` degrees has accuracy acc - DROP[method] * sev / 60 and
+# nll / brier / ece increased by RISE[method] * sev / 60.
+METHODS = {
+    "deterministic": ("deterministic", {}),
+    "pbn": ("pbn[r_bayes=0.01]", {"r_bayes": 0.01}),
+}
+ID_METRICS = {  # (method, seed): accuracy, nll, brier, ece
+    ("deterministic", 0): (0.98, 0.08, 0.030, 0.010),
+    ("deterministic", 1): (0.96, 0.10, 0.050, 0.020),
+    ("pbn", 0): (0.975, 0.07, 0.035, 0.015),
+    ("pbn", 1): (0.985, 0.09, 0.040, 0.017),
+}
+DROP = {"deterministic": 0.10, "pbn": 0.05}
+RISE = {"deterministic": 0.20, "pbn": 0.10}
+SHIFT_SEVERITIES = [60.0, 120.0]
+AUROC = {("deterministic", 0): 0.80, ("deterministic", 1): 0.84, ("pbn", 0): 0.90, ("pbn", 1): 0.92}
+COST = {"deterministic": 266_610, "pbn": 266_610}
+TRAIN_TIME = {("deterministic", 0): 10.0, ("deterministic", 1): 12.0, ("pbn", 0): 20.0, ("pbn", 1): 30.0}
+EDGES = np.linspace(0.0, np.log(10), 21).tolist()
+
+
+def _metrics_at(method, seed, sev):
+    acc, nll, brier, ece = ID_METRICS[(method, seed)]
+    k = sev / 60.0
+    return {"accuracy": acc - DROP[method] * k, "nll": nll + RISE[method] * k,
+            "brier": brier + RISE[method] * k, "ece": ece + RISE[method] * k}
+
+
+def _reliability(acc, rng):
+    edges = np.linspace(0, 1, 16)
+    count = rng.integers(1, 50, size=15).astype(float)
+    count[-1] = 800
+    conf = count * (edges[:-1] + edges[1:]) / 2
+    correct = np.minimum(count, np.round(conf * (0.9 + 0.1 * acc)))
+    return {"edges": edges.tolist(), "count": count.tolist(), "confidence_sum": conf.tolist(),
+            "correct_sum": correct.tolist()}
+
+
+def _entropy_hist(center, rng):
+    samples = np.clip(rng.normal(center, 0.3, size=500), 0, np.log(10))
+    counts, _ = np.histogram(samples, bins=EDGES)
+    return {"edges": EDGES, "counts": counts.tolist()}
+
+
+def _base(suite, model, method, seed, task="classification", profile="smoke"):
+    label, cfg = METHODS[method]
+    return {"status": "ok", "suite": suite, "profile": profile, "task": task, "method": method,
+            "method_label": label, "method_config": cfg, "config_hash": config_hash(cfg),
+            "model": model, "seed": seed, "git_commit": "abc1234", "device": "cpu",
+            "versions": {"torch": "2.14.1", "numpy": "2.4.6"},
+            "started_at": "2026-01-01T00:00:00+00:00", "finished_at": "2026-01-01T00:10:00+00:00",
+            "cost": {"total_params": COST[method], "stochastic_params": 0 if method == "deterministic" else 2_666,
+                     "train_time_s": TRAIN_TIME.get((method, seed), 1.0),
+                     "predict_time_per_example_s": 2e-5, "flops_per_example": 533_000,
+                     "peak_memory_mb": 120.5}}
+
+
+def write_synthetic(root: Path, with_cifar: bool = True) -> None:
+    store = ResultsStore(root)
+    rng = np.random.default_rng(0)
+    suite, model = "mnist_rotated", "lenet5"
+    for method, (label, cfg) in METHODS.items():
+        for seed in (0, 1):
+            run = store.run_dir(suite, model, method, config_hash(cfg), seed)
+            base = _base(suite, model, method, seed)
+            base["eval_note"] = "smoke profile: 200-image subset per cell"
+            for sev in [0.0] + SHIFT_SEVERITIES:
+                m = _metrics_at(method, seed, sev)
+                m.update(entropy=0.1 + sev / 200, mutual_information=None if method == "deterministic" else 0.01)
+                store.write(run, {**base, "kind": "id" if sev == 0 else "shift", "shift": "rotation",
+                                  "severity": sev, "n": 200, "metrics": m,
+                                  "curves": {"reliability": _reliability(m["accuracy"], rng),
+                                             "entropy_hist": _entropy_hist(0.2 + sev / 100, rng)}})
+            store.write(run, {**base, "kind": "ood", "shift": "fashion_mnist", "severity": None, "n": 200,
+                              "metrics": {"auroc": AUROC[(method, seed)], "aupr": AUROC[(method, seed)] - 0.05,
+                                          "entropy": 1.1},
+                              "curves": {"entropy_hist": _entropy_hist(1.2 if method == "pbn" else 0.6, rng)}})
+    # one failed fit
+    failed = {**_base(suite, model, "deterministic", 1), "method": "mc_dropout",
+              "method_label": "mc_dropout[p=0.1]", "method_config": {"p": 0.1},
+              "config_hash": config_hash({"p": 0.1}), "status": "failed", "kind": "fit", "shift": None,
+              "severity": None, "error": "DivergedError: non-finite loss at epoch 2"}
+    failed.pop("cost")
+    store.write(store.run_dir(suite, model, "mc_dropout", failed["config_hash"], 1), failed)
+
+    # a tiny regression suite, one seed
+    x = np.linspace(-6, 6, 50)
+    for method, rmse in (("deterministic", 3.0), ("pbn", 2.5)):
+        label, cfg = METHODS[method]
+        run = store.run_dir("toy", "mlp", method, config_hash(cfg), 0)
+        rec = {**_base("toy", "mlp", method, 0, task="regression"), "kind": "id", "shift": "none",
+               "severity": None, "n": 50,
+               "metrics": {"rmse": rmse, "nll": rmse + 1, "mean_std": 4.0, "coverage_3sigma": 0.9 if method == "pbn" else 0.5},
+               "curves": {"band": {"x": x.tolist(), "mean": (x ** 3 * 0.95).tolist(),
+                                   "std": (3 + np.abs(x) ** 2 * (2 if method == "pbn" else 0.3)).tolist(),
+                                   "train_x": np.linspace(-4, 4, 20).tolist(),
+                                   "train_y": (np.linspace(-4, 4, 20) ** 3 + rng.normal(0, 3, 20)).tolist(),
+                                   "truth": (x ** 3).tolist()}}}
+        store.write(run, rec)
+
+    if with_cifar:  # several shift families per severity -> family-averaged lines + box plots
+        for method, (label, cfg) in METHODS.items():
+            for seed in (0, 1):
+                run = store.run_dir("cifar10c", "resnet20", method, config_hash(cfg), seed)
+                base = _base("cifar10c", "resnet20", method, seed)
+                store.write(run, {**base, "kind": "id", "shift": "clean", "severity": 0, "n": 100,
+                                  "metrics": {"accuracy": 0.9, "nll": 0.3, "brier": 0.15, "ece": 0.03}})
+                for fam_i, fam in enumerate(("gaussian_noise", "fog", "contrast")):
+                    for sev in range(1, 6):
+                        acc = 0.9 - sev * (0.08 if method == "deterministic" else 0.05) - 0.03 * fam_i + 0.01 * seed
+                        store.write(run, {**base, "kind": "shift", "shift": fam, "severity": sev, "n": 100,
+                                          "metrics": {"accuracy": acc, "nll": 0.3 + (0.9 - acc) * 3,
+                                                      "brier": 0.15 + (0.9 - acc), "ece": 0.03 + (0.9 - acc) / 2}})
+
+
+# ------------------------------------------------------------------------------- helpers
+
+class _Tables(HTMLParser):
+    """Collect every <table> as a list of rows of (tag, classes, text) cells."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self._cell = [], None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr" and self.tables:
+            self.tables[-1].append([])
+        elif tag in ("td", "th") and self.tables:
+            self._cell = [tag, dict(attrs).get("class", "") or "", ""]
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.tables[-1][-1].append(tuple(self._cell))
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell[2] += data
+
+
+def html_table(html: str, first_header: str, contains: str):
+    """The HTML table whose header row starts with ``first_header`` and has a ``contains`` column,
+    as {row label: {column title: (classes, text)}}."""
+    p = _Tables()
+    p.feed(html)
+    for t in p.tables:
+        head = [c[2] for c in t[0]]
+        if head and head[0] == first_header and contains in head:
+            return {row[0][2]: {h: (c[1], c[2]) for h, c in zip(head[1:], row[1:])} for row in t[1:]}
+    raise AssertionError(f"no table with header {first_header!r}/{contains!r}")
+
+
+def md_table(md: str, contains: str):
+    """The first GitHub markdown table whose header has a ``contains`` column, as {row: {col: text}}."""
+    lines = md.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("|") and contains in [c.strip() for c in line.strip("|").split(" | ")]:
+            head = [c.strip() for c in line.strip().strip("|").split(" | ")]
+            rows = {}
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                cells = [c.strip() for c in row.strip().strip("|").split(" | ")]
+                rows[cells[0]] = dict(zip(head[1:], cells[1:]))
+            return rows
+    raise AssertionError(f"no markdown table with column {contains!r}")
+
+
+def mean_std_text(values):
+    m = statistics.fmean(values)
+    return f"{m:.4f} ± {statistics.stdev(values):.4f}" if len(values) > 1 else f"{m:.4f}"
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("results")
+    write_synthetic(root)
+    out = tmp_path_factory.mktemp("reports")
+    paths = build_report(root, out)
+    return root, out, paths
+
+
+# --------------------------------------------------------------------------------- tests
+
+def test_files_written(report):
+    _, out, paths = report
+    assert sorted(p.parent.name for p in paths) == ["cifar10c", "mnist_rotated", "toy"]
+    for p in paths:
+        assert p.name == "index.html" and p.is_file()
+        readme = (p.parent / "README.md").read_text()
+        refs = re.findall(r"\]\((figures/[^)]+\.png)\)", readme)
+        assert refs, "markdown references no figures"
+        for ref in refs:
+            assert (p.parent / ref).read_bytes().startswith(PNG_MAGIC)
+        on_disk = sorted(f.name for f in (p.parent / "figures").glob("*.png"))
+        assert on_disk == sorted(Path(r).name for r in refs)  # nothing stale, nothing missing
+    names = {f.name for f in (out / "mnist_rotated" / "figures").glob("*.png")}
+    assert {"lenet5-shift.png", "lenet5-ood-entropy.png", "lenet5-reliability.png"} <= names
+    assert "resnet20-shift-boxes.png" in {f.name for f in (out / "cifar10c" / "figures").glob("*.png")}
+    assert "mlp-bands.png" in {f.name for f in (out / "toy" / "figures").glob("*.png")}
+
+
+def test_html_is_self_contained(report):
+    _, out, paths = report
+    for p in paths:
+        html = p.read_text()
+        for bad in ("http://", "https://", 'src="figures', "<script", "<link", "@import"):
+            assert bad not in html
+        srcs = re.findall(r'<img src="([^"]+)"', html)
+        assert srcs
+        for src in srcs:
+            assert src.startswith("data:image/png;base64,")
+            assert base64.b64decode(src.split(",", 1)[1]).startswith(PNG_MAGIC)
+        assert len(srcs) == len(list((p.parent / "figures").glob("*.png")))
+
+
+def test_leaderboard_values_and_best(report):
+    root, out, _ = report
+    html = (out / "mnist_rotated" / "index.html").read_text()
+    md = (out / "mnist_rotated" / "README.md").read_text()
+    h = html_table(html, "method", "ID acc ↑")
+    m = md_table(md, "ID acc ↑")
+    det, pbn = "deterministic", "pbn[r_bayes=0.01]"
+    assert set(h) == {det, pbn} and set(m) == {det, pbn}
+
+    # in-distribution accuracy and ECE: mean ± std over the two seeds
+    for method, label in (("deterministic", det), ("pbn", pbn)):
+        acc = [ID_METRICS[(method, s)][0] for s in (0, 1)]
+        ece = [ID_METRICS[(method, s)][3] for s in (0, 1)]
+        assert h[label]["ID acc ↑"][1] == mean_std_text(acc)
+        assert m[label]["ID acc ↑"].strip("*") == mean_std_text(acc)
+        assert h[label]["ID ECE ↓"][1] == mean_std_text(ece)
+        # shift: per seed the mean over the shifted severities, then over seeds
+        shift_acc = [statistics.fmean(ID_METRICS[(method, s)][0] - DROP[method] * sev / 60
+                                      for sev in SHIFT_SEVERITIES) for s in (0, 1)]
+        assert h[label]["shift acc ↑"][1] == mean_std_text(shift_acc)
+        auroc = [AUROC[(method, s)] for s in (0, 1)]
+        assert h[label]["OOD fashion_mnist AUROC ↑"][1] == mean_std_text(auroc)
+        assert h[label]["seeds"][1] == "2"
+
+    # exact numbers from the table object too
+    table = leaderboard(prepare(load_records(root, "mnist_rotated")).query("status == 'ok'"))
+    assert table.mean.at[pbn, "id.accuracy"] == pytest.approx((0.975 + 0.985) / 2, abs=1e-12)
+    assert table.std.at[det, "id.accuracy"] == pytest.approx(statistics.stdev([0.98, 0.96]), abs=1e-12)
+
+    # best cells: pbn has the higher ID accuracy (0.980 vs 0.970), deterministic the lower ID ECE
+    # (0.015 vs 0.016), pbn the lower shift NLL and higher AUROC
+    best = {col: [lab for lab in (det, pbn) if "best" in h[lab][col][0].split()]
+            for col in ("ID acc ↑", "ID ECE ↓", "shift NLL ↓", "OOD fashion_mnist AUROC ↑", "seeds")}
+    assert best == {"ID acc ↑": [pbn], "ID ECE ↓": [det], "shift NLL ↓": [pbn],
+                    "OOD fashion_mnist AUROC ↑": [pbn], "seeds": []}
+    assert m[pbn]["ID acc ↑"].startswith("**") and not m[det]["ID acc ↑"].startswith("**")
+    assert m[det]["ID ECE ↓"].startswith("**") and not m[pbn]["ID ECE ↓"].startswith("**")
+
+
+def test_cost_table_and_header(report):
+    _, out, _ = report
+    html = (out / "mnist_rotated" / "index.html").read_text()
+    cost = html_table(html, "method", "train_time_s")
+    assert cost["pbn[r_bayes=0.01]"]["train_time_s"][1] == "25.0000"
+    assert cost["deterministic"]["total_params"][1] == "266,610"
+    assert cost["deterministic"]["stochastic_params"][1] == "0"
+    for text in ("mnist_rotated", "smoke", "abc1234", "2.14.1", "smoke profile: 200-image subset per cell",
+                 "Metric definitions", "Ovadia"):
+        assert text in html
+
+
+def test_failed_runs_listed(report):
+    _, out, _ = report
+    html = (out / "mnist_rotated" / "index.html").read_text()
+    md = (out / "mnist_rotated" / "README.md").read_text()
+    failed = html_table(html, "method", "error")
+    assert failed["mc_dropout[p=0.1]"]["error"][1] == "DivergedError: non-finite loss at epoch 2"
+    assert failed["mc_dropout[p=0.1]"]["seed"][1] == "1"
+    assert "## Failed runs" in md and "DivergedError: non-finite loss at epoch 2" in md
+    # the failed method is not in the leaderboard
+    assert "mc_dropout[p=0.1]" not in html_table(html, "method", "ID acc ↑")
+    assert "Failed runs" not in (out / "toy" / "index.html").read_text()
+
+
+def test_regression_table_single_seed(report):
+    _, out, _ = report
+    md = (out / "toy" / "README.md").read_text()
+    t = md_table(md, "RMSE ↓")
+    assert t["pbn[r_bayes=0.01]"]["RMSE ↓"] == "**2.5000**"  # one seed: no "± std"
+    assert t["deterministic"]["RMSE ↓"] == "3.0000"
+    # coverage: best = closest to 0.9973
+    cov = [c for c in t["pbn[r_bayes=0.01]"] if c.startswith("3σ coverage")][0]
+    assert t["pbn[r_bayes=0.01]"][cov] == "**0.9000**"
+
+
+def test_suite_filter_and_errors(tmp_path):
+    with pytest.raises(BenchError, match="no result records"):
+        build_report(tmp_path, tmp_path / "out")
+    with pytest.raises(BenchError, match="does not exist"):
+        build_report(tmp_path / "missing", tmp_path / "out")
+    write_synthetic(tmp_path / "res", with_cifar=False)
+    with pytest.raises(BenchError, match="cifar10c"):
+        build_report(tmp_path / "res", tmp_path / "out", suites=["cifar10c"])
+    paths = build_report(tmp_path / "res", tmp_path / "out", suites="toy")
+    assert paths == [tmp_path / "out" / "toy" / "index.html"]
+    assert not (tmp_path / "out" / "mnist_rotated").exists()
