@@ -117,9 +117,10 @@ class Harness:
         ctx = ctx_cls(task=self.suite.task, build_model=build, train=self.plan.train, device=self.device,
                       seed=seed, map_cache=map_cache, num_train=len(self.data.train_x), work_dir=work_dir,
                       progress=self.progress, extras=self.data.extras)
+        fit_seed = derive_seed(self.suite.name, model_name, method_name, chash, seed)
+        seed_everything(fit_seed)  # initialisation inside the constructor depends on it
         method = cls(ctx, **cfg)
         ckpt = self.store.checkpoint_dir(self.suite.name) / "fitted" / model_name / f"{method_name}-{chash}" / f"seed{seed}.pt"
-        fit_seed = derive_seed(self.suite.name, model_name, method_name, chash, seed)
         try:
             if ckpt.exists() and not self.force:
                 state = load_torch(ckpt)

@@ -1,0 +1,124 @@
+"""End to end through the CLI on the toy suite (no data) and on a fake MNIST in the real layout."""
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.cli import main
+from bench.store import load_records
+
+TOY = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--set", "train.epochs=30"]
+
+
+def run_cli(args, capsys=None):
+    code = main(args)
+    return code
+
+
+def test_toy_run_writes_records_and_resumes(tmp_path):
+    out = tmp_path / "results"
+    assert main(TOY + ["--out", str(out)]) == 0
+    df = load_records(out)
+    assert set(df["method"]) == {"deterministic", "mc_dropout", "deep_ensemble"}
+    assert len(df) == 3 * 2 and (df["status"] == "ok").all()
+    for col in ("git_commit", "versions.torch", "device", "started_at", "finished_at", "config_hash",
+                "cost.total_params", "cost.flops_per_example", "cost.train_time_s", "metrics.nll"):
+        assert col in df.columns and df[col].notna().all(), col
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("records/**/*.json")}
+
+    # a second run finds every cell finished and rewrites nothing
+    from bench import harness
+
+    assert main(TOY + ["--out", str(out)]) == 0
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("records/**/*.json")} == stamps
+
+    # a run killed during evaluation: the fitted checkpoint exists, one record is missing
+    victim = next(p for p in stamps if "mc_dropout" in str(p) and p.name.startswith("shift"))
+    victim.unlink()
+    calls = []
+    orig_fit = harness.Harness.run_cell
+
+    def spy(self, *a, **k):
+        r = orig_fit(self, *a, **k)
+        calls.append((self.summary.fitted, self.summary.loaded, self.summary.records))
+        return r
+
+    harness.Harness.run_cell = spy
+    try:
+        assert main(TOY + ["--out", str(out)]) == 0
+    finally:
+        harness.Harness.run_cell = orig_fit
+    assert calls[-1] == (0, 1, 1)  # nothing refitted, one checkpoint loaded, one record written
+    assert victim.exists()
+    untouched = [p for p in stamps if p != victim]
+    assert all(p.stat().st_mtime_ns == stamps[p] for p in untouched)
+
+
+def test_same_seed_same_numbers(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    args = TOY + ["--methods", "mc_dropout,deep_ensemble"]
+    assert main(args + ["--out", str(a)]) == 0
+    assert main(args + ["--out", str(b)]) == 0
+    da = load_records(a).sort_values(["method", "kind"]).reset_index(drop=True)
+    db = load_records(b).sort_values(["method", "kind"]).reset_index(drop=True)
+    for col in ("metrics.rmse", "metrics.nll", "metrics.mean_std"):
+        assert da[col].tolist() == db[col].tolist()
+
+
+def test_diverging_run_is_recorded_as_failed(tmp_path):
+    out = tmp_path / "r"
+    args = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--out", str(out),
+            "--methods", "mc_dropout,deterministic", "--set", "train.optimizer=sgd", "--set", "train.lr=1e30",
+            "--set", "train.epochs=5"]
+    assert main(args) == 0  # the grid finishes
+    df = load_records(out)
+    assert (df["status"] == "failed").sum() == 2
+    assert df.loc[df["status"] == "failed", "error"].str.contains("non-finite").all()
+    # a re-run skips the failed cells instead of crashing or retraining
+    assert main(args) == 0
+    assert len(load_records(out)) == 2
+
+
+def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "never"
+    cases = [
+        (["--suite", "nope"], "valid suites: mnist_rotated, toy"),
+        (["--suite", "toy", "--methods", "deterministic,bogus"], "valid methods:"),
+        (["--suite", "toy", "--profile", "fast"], "valid profiles: smoke, quick, paper"),
+        (["--suite", "toy", "--set", "mc_dropout.q=1", "--methods", "mc_dropout"], "valid: ['p', 'samples']"),
+        (["--suite", "mnist_rotated", "--data-root", str(tmp_path / "nodata"), "--no-download"],
+         str(tmp_path / "nodata" / "MNIST" / "raw")),
+    ]
+    for extra, needle in cases:
+        code = main(["run", "--quiet", "--out", str(out)] + extra)
+        err = capsys.readouterr().err
+        assert code == 2, extra
+        assert needle in err, (extra, err)
+    assert not out.exists()
+
+
+def test_mnist_pipeline_on_fixture_with_report(fake_mnist, tmp_path):
+    out, rep = tmp_path / "results", tmp_path / "reports"
+    args = ["run", "--suite", "mnist_rotated", "--profile", "smoke", "--quiet", "--data-root", str(fake_mnist),
+            "--out", str(out), "--report-dir", str(rep), "--set", "data.n_val=100", "--set", "data.n_train=500",
+            "--set", "data.n_test=100", "--set", "data.n_ood=100", "--set", "train.epochs=3"]
+    assert main(args) == 0
+    df = load_records(out)
+    assert set(df["kind"]) == {"id", "shift", "ood"}
+    assert sorted(df.loc[df["method"] == "deterministic", "severity"].dropna()) == [0, 60, 120, 180]
+    det = df[(df["method"] == "deterministic") & (df["kind"] == "id")].iloc[0]
+    assert det["metrics.accuracy"] > 0.5  # the fake digits are learnable
+    ood = df[(df["kind"] == "ood")]
+    assert ood["metrics.auroc"].between(0, 1).all()
+    html = (rep / "mnist_rotated" / "index.html").read_text()
+    assert "data:image/png;base64," in html and "deep_ensemble" in html
+
+
+def test_list_and_help(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "mnist_rotated" in out and "deep_ensemble" in out and "rotation 15 deg" in out
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--help"])
+    assert exc.value.code == 0
+    assert "--set" in capsys.readouterr().out

@@ -1,0 +1,127 @@
+import pytest
+import torch
+from torch import nn
+
+from bench.checkpoints import MapCache
+from bench.data import TensorLoader
+from bench.models import build_model
+from bench.predictive import RegressionPredictive
+from bench.tasks import classification
+from bench.training import TrainConfig, nll_loss, train_model
+from methods import METHODS, MethodContext
+from methods.mc_dropout import split_at_first, stochastic_forward
+
+
+def toy_classification(n=256, d=20, k=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g)
+    w = torch.randn(d, k, generator=g)
+    return x, (x @ w).argmax(1)
+
+
+def make_ctx(tmp_path, method_seed=0, epochs=2):
+    x, y = toy_classification()
+    task = classification(3)
+    build = lambda dropout=0.0: build_model("lenet_300_100", (20,), 3, dropout=dropout)  # noqa: E731
+    cfg = TrainConfig(epochs=epochs, batch_size=32, lr=0.05)
+    cache = MapCache(tmp_path / "ckpt", {"model": "lenet_300_100", "t": 1}, build, task, x, y, cfg, torch.device("cpu"))
+    ctx = MethodContext(task=task, build_model=build, train=cfg, device=torch.device("cpu"), seed=method_seed,
+                        map_cache=cache, num_train=len(x), work_dir=tmp_path / "work")
+    return ctx, x, y
+
+
+def test_deep_ensemble_vectorised_prediction_equals_member_loop(tmp_path):
+    ctx, x, y = make_ctx(tmp_path)
+    ens = METHODS.get("deep_ensemble")(ctx, members=3)
+    ens.fit(None, None)
+    assert ens.member_seeds() == [0, 1, 2]
+    with torch.no_grad():
+        loop = torch.stack([torch.softmax(m(x), -1) for m in ens.members])
+    pred = ens.predict(x)
+    torch.testing.assert_close(pred.sample_probs, loop, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(pred.probs, loop.mean(0), atol=1e-6, rtol=1e-5)
+    # members are distinct networks, and they are the cached MAP networks
+    assert not torch.allclose(loop[0], loop[1])
+    assert all(ctx.map_cache.path(s).exists() for s in range(3))
+
+
+def test_mc_dropout_prefix_reuse_matches_full_sampling_in_distribution(tmp_path):
+    torch.manual_seed(0)
+    model = build_model("lenet_300_100", (20,), 3, dropout=0.3).eval()
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.train()
+    x = torch.randn(4, 20)
+    prefix, rest = split_at_first(model, nn.Dropout)
+    assert isinstance(prefix[-1], nn.ReLU)  # the first hidden layer is computed once
+    with torch.no_grad():
+        fast = torch.softmax(stochastic_forward(prefix, rest, x, 4000), -1)
+        slow = torch.stack([torch.softmax(model(x), -1) for _ in range(4000)])
+    se = slow.std(0) / 4000 ** 0.5
+    assert ((fast.mean(0) - slow.mean(0)).abs() < 5 * se + 1e-6).all()
+    assert fast.std(0).min() > 0  # samples differ
+
+
+def test_mc_dropout_with_p0_is_the_deterministic_network(tmp_path):
+    ctx, x, y = make_ctx(tmp_path)
+    m = METHODS.get("mc_dropout")(ctx, p=0.0, samples=3)
+    m.model.eval()
+    pred = m.predict(x)
+    with torch.no_grad():
+        torch.testing.assert_close(pred.probs, torch.softmax(m.model(x), -1))
+
+
+def test_method_state_round_trip(tmp_path):
+    ctx, x, y = make_ctx(tmp_path)
+    loader = TensorLoader(x, y, 32, seed=0)
+    for name in ("deterministic", "mc_dropout"):
+        a = METHODS.get(name)(ctx, **({"p": 0.0} if name == "mc_dropout" else {}))
+        a.fit(loader, (x, y))
+        b = METHODS.get(name)(ctx, **({"p": 0.0} if name == "mc_dropout" else {}))
+        b.load_state_dict(a.state_dict())
+        torch.testing.assert_close(a.predict(x).probs, b.predict(x).probs)
+
+
+def test_training_resume_from_checkpoint(tmp_path):
+    x, y = toy_classification()
+    task = classification(3)
+    cfg = TrainConfig(epochs=3, batch_size=32, lr=0.05, schedule="cosine")
+
+    def fresh():
+        torch.manual_seed(0)
+        return build_model("lenet_300_100", (20,), 3), TensorLoader(x, y, 32, seed=1)
+
+    model, loader = fresh()
+    train_model(model, loader, cfg, nll_loss(task))
+    reference = [p.detach().clone() for p in model.parameters()]
+
+    ckpt = tmp_path / "run.partial"
+    model, loader = fresh()
+
+    class Killed(Exception):
+        pass
+
+    calls = {"n": 0}
+
+    def loss_then_kill(m, xb, yb, frac):
+        calls["n"] += 1
+        if calls["n"] == len(loader) + 3:  # three steps into the second epoch
+            raise Killed
+        return task.loss(m(xb), yb)
+
+    with pytest.raises(Killed):
+        train_model(model, loader, cfg, loss_then_kill, resume_path=ckpt)
+    assert ckpt.exists()
+    model, loader = fresh()
+    train_model(model, loader, cfg, nll_loss(task), resume_path=ckpt)
+    assert not ckpt.exists()
+    for p, r in zip(model.parameters(), reference):
+        torch.testing.assert_close(p, r)
+
+
+def test_regression_mixture_moments():
+    means = torch.tensor([[0.0], [2.0]])
+    variances = torch.tensor([[1.0], [1.0]])
+    p = RegressionPredictive.from_samples(means, variances)
+    assert p.mean.item() == pytest.approx(1.0)
+    assert p.var.item() == pytest.approx(2.0)  # 1 + Var(means) = 1 + 1
