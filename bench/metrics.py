@@ -41,8 +41,10 @@ def nll(probs: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def brier(probs: torch.Tensor, y: torch.Tensor) -> float:
-    onehot = torch.nn.functional.one_hot(y.long(), probs.shape[-1]).double()
-    return (probs.double() - onehot).pow(2).sum(-1).mean().item()
+    # sum_k (p_k - 1[y=k])^2 = sum_k p_k^2 - 2 p_y + 1, without materialising the one-hot matrix
+    p = probs.double()
+    p_y = p.gather(-1, y.long().unsqueeze(-1)).squeeze(-1)
+    return (p.pow(2).sum(-1) - 2 * p_y + 1).mean().item()
 
 
 def reliability_bins(probs: torch.Tensor, y: torch.Tensor, n_bins: int = ECE_BINS) -> dict:
@@ -71,7 +73,7 @@ def ece(probs: torch.Tensor, y: torch.Tensor, n_bins: int = ECE_BINS) -> float:
 
 def entropy(probs: torch.Tensor) -> torch.Tensor:
     p = probs.double()
-    return -(p * torch.log(p.clamp_min(EPS))).sum(-1)
+    return -torch.special.xlogy(p, p).sum(-1)
 
 
 def mutual_information(sample_probs: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,155 @@
+"""``python -m bench perf``: speed targets, measured side by side in one process.
+
+Each case times a candidate and its reference alternately (``repeats`` rounds, median),
+on the same tensors, and prints the ratio next to its target:
+
+* harness evaluation throughput / bare PyTorch loop throughput    >= 0.95
+* deep ensemble (M=5) prediction / (M x one deterministic forward) <= 1.1
+* MC dropout (S samples) prediction / (S x one deterministic forward) <= 1.2
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from bench.checkpoints import MapCache
+from bench.cost import synchronize
+from bench.harness import predict_all, score_set
+from bench.models import build_model
+from bench.provenance import resolve_device
+from bench.tasks import classification
+from bench.training import TrainConfig
+from methods import METHODS, MethodContext
+
+_registered: list[Callable] = []
+
+
+def case(fn):
+    _registered.append(fn)
+    return fn
+
+
+def timed(fn, device) -> float:
+    synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - t0
+
+
+def side_by_side(candidate, reference, repeats: int, device) -> tuple[float, float]:
+    """Median seconds of each, alternating so that both see the same machine state."""
+    candidate(), reference()  # warm-up
+    c, r = [], []
+    for _ in range(repeats):
+        c.append(timed(candidate, device))
+        r.append(timed(reference, device))
+    return statistics.median(c), statistics.median(r)
+
+
+def _context(model_name: str, in_shape, device, tmp) -> MethodContext:
+    """A context whose MAP 'training' is zero epochs: perf needs shapes, not accuracy."""
+    task = classification(10)
+
+    def build(dropout=0.0):
+        return build_model(model_name, in_shape, 10, dropout=dropout)
+
+    x = torch.randn(64, *in_shape)
+    y = torch.randint(0, 10, (64,))
+    cfg = TrainConfig(epochs=0, batch_size=64)
+    cache = MapCache(tmp, {"model": model_name, "perf": True}, build, task, x, y, cfg, device)
+    return MethodContext(task=task, build_model=build, train=cfg, device=device, seed=0, map_cache=cache,
+                         num_train=64)
+
+
+def _fitted(name, ctx, **cfg):
+    torch.manual_seed(0)
+    m = METHODS.get(name)(ctx, **cfg)
+    if name == "mc_dropout":
+        m._eval_mode()
+    else:
+        m.fit(None, None)
+    return m
+
+
+@case
+def harness_vs_bare_loop(model_name, in_shape, device, repeats, tmp, n=10_000, batch=1000):
+    ctx = _context(model_name, in_shape, device, tmp)
+    det = _fitted("deterministic", ctx)
+    x = torch.randn(n, *in_shape)
+    y = torch.randint(0, 10, (n,))
+    from bench.data import EvalSet
+
+    eset = EvalSet("id", "clean", 0.0, x, y)
+
+    def harness():
+        pred, _ = predict_all(det, x, batch, device)
+        score_set("classification", pred, eset)
+
+    def bare():
+        with torch.no_grad():
+            probs = [torch.softmax(det.model(x[i:i + batch].to(device)), -1).cpu() for i in range(0, n, batch)]
+        torch.cat(probs)
+
+    c, r = side_by_side(harness, bare, repeats, device)
+    return "harness eval throughput / bare loop", r / c, ">=", 0.95, f"{n / c:,.0f} vs {n / r:,.0f} img/s"
+
+
+@case
+def ensemble_vs_single(model_name, in_shape, device, repeats, tmp, n=2000, members=5):
+    ctx = _context(model_name, in_shape, device, tmp)
+    ens = _fitted("deep_ensemble", ctx, members=members)
+    single = ens.members[0]
+    x = torch.randn(n, *in_shape, device=device)
+
+    def ensemble():
+        ens.predict(x)
+
+    def one():
+        with torch.no_grad():
+            torch.softmax(single(x), -1)
+
+    c, r = side_by_side(ensemble, one, repeats, device)
+    return f"deep ensemble M={members} / (M x single forward)", c / (members * r), "<=", 1.1, f"{c * 1e3:.1f} ms vs {members} x {r * 1e3:.1f} ms"
+
+
+@case
+def mc_dropout_vs_single(model_name, in_shape, device, repeats, tmp, n=2000, samples=20):
+    ctx = _context(model_name, in_shape, device, tmp)
+    mcd = _fitted("mc_dropout", ctx, p=0.1, samples=samples)
+    ctx2 = _context(model_name, in_shape, device, tmp)
+    det = _fitted("deterministic", ctx2)
+    x = torch.randn(n, *in_shape, device=device)
+
+    def mc():
+        mcd.predict(x)
+
+    def one():
+        with torch.no_grad():
+            torch.softmax(det.model(x), -1)
+
+    c, r = side_by_side(mc, one, repeats, device)
+    return f"MC dropout S={samples} / (S x single forward)", c / (samples * r), "<=", 1.2, f"{c * 1e3:.1f} ms vs {samples} x {r * 1e3:.1f} ms"
+
+
+MODELS = [("lenet_300_100", (1, 28, 28)), ("lenet5", (1, 28, 28))]
+
+
+def main(repeats: int = 5, device: str = "auto") -> int:
+    import tempfile
+
+    dev = resolve_device(device)
+    print(f"device {dev}, torch {torch.__version__}, {torch.get_num_threads()} threads, {repeats} repeats (median)")
+    print(f"{'model':14s} {'measure':48s} {'ratio':>7s}  target   {'':6s} detail")
+    missed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for model_name, shape in MODELS:
+            for fn in _registered:
+                label, ratio, op, target, detail = fn(model_name, shape, dev, repeats, tmp)
+                ok = ratio >= target if op == ">=" else ratio <= target
+                missed += not ok
+                print(f"{model_name:14s} {label:48s} {ratio:7.3f}  {op} {target:<5} {'ok' if ok else 'MISSED':6s} {detail}")
+    return 1 if missed else 0
