@@ -74,5 +74,11 @@ class MapCache:
         return model.eval()
 
     def upstream_time(self, seeds) -> float:
-        """Total training time of the MAP networks of ``seeds`` (for methods built on them)."""
-        return float(sum(self.train_time_s.get(s, 0.0) for s in seeds))
+        """Total training time of the MAP networks of ``seeds`` (for methods built on them),
+        read from the cached checkpoints when this process did not train or load them."""
+        total = 0.0
+        for s in seeds:
+            if s not in self.train_time_s and self.path(s).exists():
+                self.train_time_s[s] = float(load_torch(self.path(s)).get("train_time_s", 0.0))
+            total += self.train_time_s.get(s, 0.0)
+        return float(total)

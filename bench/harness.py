@@ -181,7 +181,11 @@ class Harness:
         if needs_id and id_set not in order:
             seed_everything(derive_seed("eval", seed, id_set.kind, id_set.shift, id_set.severity))
             id_pred, _ = predict_all(method, id_set.x, self.eval_batch_size, self.device)
-        for e in order:
+        from tqdm.auto import tqdm
+
+        from bench.training import progress_enabled
+
+        for e in tqdm(order, desc=f"eval {tag}", leave=False, disable=not progress_enabled(self.progress)):
             seed_everything(derive_seed("eval", seed, e.kind, e.shift, e.severity))
             pred, secs = predict_all(method, e.x, self.eval_batch_size, self.device)
             times += secs

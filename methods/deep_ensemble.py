@@ -2,7 +2,10 @@
 
 Members are MAP networks from the shared cache with seeds ``seed * M + m``, so an
 ensemble costs no training beyond the deterministic networks it is made of. Prediction
-stacks the members' parameters and evaluates them in one vectorised call (torch.func).
+stacks the members' parameters and evaluates them in one vectorised call (torch.func) on GPUs, where
+it saves M-1 rounds of kernel launches. On a CPU the members run one after the other: vmap
+turns convolutions into grouped convolutions that ran 2x slower than M separate calls here
+(LeNet-5, 5 members x 1000 images: 340 ms vs 170 ms), and gave no gain on LeNet-300-100.
 """
 from __future__ import annotations
 
@@ -41,14 +44,22 @@ class DeepEnsemble(Method):
         return self._stacked
 
     @torch.no_grad()
-    def predict(self, x):
+    def member_outputs(self, x: torch.Tensor, vectorised: bool | None = None) -> torch.Tensor:
+        """Stacked member outputs (M, N, ...)."""
+        if vectorised is None:
+            vectorised = x.device.type == "cuda"
+        if not vectorised:
+            return torch.stack([m(x) for m in self.members])
         base, params, buffers = self._stack()
 
         def one(p, b, inp):
             return functional_call(base, (p, b), (inp,))
 
-        outputs = torch.vmap(one, in_dims=(0, 0, None))(params, buffers, x)  # (M, N, ...)
-        return self.ctx.task.predictive_from_samples(outputs)
+        return torch.vmap(one, in_dims=(0, 0, None))(params, buffers, x)
+
+    @torch.no_grad()
+    def predict(self, x):
+        return self.ctx.task.predictive_from_samples(self.member_outputs(x))
 
     def state_dict(self):
         return {"members": [m.state_dict() for m in self.members]}

@@ -39,6 +39,8 @@ def test_deep_ensemble_vectorised_prediction_equals_member_loop(tmp_path):
         loop = torch.stack([torch.softmax(m(x), -1) for m in ens.members])
     pred = ens.predict(x)
     torch.testing.assert_close(pred.sample_probs, loop, atol=1e-6, rtol=1e-5)
+    vectorised = torch.softmax(ens.member_outputs(x, vectorised=True), -1)  # the GPU path
+    torch.testing.assert_close(vectorised, loop, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(pred.probs, loop.mean(0), atol=1e-6, rtol=1e-5)
     # members are distinct networks, and they are the cached MAP networks
     assert not torch.allclose(loop[0], loop[1])

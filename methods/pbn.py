@@ -1,0 +1,287 @@
+"""Partial Bayesian networks (PBN): gradient-selected subnetwork trained with mean-field VI.
+
+PBN paper ("sensitivity-guided subnetwork VI"), Algorithm 1:
+
+1. start from the trained deterministic (MAP) network (line 2; ``ctx.map_cache``);
+2. sensitivity analysis: ``Topk(|grad_theta L|)`` with ``k = r_bayes x N_theta`` (lines 7-8;
+   :class:`bench.subnet.selection.GradientCriterion`);
+3. ``mu = theta_MAP`` for every weight, ``sigma_b = softplus(rho_b)`` with
+   ``rho_b ~ N(mu_init, sigma_init)`` for the selected ones, ``sigma_d = 0`` otherwise (line 9;
+   :class:`bench.subnet.partial_vi.PartialVI`);
+4. minimise ``NLL + beta KL(q || N(0, I))`` with 5 posterior samples, means and ``rho`` jointly
+   (line 10; Sec. 3 "Training the PBN"), beta annealed from 0.2 to 0.01 (Appendix H.6);
+5. predict with the average of 5 posterior samples (Appendix H.6).
+
+Ablations of the paper, as options: ``criterion="random"`` (random subnetwork of the same
+size), ``init="random"`` (random mu and rho on the same gradient-selected subnetwork, Sec. 4.3
+and Fig. 6), ``squared=True`` (the earlier paper's squared-gradient saliency).
+
+The shared machinery (:class:`VIMethod`) also backs ``mfvi`` (methods/mfvi.py).
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+from torch import nn
+
+from bench.errors import BenchError
+from bench.seeding import derive_seed
+from bench.subnet.partial_vi import PartialVI, elbo_loss, forward_flops
+from bench.subnet.selection import (candidate_indices, layer_distribution, make_criterion, param_layout)
+from bench.training import train_model
+from methods.base import Method, register_method
+
+#: first-layer sigma tensors up to this many entries are stored whole in the diagnostics
+MAX_SIGMA_VALUES = 5000
+
+
+class VIMethod(Method):
+    """Common fit / predict / save / cost code of PBN and full mean-field VI."""
+
+    #: hyperparameters shared by both (PBN paper, Sec. 3 and Appendix H.6)
+    vi_defaults = {
+        "train_samples": 5,  # Sec. 3 "Five posterior samples were chosen"; App. H.6
+        "predict_samples": 5,  # App. H.6 "5 posterior samples were drawn during training and inference"
+        "prior_scale": 1.0,  # N(0, I) prior, Sec. 3 "Notation"
+        # rho_b ~ N(mu_init, sigma_init) (Algorithm 1 line 9); the paper gives no values. -3 / 0.1
+        # are the Bayesian-layer defaults of Krishnan et al.'s bayesian-torch (sigma ~ 0.049).
+        "rho_init_mean": -3.0,
+        "rho_init_std": 0.1,
+        "beta_start": 0.2,  # App. H.6: KL weight annealed from 0.2 ...
+        "beta_end": 0.01,  # ... to 0.01 over training
+        "local_reparam": False,  # the paper uses the plain reparameterisation trick (Sec. 3)
+        "epochs": None,  # None = the profile's training epochs
+    }
+
+    def __init__(self, ctx, **config):
+        super().__init__(ctx, **config)
+        self.vi: PartialVI | None = None
+        self.meta: dict = {}
+        self._predict_eps: torch.Tensor | None = None
+
+    # -- hooks -------------------------------------------------------------------------------
+    def build_posterior(self, train) -> tuple[nn.Module, torch.Tensor, dict]:
+        """(network holding mu, sorted flat indices of the stochastic entries, metadata)."""
+        raise NotImplementedError
+
+    def upstream_seeds(self) -> list[int]:
+        return []
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _vi_kwargs(self) -> dict:
+        c = self.config
+        return {"prior_scale": float(c["prior_scale"]), "rho_init_mean": float(c["rho_init_mean"]),
+                "rho_init_std": float(c["rho_init_std"])}
+
+    def train_config(self):
+        cfg = self.ctx.train
+        if self.config["epochs"] is not None:
+            cfg = cfg.replace(epochs=int(self.config["epochs"]))
+        return cfg
+
+    def fresh_network(self, tag: str) -> nn.Module:
+        """A randomly initialised network, seeded per method / seed, leaving the global RNG as it was."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(self.name, tag, self.ctx.seed))
+            return self.ctx.build_model(dropout=0.0)
+
+    # -- the contract ------------------------------------------------------------------------
+    def fit(self, train, val):
+        c = self.config
+        for key in ("train_samples", "predict_samples"):
+            if int(c[key]) < 1:
+                raise BenchError(f"{self.name}: {key} must be >= 1")
+        net, indices, meta = self.build_posterior(train)
+        gen = torch.Generator().manual_seed(derive_seed(self.name, "rho", self.ctx.seed))
+        self.vi = PartialVI(net, indices, generator=gen, **self._vi_kwargs()).to(self.ctx.device)
+        x0 = train.x[:1].to(self.ctx.device)
+        meta["in_shape"] = list(x0.shape[1:])
+        meta["forward_flops"] = forward_flops(self.vi.net, x0)
+        cfg = self.train_config()
+        num_train = self.ctx.num_train or train.num_examples
+        last: dict = {}
+        # The optimiser runs without weight decay so that rho is not shrunk towards 0
+        # (sigma -> 0.69); the profile's L2 is applied to the means inside the loss instead.
+        loss_fn = elbo_loss(self.ctx.task, num_train, samples=int(c["train_samples"]),
+                            beta_start=float(c["beta_start"]), beta_end=float(c["beta_end"]),
+                            local_reparam=bool(c["local_reparam"]), weight_decay=cfg.weight_decay, log=last)
+        t0 = time.perf_counter()
+        log = train_model(self.vi, train, cfg.replace(weight_decay=0.0), loss_fn, desc=self.name,
+                          progress=self.ctx.progress, resume_path=self.ctx.resume_path(self.name))
+        meta["vi_train_time_s"] = time.perf_counter() - t0
+        meta["train"] = {"epochs": cfg.epochs, "epoch_loss": [float(v) for v in log.get("epoch_loss", [])],
+                         "final_nll": last.get("nll"), "final_kl": last.get("kl"), "final_beta": last.get("beta"),
+                         "num_train": int(num_train)}
+        meta["predict_seed"] = derive_seed(self.name, "predict", self.ctx.seed)
+        self.meta = meta
+        self.vi.eval()
+        self._predict_eps = None
+        return self
+
+    def _eps(self) -> torch.Tensor:
+        """Fixed weight noise for prediction: every ``predict`` call uses the same S posterior
+        draws, so predictions are reproducible and independent of how the harness batches."""
+        if self._predict_eps is None:
+            gen = torch.Generator().manual_seed(int(self.meta["predict_seed"]))
+            self._predict_eps = self.vi.sample_eps(int(self.config["predict_samples"]), gen).to(self.ctx.device)
+        return self._predict_eps
+
+    @torch.no_grad()
+    def predict(self, x):
+        if self.vi is None:
+            raise BenchError(f"{self.name}: predict before fit / load_state_dict")
+        self.vi.eval()
+        eps = self._eps()
+        # on a CPU, S passes over N rows beat one pass over S*N rows (eval-mode BN: same result)
+        chunk = 1 if x.device.type == "cpu" else None
+        out = self.vi(x, eps.shape[0], eps=eps, chunk=chunk)
+        return self.ctx.task.predictive_from_samples(out)
+
+    def state_dict(self):
+        return {"vi": self.vi.state_dict(), "meta": copy.deepcopy(self.meta)}
+
+    def load_state_dict(self, state):
+        net = self.ctx.build_model(dropout=0.0)
+        vi_state = {k: v.cpu() for k, v in state["vi"].items()}
+        self.vi = PartialVI.from_state_dict(net, vi_state, **self._vi_kwargs()).to(self.ctx.device)
+        self.vi.eval()
+        self.meta = copy.deepcopy(state["meta"])
+        self._predict_eps = None
+
+    def modules(self):
+        return [] if self.vi is None else [self.vi]
+
+    # -- cost and diagnostics ------------------------------------------------------------------
+    def num_stochastic_params(self):
+        return 0 if self.vi is None else self.vi.num_stochastic
+
+    def _sizes(self) -> tuple[int, int]:
+        theta = sum(p.numel() for p in self.vi.net.parameters())
+        return theta, self.vi.num_stochastic
+
+    def paper_train_flops(self, f_d: float, r: float, n_samples: int) -> dict:
+        raise NotImplementedError
+
+    def extra_cost(self):
+        if self.vi is None:
+            return {}
+        theta, k = self._sizes()
+        f_d = float(self.meta.get("forward_flops", float("nan")))
+        r = k / theta
+        bytes_rho = self.vi.rho.numel() * self.vi.rho.element_size()
+        bytes_idx = self.vi.indices.numel() * self.vi.indices.element_size()
+        cost = {
+            "variational_params": k,
+            "mean_params": theta,
+            # Appendix B: (1 + r_bayes) theta stored parameters (mu for all, sigma for k)
+            "param_ratio_vs_deterministic": (theta + k) / theta,
+            "variational_state_bytes": bytes_rho + bytes_idx,  # rho + flat indices (int32)
+            "variational_state_bytes_dense_rho": theta * self.vi.rho.element_size(),  # a dense rho, for scale
+            "forward_flops_deterministic": f_d,
+            # Appendix C forward cost of prediction: (1 + r_bayes) N f_d
+            "predict_flops_per_example_paper": (1 + r) * int(self.config["predict_samples"]) * f_d,
+            "vi_train_time_s": self.meta.get("vi_train_time_s"),
+            **self.paper_train_flops(f_d, r, int(self.config["train_samples"])),
+        }
+        seeds = self.upstream_seeds()
+        if seeds and self.ctx.map_cache is not None:
+            cost["upstream_train_time_s"] = self.ctx.map_cache.upstream_time(seeds)
+        return cost
+
+    def first_layer_sigma(self) -> dict:
+        """Sigma of the first Linear / Conv weight (PBN paper Fig. 3 heat maps)."""
+        slots = [s for s in param_layout(self.vi.net) if s.candidate and s.param_name == "weight"]
+        if not slots:
+            return {}
+        s = slots[0]
+        sig = self.vi.sigma_of(s.name).detach().cpu()
+        sel = sig[sig > 0]
+        out = {"param": s.name, "shape": list(sig.shape), "stochastic": int(sel.numel()),
+               "mean": float(sel.mean()) if sel.numel() else 0.0,
+               "max": float(sel.max()) if sel.numel() else 0.0,
+               "min": float(sel.min()) if sel.numel() else 0.0}
+        if sig.numel() <= MAX_SIGMA_VALUES:
+            out["values"] = sig.tolist()
+        elif sig.dim() == 2:  # Linear (out, in): per-input maps, e.g. 28x28 for MNIST
+            out["per_input_mean"] = sig.mean(0).tolist()
+            out["per_input_max"] = sig.max(0).values.tolist()
+            out["per_input_count"] = (sig > 0).sum(0).tolist()
+            if self.meta.get("in_shape"):
+                out["input_shape"] = self.meta["in_shape"]
+        return out
+
+    def diagnostics(self):
+        if self.vi is None:
+            return {}
+        theta, k = self._sizes()
+        sig = self.vi.sigma().detach().float().cpu()
+        n_cand = int(self.meta.get("n_candidates", candidate_indices(self.vi.net).numel()))
+        out = {
+            "k": k, "n_params": theta, "n_candidates": n_cand, "r_bayes_effective": k / max(n_cand, 1),
+            "layer_distribution": layer_distribution(self.vi.net, self.vi.indices.cpu()),
+            "sigma": ({"mean": float(sig.mean()), "median": float(sig.median()), "min": float(sig.min()),
+                       "max": float(sig.max())} if k else {}),
+            "first_layer_sigma": self.first_layer_sigma(),
+        }
+        for key in ("criterion", "select_time_s", "init", "train"):
+            if key in self.meta:
+                out[key] = self.meta[key]
+        return out
+
+
+@register_method("pbn")
+class PBN(VIMethod):
+    description = ("partial Bayesian network: top-k |gradient| subnetwork of the MAP network, "
+                   "mean-field VI on it (Algorithm 1 of the PBN paper)")
+    defaults = {
+        # r_bayes: Sec. 4.3 / 4.4 headline configuration "Partial 1%" (ImageNet, Cityscapes); the
+        # earlier paper's Table 1 finds 1 % best. MNIST figures sweep r_bayes (use --set).
+        "r_bayes": 0.01,
+        "n_bayes": None,  # a count that overrides r_bayes
+        "criterion": "gradient",  # Algorithm 1 line 8; "magnitude" | "random" (Sec. 4.3 ablation)
+        "squared": False,  # |grad| (Alg. 1); True: grad^2 (earlier paper, Sec. 2.2 step 2)
+        "per_layer": False,  # one global Top-k (Sec. 3: Bayesian / deterministic mix within layers)
+        "n_grad_batches": None,  # None: one pass over the training set (Alg. 1 line 7)
+        "init": "map",  # "map" (Alg. 1 line 9) | "random" (Sec. 4.3, Fig. 6 "Rand init")
+        **VIMethod.vi_defaults,
+    }
+
+    def upstream_seeds(self):
+        return [self.ctx.seed]
+
+    def build_posterior(self, train):
+        c = self.config
+        if self.ctx.map_cache is None:
+            raise BenchError("pbn needs the MAP network cache (ctx.map_cache)")
+        if c["init"] not in ("map", "random"):
+            raise BenchError(f"pbn: init must be 'map' or 'random', got {c['init']!r}")
+        map_net = copy.deepcopy(self.ctx.map_cache.get(self.ctx.seed)).to(self.ctx.device).eval()
+        size = int(c["n_bayes"]) if c["n_bayes"] is not None else float(c["r_bayes"])
+        name = str(c["criterion"])
+        opts = {"per_layer": bool(c["per_layer"])}
+        if name == "gradient":
+            opts.update(squared=bool(c["squared"]), n_batches=c["n_grad_batches"])
+        elif name == "random":
+            opts["seed"] = derive_seed("pbn", "random-subnet", self.ctx.seed)
+        elif c["squared"] or c["n_grad_batches"] is not None:
+            raise BenchError(f"pbn: squared / n_grad_batches only apply to criterion 'gradient', not {name!r}")
+        criterion = make_criterion(name, size, **opts)
+        t0 = time.perf_counter()
+        indices = criterion.select(map_net, train, loss_fn=self.ctx.task.loss)
+        meta = {"criterion": {"name": name, **{k: v for k, v in opts.items() if k != "seed"}, "size": size},
+                "select_time_s": time.perf_counter() - t0,
+                "n_candidates": int(candidate_indices(map_net).numel()), "init": c["init"]}
+        net = map_net if c["init"] == "map" else self.fresh_network("random-init").to(self.ctx.device)
+        return net, indices, meta
+
+    def paper_train_flops(self, f_d, r, n_samples):
+        # Appendix C: (1 + r_bayes) f_d (N + 2) per example and step, plus 3 f_d per example and
+        # epoch of deterministic pre-training (total = per-step cost x examples x epochs)
+        n = int(self.meta.get("train", {}).get("num_train", self.ctx.num_train))
+        epochs = int(self.meta.get("train", {}).get("epochs", self.train_config().epochs))
+        per_step = (1 + r) * (n_samples + 2) * f_d
+        pre = 3 * f_d * n * self.ctx.train.epochs
+        return {"train_flops_per_example_step_paper": per_step,
+                "train_flops_paper": per_step * n * epochs + pre, "pretrain_flops_paper": pre}
