@@ -51,6 +51,18 @@ def predict_all(method, x: torch.Tensor, batch_size: int, device: torch.device):
     return concat(parts), t.seconds
 
 
+def _tensors(obj):
+    """Every tensor inside a nested state dict."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _tensors(v)
+
+
 def score_set(task_kind: str, pred, eval_set: EvalSet, id_pred=None) -> tuple[dict, dict]:
     if task_kind == "regression":
         return M.regression_metrics(pred.mean, pred.var, eval_set.y), {}
@@ -166,7 +178,9 @@ class Harness:
         with PeakMemory(self.device) as mem, torch.no_grad():
             method.predict(self.data.id_set().x[: self.eval_batch_size].to(self.device))
         extra = method.extra_cost()
+        state_bytes = sum(t.numel() * t.element_size() for t in _tensors(method.state_dict()))
         return {"total_params": method.num_params(), "stochastic_params": method.num_stochastic_params(),
+                "state_mb": state_bytes / 2**20,
                 "train_time_s": fit_cost["fit_time_s"] + extra.pop("upstream_train_time_s", 0.0),
                 "fit_time_s": fit_cost["fit_time_s"], "peak_memory_mb": fit_cost["fit_peak_memory_mb"],
                 "predict_peak_memory_mb": mem.peak_mb, "flops_per_example": flops, **extra}

@@ -22,6 +22,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 RECORD_VERSION = 1
+NESTED_COLUMNS = ("curves", "method_config", "diagnostics", "train_config", "data_config")
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -107,14 +108,12 @@ def load_records(results: str | os.PathLike, suite: str | None = None) -> pd.Dat
     """All records under ``results`` (optionally one suite) as a flat DataFrame.
 
     Nested dictionaries become dotted columns (``metrics.nll``, ``cost.train_time_s``);
-    ``curves`` stay as dictionaries in one column for the report's plots.
+    ``curves``, ``method_config`` and ``diagnostics`` stay dictionaries, one column each.
     """
     rows = []
     for rec in ResultsStore(results).iter_records(suite):
-        curves = rec.pop("curves", None)
-        method_config = rec.pop("method_config", None)
+        kept = {k: rec.pop(k, None) for k in NESTED_COLUMNS}
         flat = pd.json_normalize(rec, sep=".").iloc[0].to_dict() if rec else {}
-        flat["curves"] = curves
-        flat["method_config"] = method_config
+        flat.update(kept)
         rows.append(flat)
     return pd.DataFrame(rows)

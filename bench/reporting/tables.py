@@ -218,7 +218,12 @@ def cost_table(df: pd.DataFrame) -> Table | None:
     columns = [Column(c, c, integers=not c.endswith(("_s", "_ms", "_mb", "_gb"))
                       and bool(np.all(np.mod(per_run[c].dropna(), 1) == 0)))
                for c in per_run.columns]
-    caption = "Cost per method: mean over seeds of each cost key (from the in-distribution record of each run)."
+    caption = ("Cost per method: mean over seeds of each cost key (from the in-distribution record of each run). "
+               "train_time_s includes the MAP networks a method is built from (ensemble members, PBN's start); "
+               "fit_time_s is the method's own fit. state_mb: bytes of the fitted method's state (exact). "
+               "peak_memory_mb / predict_peak_memory_mb: on CUDA the peak allocated memory; on a CPU the increase "
+               "of the process's resident set size, which under-reports when freed memory is reused. "
+               "flops_per_example: torch.utils.flop_counter on one prediction (all samples / members).")
     table = _assemble("Cost", [per_run], columns, labels_in_order(df), caption)
     if table is not None:
         table.std.loc[:, :] = np.nan  # this table shows means only
