@@ -32,7 +32,7 @@ class Suite(abc.ABC):
     task: ClassVar[Task]
     in_shape: ClassVar[tuple[int, ...]]
     shift_label: ClassVar[str] = "shift severity"  # x axis of the shift plots
-    default_methods: ClassVar[tuple[str, ...]] = ("deterministic", "mc_dropout", "deep_ensemble")
+    default_methods: ClassVar[tuple[str, ...]] = ("deterministic", "mc_dropout", "deep_ensemble", "pbn", "mfvi")
     #: profile -> {"models": [...], "seeds": [...], "train": {...TrainConfig}, "data": {...},
     #:             "methods": {method: {option: value}}, "note": str}
     profiles: ClassVar[dict[str, dict]] = {}
