@@ -8,12 +8,13 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from bench.errors import BenchError
 from bench.reporting import build_report
 from bench.reporting.data import prepare
-from bench.reporting.tables import leaderboard
+from bench.reporting.tables import format_mean_std, format_number, leaderboard
 from bench.store import ResultsStore, config_hash, load_records
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -324,3 +325,254 @@ def test_suite_filter_and_errors(tmp_path):
     paths = build_report(tmp_path / "res", tmp_path / "out", suites="toy")
     assert paths == [tmp_path / "out" / "toy" / "index.html"]
     assert not (tmp_path / "out" / "mnist_rotated").exists()
+
+
+# ------------------------------------------------------------- PBN sweep with diagnostics
+# Suite "pbn_sweep", model lenet_300_100: deterministic (reference, no diagnostics) and
+# pbn at two r_bayes values, 2 seeds each; PBN id records carry diagnostics and the paper's
+# cost keys like methods/pbn.py writes them.
+SWEEP_R = [0.01, 0.1]
+SWEEP_ID = {  # (r_bayes or "det", seed): accuracy, nll, brier
+    ("det", 0): (0.970, 0.100, 0.050), ("det", 1): (0.968, 0.110, 0.052),
+    (0.01, 0): (0.980, 0.060, 0.030), (0.01, 1): (0.976, 0.070, 0.034),
+    (0.1, 0): (0.975, 0.080, 0.040), (0.1, 1): (0.971, 0.085, 0.041),
+}
+SWEEP_AUROC = {("det", 0): 0.80, ("det", 1): 0.82, (0.01, 0): 0.88, (0.01, 1): 0.86,
+               (0.1, 0): 0.91, (0.1, 1): 0.93}
+SWEEP_SEV = [60.0, 120.0]
+# layer distribution: (layer, type, numel) and per (r, seed) the selected counts
+LAYERS = [("1", "Linear", 235_500), ("4", "Linear", 30_100), ("7", "Linear", 1_010)]
+SELECTED = {(0.01, 0): (1200, 1200, 266), (0.01, 1): (1250, 1180, 236),
+            (0.1, 0): (20_000, 6000, 661), (0.1, 1): (20_001, 5990, 670)}
+
+
+def _ms(values):
+    """The table's text for mean ± std (sample std) of ``values``."""
+    return format_mean_std(statistics.fmean(values), statistics.stdev(values))
+
+
+def _sweep_shift(key, seed, sev):
+    acc, nll, brier = SWEEP_ID[(key, seed)]
+    k = sev / 60.0
+    return {"accuracy": acc - 0.1 * k, "nll": nll + 0.5 * k * (2 if key == "det" else 1), "brier": brier + 0.2 * k}
+
+
+def _pbn_diagnostics(r, seed):
+    sel = SELECTED[(r, seed)]
+    k = sum(sel)
+    layers = []
+    for depth, ((name, typ, numel), s) in enumerate(zip(LAYERS, sel)):
+        bias = 0 if depth == 0 else 3
+        layers.append({"depth": depth, "layer": name, "type": typ, "numel": numel, "selected": s,
+                       "fraction_of_layer": s / numel, "fraction_of_subnet": s / k, "sparsity": 1 - s / numel,
+                       "selected_by_param": {"weight": s - bias, "bias": bias}})
+    yy, xx = np.mgrid[0:28, 0:28]
+    blob = np.exp(-((yy - 14) ** 2 + (xx - 14) ** 2) / (2 * (3 + 30 * r) ** 2))
+    mean = np.where(blob > 0.2, 0.05 * blob * r, 0.0)
+    return {"criterion": {"name": "gradient", "size": r, "squared": False, "per_layer": False, "n_batches": None},
+            "k": k, "n_params": 267_410, "n_candidates": 266_610, "r_bayes_effective": k / 266_610,
+            "init": "map", "sigma": {"mean": 0.05, "median": 0.05, "min": 0.04, "max": 0.06},
+            "train": {"epochs": 2, "epoch_loss": [0.1, 0.05], "final_nll": 0.01, "final_kl": 100.0,
+                      "final_beta": 0.01, "num_train": 1000},
+            "layer_distribution": layers,
+            "first_layer_sigma": {"param": "1.weight", "shape": [300, 784], "stochastic": sel[0],
+                                  "mean": 0.05, "max": 0.06, "min": 0.04,
+                                  "per_input_mean": mean.ravel().tolist(), "per_input_max": (mean * 2).ravel().tolist(),
+                                  "per_input_count": (mean > 0).astype(int).ravel().tolist(),
+                                  "input_shape": [1, 28, 28]}}
+
+
+def _paper_cost(r, seed):
+    theta, k, f_d, n = 267_410, sum(SELECTED[(r, seed)]), 532_400, 1000
+    return {"variational_params": k, "mean_params": theta, "param_ratio_vs_deterministic": (theta + k) / theta,
+            "variational_state_bytes": 8 * k, "variational_state_bytes_dense_rho": 4 * theta,
+            "forward_flops_deterministic": f_d, "predict_flops_per_example_paper": (1 + k / theta) * 5 * f_d,
+            "train_flops_per_example_step_paper": (1 + k / theta) * 7 * f_d,
+            "pretrain_flops_paper": 3 * f_d * n * 2, "train_flops_paper": (1 + k / theta) * 7 * f_d * n * 2,
+            "vi_train_time_s": 3.0 + seed}
+
+
+def write_sweep_synthetic(root: Path) -> None:
+    store = ResultsStore(root)
+    suite, model = "pbn_sweep", "lenet_300_100"
+    runs = [("deterministic", "deterministic", {}, "det")]
+    runs += [("pbn", f"pbn[r_bayes={r:g}]", {"r_bayes": r, "init": "map", "predict_samples": 5}, r) for r in SWEEP_R]
+    for method, label, cfg, key in runs:
+        for seed in (0, 1):
+            run = store.run_dir(suite, model, method, config_hash(cfg), seed)
+            cost = {"total_params": 267_410, "stochastic_params": 0, "train_time_s": 10.0 + seed,
+                    "fit_time_s": 1.0, "predict_time_per_example_s": 1e-5, "flops_per_example": 532_400,
+                    "peak_memory_mb": 5.0, "predict_peak_memory_mb": 0.1}
+            if key != "det":
+                k = sum(SELECTED[(key, seed)])
+                cost.update(total_params=267_410 + k, stochastic_params=k, state_mb=1.0, **_paper_cost(key, seed))
+            base = {"status": "ok", "suite": suite, "profile": "quick", "task": "classification", "method": method,
+                    "method_label": label, "method_config": cfg, "config_hash": config_hash(cfg), "model": model,
+                    "seed": seed, "git_commit": "abc1234", "device": "cpu", "cost": cost,
+                    "started_at": "2026-01-01T00:00:00+00:00", "finished_at": "2026-01-01T00:10:00+00:00"}
+            acc, nll, brier = SWEEP_ID[(key, seed)]
+            store.write(run, {**base, "kind": "id", "shift": "rotation", "severity": 0.0, "n": 100,
+                              "metrics": {"accuracy": acc, "nll": nll, "brier": brier, "ece": 0.01},
+                              "diagnostics": None if key == "det" else _pbn_diagnostics(key, seed)})
+            for sev in SWEEP_SEV:
+                store.write(run, {**base, "kind": "shift", "shift": "rotation", "severity": sev, "n": 100,
+                                  "metrics": _sweep_shift(key, seed, sev), "diagnostics": None})
+            store.write(run, {**base, "kind": "ood", "shift": "fashion_mnist", "severity": None, "n": 100,
+                              "metrics": {"auroc": SWEEP_AUROC[(key, seed)], "aupr": 0.8}, "diagnostics": None})
+
+
+@pytest.fixture(scope="module")
+def sweep_report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep_results")
+    write_sweep_synthetic(root)
+    out = tmp_path_factory.mktemp("sweep_reports")
+    (path,) = build_report(root, out)
+    return root, path
+
+
+def html_tables(html: str, first_header: str, contains: str) -> list:
+    """Every HTML table like :func:`html_table` finds, in document order."""
+    p = _Tables()
+    p.feed(html)
+    out = []
+    for t in p.tables:
+        head = [c[2] for c in t[0]]
+        if head and head[0] == first_header and contains in head:
+            out.append({row[0][2]: {h: c[2] for h, c in zip(head[1:], row[1:])} for row in t[1:]})
+    return out
+
+
+def test_sweep_detection():
+    from bench.reporting.data import find_sweeps
+
+    def frame(configs):
+        rows = [{"label": lab, "method": m, "method_config": cfg, "kind": "id", "seed": 0}
+                for lab, (m, cfg) in configs.items()]
+        return pd.DataFrame(rows)
+
+    cfgs = {"pbn[r=0.01]": ("pbn", {"r_bayes": 0.01, "init": "map", "squared": False}),
+            "pbn[r=0.5]": ("pbn", {"r_bayes": 0.5, "init": "map", "squared": False}),
+            "pbn[r=0.1]": ("pbn", {"r_bayes": 0.1, "init": "map", "squared": False}),
+            # an ablation: differs from the sweep in a non-numeric option -> not part of it
+            "pbn[init=random]": ("pbn", {"r_bayes": 0.1, "init": "random", "squared": False}),
+            # differs in a bool only: not a numeric sweep
+            "pbn[squared]": ("pbn", {"r_bayes": 0.01, "init": "map", "squared": True}),
+            "mfvi": ("mfvi", {"predict_samples": 5}), "deterministic": ("deterministic", {})}
+    (sw,) = find_sweeps(frame(cfgs))
+    assert (sw.method, sw.option) == ("pbn", "r_bayes")
+    assert sw.values == {"pbn[r=0.01]": 0.01, "pbn[r=0.1]": 0.1, "pbn[r=0.5]": 0.5}  # value order
+    assert sw.log_x is True
+    # two options changing at once: no sweep
+    two = {"a": ("pbn", {"r_bayes": 0.01, "predict_samples": 5}), "b": ("pbn", {"r_bayes": 0.1, "predict_samples": 10})}
+    assert find_sweeps(frame(two)) == []
+    lin = {"a": ("mcd", {"p": 0.1}), "b": ("mcd", {"p": 0.3})}
+    assert find_sweeps(frame(lin))[0].log_x is False
+
+
+def test_sweep_table_values(sweep_report):
+    _, path = sweep_report
+    html = path.read_text()
+    t = html_table(html, "r_bayes", "ID acc ↑")
+    assert list(t) == ["0.01", "0.1"]  # option values, in order; no reference method rows
+    for r in SWEEP_R:
+        row = t[f"{r:g}"]
+        assert row["seeds"][1] == "2"
+        for i, col in enumerate(("ID acc ↑", "ID NLL ↓", "ID Brier ↓")):
+            assert row[col][1] == _ms([SWEEP_ID[(r, s)][i] for s in (0, 1)])
+        for metric, col in (("nll", "shift NLL ↓"), ("brier", "shift Brier ↓")):
+            per_seed = [statistics.fmean(_sweep_shift(r, s, sev)[metric] for sev in SWEEP_SEV) for s in (0, 1)]
+            assert row[col][1] == _ms(per_seed)
+        assert row["OOD fashion_mnist AUROC ↑"][1] == _ms([SWEEP_AUROC[(r, s)] for s in (0, 1)])
+    # best within the sweep: r = 0.01 has the higher accuracy, r = 0.1 the higher AUROC
+    assert "best" in t["0.01"]["ID acc ↑"][0].split() and "best" not in t["0.1"]["ID acc ↑"][0].split()
+    assert "best" in t["0.1"]["OOD fashion_mnist AUROC ↑"][0].split()
+
+
+def test_sweep_figures_embedded(sweep_report):
+    _, path = sweep_report
+    html = path.read_text()
+    names = {f.name for f in (path.parent / "figures").glob("*.png")}
+    for name in ("lenet_300_100-sweep-pbn-r_bayes", "lenet_300_100-sigma-first-layer",
+                 "lenet_300_100-layer-distribution"):
+        assert f"{name}.png" in names
+        m = re.search(rf'<figure id="fig-{re.escape(name)}"><img src="data:image/png;base64,([^"]+)"', html)
+        assert m, name
+        png = base64.b64decode(m.group(1))
+        assert png.startswith(PNG_MAGIC) and png == (path.parent / "figures" / f"{name}.png").read_bytes()
+    for title in ("Sweeps", "Weight uncertainty of the first layer", "Subnetwork layer distribution"):
+        assert f">{title}</h" in html
+
+
+def test_layer_distribution_tables(sweep_report):
+    _, path = sweep_report
+    html = path.read_text()
+    tables = html_tables(html, "layer", "fraction of subnet")
+    assert len(tables) == 2  # one per pbn configuration, in r_bayes order; none for deterministic
+    for r, t in zip(SWEEP_R, tables):
+        assert list(t) == [f"{d}: {name} ({typ})" for d, (name, typ, _) in enumerate(LAYERS)]
+        for d, (row, cells) in enumerate(t.items()):
+            sel = [SELECTED[(r, s)][d] for s in (0, 1)]
+            ks = [sum(SELECTED[(r, s)]) for s in (0, 1)]
+            assert cells["parameters"] == f"{LAYERS[d][2]:,}"
+            mean_sel = statistics.fmean(sel)
+            # a count column prints as integers when every mean in it is integral
+            integral = all(statistics.fmean([SELECTED[(r, s)][i] for s in (0, 1)]).is_integer()
+                           for i in range(len(LAYERS)))
+            assert cells["selected"] == format_number(mean_sel, integers=integral)
+            assert cells["fraction of subnet"] == format_number(statistics.fmean(
+                [a / k for a, k in zip(sel, ks)]))
+            assert cells["fraction of layer"] == format_number(mean_sel / LAYERS[d][2])
+            assert cells["selected biases"] == ("0" if d == 0 else "3")
+    # r = 0.01: means 1225, 1190, 251 print as integers; r = 0.1: 20,000.5 keeps its decimal
+    assert tables[0]["0: 1 (Linear)"]["selected"] == "1,225"
+    assert tables[1]["0: 1 (Linear)"]["selected"] == "20,000.5"
+    assert tables[1]["1: 4 (Linear)"]["selected"] == "5,995.0"
+
+
+def test_cost_tables_split(sweep_report):
+    _, path = sweep_report
+    html = path.read_text()
+    main = html_table(html, "method", "train_time_s")
+    assert set(main) == {"deterministic", "pbn[r_bayes=0.01]", "pbn[r_bayes=0.1]"}
+    cols = set(main["deterministic"])
+    assert {"total_params", "stochastic_params", "state_mb", "fit_time_s", "predict_time_per_example_s",
+            "flops_per_example", "peak_memory_mb", "predict_peak_memory_mb", "vi_train_time_s"} <= cols
+    assert not any(c.endswith("_paper") or c.startswith(("variational_", "param_ratio")) for c in cols)
+    paper = html_table(html, "method", "train_flops_paper")
+    assert set(paper) == {"pbn[r_bayes=0.01]", "pbn[r_bayes=0.1]"}  # only methods with those keys
+    k = [sum(SELECTED[(0.1, s)]) for s in (0, 1)]
+    assert paper["pbn[r_bayes=0.1]"]["variational_params (k = rθ)"][1] == format_number(statistics.fmean(k))
+    ratio = statistics.fmean([(267_410 + x) / 267_410 for x in k])
+    assert paper["pbn[r_bayes=0.1]"]["param_ratio_vs_deterministic (1 + r)"][1] == format_number(ratio)
+    for formula in ("(1 + r) θ", "(1 + r) N f_d", "(1 + r)(N + 2) f_d", "3 f_d per example and epoch",
+                    "2 (N + 2) f_d", "measured times"):
+        assert formula in html
+
+
+def test_no_diagnostic_sections_without_diagnostics(report):
+    _, out, _ = report
+    for suite in ("mnist_rotated", "toy", "cifar10c"):
+        html = (out / suite / "index.html").read_text()
+        for title in ("Sweeps", "Weight uncertainty of the first layer", "Subnetwork layer distribution"):
+            assert f">{title}</h" not in html
+        assert "Paper cost formulas" not in html
+        names = {f.name for f in (out / suite / "figures").glob("*.png")}
+        assert not any(("sweep" in n or "sigma" in n or "layer-distribution" in n) for n in names)
+
+
+def test_sigma_images():
+    from bench.reporting.plots import sigma_heatmaps, sigma_image
+
+    img, _ = sigma_image({"values": [[0.0, 0.1, 0.2], [0.3, 0.0, 0.0]], "shape": [2, 3], "stochastic": 3})
+    assert img.shape == (2, 3)
+    conv = np.arange(6 * 1 * 5 * 5, dtype=float).reshape(6, 1, 5, 5)
+    mosaic, _ = sigma_image({"values": conv.tolist(), "shape": [6, 1, 5, 5]})
+    assert mosaic.shape == (2 * 6 - 1, 3 * 6 - 1)  # 6 kernels on a 3 x 2 grid with 1-pixel gaps
+    assert np.array_equal(mosaic[:5, 6:11], conv[1, 0]) and np.isnan(mosaic[5]).all()
+    per_input = {"per_input_mean": list(range(784)), "input_shape": [1, 28, 28], "shape": [300, 784]}
+    img, _ = sigma_image(per_input)
+    assert img.shape == (28, 28) and img[1, 0] == 28
+    assert sigma_image({"per_input_mean": [0.1] * 10, "input_shape": [1, 28, 28]}) is None
+    png = sigma_heatmaps([("a", per_input), ("b", {"values": conv.tolist(), "shape": [6, 1, 5, 5], "stochastic": 150})])
+    assert png.startswith(PNG_MAGIC)
+    assert sigma_heatmaps([("c", {"param": "w"})]) is None

@@ -11,12 +11,14 @@ from bench.errors import BenchError
 from bench.store import atomic_write_bytes, load_records
 
 from . import plots
-from .data import (CLASSIFICATION_METRICS, REGRESSION_METRICS, SectionData, distinct, failed_records,
-                   labels_in_order, ok_records, prepare, severity_axis_label, shift_families,
-                   split_sections)
+from .data import (CLASSIFICATION_METRICS, REGRESSION_METRICS, SectionData, Sweep, diagnostics_by_label,
+                   distinct, failed_records, find_sweeps, labels_in_order, ok_records, prepare,
+                   severity_axis_label, shift_families, slugify, split_sections, sweep_order)
 from .document import Bullets, Definitions, Document, Figure, KeyValues, Paragraph, Section
 from .render import to_html, to_markdown
-from .tables import cost_table, failed_table, leaderboard, methods_table, regression_tables
+from .tables import (cost_table, failed_table, layer_distribution_frame, layer_distribution_table,
+                     leaderboard, methods_table, paper_cost_table, regression_tables, sweep_metrics_per_seed,
+                     sweep_table)
 
 FIGURES_DIR = "figures"
 
@@ -181,12 +183,116 @@ def _model_section(sec: SectionData, palette: dict) -> Section:
         _regression_blocks(s, sec, pal)
     else:
         _classification_blocks(s, sec, pal)
+    sweeps = find_sweeps(df)
+    _sweep_blocks(s, sec, pal, sweeps)
+    _subnetwork_blocks(s, sec, sweeps)
     cost = cost_table(df)
-    if cost is not None:
+    paper = paper_cost_table(df)
+    if cost is not None or paper is not None:
         c = Section("Cost")
         c.add(cost)
+        if paper is not None:
+            c.add(Paragraph("Paper cost formulas (PBN Appendix B/C):"))
+            c.add(paper)
         s.add(c)
     return s
+
+
+def _sweep_blocks(parent: Section, sec: SectionData, pal: dict, sweeps: list[Sweep]) -> None:
+    """Per sweep (configs of a plugin differing in one numeric option): figure + table."""
+    if not sweeps:
+        return
+    df = sec.records
+    per_seed = sweep_metrics_per_seed(df, sec.task)
+    sw_sec = Section("Sweeps")
+    sw_sec.add(Paragraph("Configurations of one method that differ in a single numeric option, plotted against "
+                         "that option (PBN paper Fig. 4a style); every other method of this section is a "
+                         "dashed reference line."))
+    used: dict = {}
+    for sw in sweeps:
+        stem = f"{sec.slug}-sweep-{slugify(sw.method)}-{slugify(sw.option)}"
+        used[stem] = used.get(stem, 0) + 1
+        name = stem if used[stem] == 1 else f"{stem}-{used[stem]}"
+        sub = Section(f"{sw.method} against {sw.option}")
+        png = plots.sweep_figure(per_seed, sw, pal)
+        if png is not None:
+            log = " (log scale)" if sw.log_x else ""
+            scopes = (" Shift-avg.: per seed the mean over every shifted test set; OOD AUROC: detection from "
+                      "predictive entropy." if sec.task != "regression" else "")
+            sub.add(Figure(name, png,
+                           f"{sw.method}: metrics against {sw.option}{log}; points: mean over seeds, error bars: "
+                           f"± 1 std over seeds. Dashed lines: the other methods of this section (mean over "
+                           f"seeds).{scopes}", alt=f"metrics vs {sw.option}"))
+        sub.add(sweep_table(df, sw, sec.task))
+        if sub.blocks:
+            sw_sec.add(sub)
+    if len(sw_sec.blocks) > 1:
+        parent.add(sw_sec)
+
+
+def _display_names(labels, sweeps: list[Sweep]) -> dict:
+    """label -> label, plus the swept value when the label does not show it (a default value:
+    ``pbn`` -> ``pbn (r_bayes=0.01)``)."""
+    names = {lab: str(lab) for lab in labels}
+    for sw in sweeps:
+        for lab, v in sw.values.items():
+            if lab in names and names[lab] == str(lab) and f"{sw.option}=" not in str(lab):
+                names[lab] = f"{lab} ({sw.option}={v:g})"
+    return names
+
+
+def _subnetwork_blocks(parent: Section, sec: SectionData, sweeps: list[Sweep]) -> None:
+    """First-layer sigma heat maps (PBN Fig. 3) and the subnetwork's layer distribution
+    (Appendix D/E), for methods whose records carry those diagnostics."""
+    diags = diagnostics_by_label(sec.records)
+    if not diags:
+        return
+    order = sweep_order(diags, sweeps)
+    names = _display_names(order, sweeps)
+    panels = []
+    for lab in order:
+        for seed, d in diags[lab]:
+            fl = d.get("first_layer_sigma")
+            if isinstance(fl, dict) and fl:
+                panels.append((names[lab], fl))  # the first seed that has one
+                break
+    sigma_png = plots.sigma_heatmaps(panels) if panels else None
+    if sigma_png is not None:
+        first = panels[0][1]
+        what = plots.sigma_image(first)[1] if plots.sigma_image(first) else "entry"
+        s = Section("Weight uncertainty of the first layer")
+        s.add(Figure(f"{sec.slug}-sigma-first-layer", sigma_png,
+                     f"σ = softplus(ρ) of the first layer's weights ({first.get('param', '?')}, shape "
+                     f"{first.get('shape')}) per configuration, first seed, after training (PBN paper Fig. 3). "
+                     f"Pixel: {what}; grey: σ = 0 (deterministic weights only). Each panel has its own colour "
+                     f"scale; the title gives the number of stochastic first-layer weights.",
+                     alt="first-layer sigma heat maps"))
+        parent.add(s)
+    frames = {}
+    tables = []
+    for lab in order:
+        runs = [(seed, d) for seed, d in diags[lab] if d.get("layer_distribution")]
+        if not runs:
+            continue
+        frames[names[lab]] = layer_distribution_frame(runs)
+        t = layer_distribution_table(names[lab], runs)
+        if t is not None:
+            tables.append((names[lab], t))
+    if not tables:
+        return
+    s = Section("Subnetwork layer distribution")
+    png = plots.layer_distribution_figure(frames)
+    if png is not None:
+        s.add(Figure(f"{sec.slug}-layer-distribution", png,
+                     "Where the stochastic entries sit (PBN paper Appendix D/E), mean over seeds. Left: fraction "
+                     "of the subnetwork in each layer (bars sum to 1). Right: fraction of each layer's "
+                     "parameters that is stochastic (1 − sparsity), log scale.",
+                     alt="subnetwork layer distribution"))
+    for lab, t in tables:
+        sub = Section(lab)
+        sub.add(t)
+        s.add(sub)
+    parent.add(s)
 
 
 def _shift_blocks(parent: Section, sec: SectionData, pal: dict, metrics: list[str]) -> None:

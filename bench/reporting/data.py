@@ -6,6 +6,7 @@ made unique per configuration), numeric ``seed``/``severity``/``metrics.*``/``co
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -203,3 +204,115 @@ def severity_axis_label(families: list[str]) -> str:
     if len(families) == 1 and str(families[0]).lower().startswith("rotat"):
         return "rotation (degrees)"
     return "corruption severity"
+
+
+# ------------------------------------------------------------------------ sweeps, diagnostics
+
+
+def _is_number(v) -> bool:
+    return (isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+            and math.isfinite(float(v)))
+
+
+@dataclass
+class Sweep:
+    """Configurations of one plugin that differ in exactly one numeric option."""
+
+    method: str                 # plugin name, e.g. "pbn"
+    option: str                 # the swept ``method_config`` key, e.g. "r_bayes"
+    values: dict                # label -> option value, in increasing value order
+
+    @property
+    def labels(self) -> list[str]:
+        return list(self.values)
+
+    @property
+    def log_x(self) -> bool:
+        """Log axis when the (positive) values span more than one decade."""
+        v = [float(x) for x in self.values.values()]
+        return min(v) > 0 and max(v) / min(v) > 10
+
+
+def label_configs(df: pd.DataFrame) -> dict:
+    """label -> (plugin, method_config dict) from the first record of each label that has one."""
+    out = {}
+    for lab, method, cfg in zip(df["label"], df["method"], df["method_config"]):
+        if lab not in out and isinstance(cfg, dict):
+            out[lab] = (method, cfg)
+    return out
+
+
+def find_sweeps(df: pd.DataFrame) -> list[Sweep]:
+    """Every group of >= 2 configurations of a plugin that agree on all options but one
+    numeric one (``pbn[r_bayes=...]``); ordered by plugin, option, then first label."""
+    configs = label_configs(df)
+    sweeps = []
+    for method in distinct(m for m, _ in configs.values()):
+        labs = [lab for lab, (m, _) in configs.items() if m == method]
+        if len(labs) < 2:
+            continue
+        keys = sorted({k for lab in labs for k in configs[lab][1]})
+        for key in keys:
+            groups: dict[str, dict] = {}
+            for lab in sorted(labs, key=natural_key):
+                cfg = configs[lab][1]
+                v = cfg.get(key)
+                if not _is_number(v):
+                    continue
+                rest = json.dumps({k: cfg[k] for k in cfg if k != key}, sort_keys=True, default=str)
+                group = groups.setdefault(rest, {})
+                if float(v) not in group.values():  # identical configs: keep the first label
+                    group[lab] = float(v)
+            for group in groups.values():
+                if len(group) >= 2:
+                    ordered = dict(sorted(group.items(), key=lambda kv: kv[1]))
+                    sweeps.append(Sweep(str(method), str(key), ordered))
+    return sweeps
+
+
+def diagnostics_by_label(df: pd.DataFrame) -> dict:
+    """label -> [(seed, diagnostics dict)] in seed order, one per run (its id record when it
+    has one), for the runs whose records carry non-empty ``diagnostics``."""
+    if "diagnostics" not in df.columns:
+        return {}
+    d = df[df["diagnostics"].map(lambda x: isinstance(x, dict) and bool(x))]
+    if d.empty:
+        return {}
+    d = d.assign(_rank=(d["kind"] != "id").astype(int)).sort_values(["_rank"], kind="stable")
+    out: dict = {}
+    for (lab, seed), grp in d.groupby(["label", "seed"], sort=False, dropna=False):
+        out.setdefault(lab, []).append((seed, grp["diagnostics"].iloc[0]))
+    return {lab: sorted(v, key=lambda sv: (math.inf if pd.isna(sv[0]) else sv[0]))
+            for lab, v in sorted(out.items(), key=lambda kv: natural_key(kv[0]))}
+
+
+def sweep_order(labels, sweeps: list[Sweep]) -> list[str]:
+    """``labels`` with those of each sweep first (by swept value), then the rest naturally."""
+    labels = list(labels)
+    out = []
+    for sw in sweeps:
+        out += [lab for lab in sw.labels if lab in labels and lab not in out]
+    out += [lab for lab in sorted(labels, key=natural_key) if lab not in out]
+    return out
+
+
+def scoped_metrics_per_seed(df: pd.DataFrame, metrics: list[str],
+                            ood_metrics: list[str] = OOD_METRICS) -> pd.DataFrame:
+    """Per (label, seed): ``id.<m>`` and ``shift.<m>`` (mean over that seed's records of the
+    kind, i.e. over all shift families and severities) and ``ood.<set>.<m>`` per OOD set."""
+    parts = []
+    for kind in ("id", "shift"):
+        sub = df[df["kind"] == kind]
+        ps = per_seed_mean(sub, metric_columns(sub, metrics))
+        ps.columns = [f"{kind}.{c.split('.', 1)[1]}" for c in ps.columns]
+        parts.append(ps)
+    ood = df[df["kind"] == "ood"]
+    for name in distinct(ood["shift"]):
+        sub = ood[ood["shift"] == name]
+        ps = per_seed_mean(sub, metric_columns(sub, ood_metrics))
+        ps.columns = [f"ood.{name}.{c.split('.', 1)[1]}" for c in ps.columns]
+        parts.append(ps)
+    parts = [p for p in parts if not p.empty]
+    if not parts:
+        return per_seed_mean(df.iloc[:0], [])
+    return pd.concat(parts, axis=1)

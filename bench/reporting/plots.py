@@ -327,5 +327,215 @@ def regression_bands(df: pd.DataFrame, palette: dict) -> bytes | None:
     return to_png(fig)
 
 
+# --------------------------------------------------------------------- sweeps, subnetworks
+
+SWEEP_COLOR = "#222222"
+_SCOPE_AXIS = {"id": "ID", "shift": "shift-avg."}
+
+
+def scoped_axis_title(key: str) -> str:
+    """``id.nll`` -> "ID NLL", ``shift.brier`` -> "shift-avg. Brier score",
+    ``ood.fmnist.auroc`` -> "OOD fmnist AUROC"."""
+    kind, rest = key.split(".", 1)
+    if kind == "ood":
+        name, metric = rest.rsplit(".", 1)
+        return f"OOD {name} {metric.upper() if metric in ('auroc', 'aupr') else METRIC_AXIS.get(metric, metric)}"
+    return f"{_SCOPE_AXIS.get(kind, kind)} {METRIC_AXIS.get(rest, rest)}"
+
+
+def sweep_figure(per_seed: pd.DataFrame, sweep, palette: dict) -> bytes | None:
+    """PBN paper Fig. 4a style: each metric against the swept option (mean ± std over seeds as
+    error bars), other methods of the section as dashed horizontal reference lines.
+
+    ``per_seed``: (label, seed)-indexed frame with one column per metric key (``id.nll`` ...),
+    holding the sweep's labels and the reference labels; ``sweep``: a ``data.Sweep``.
+    """
+    keys = [k for k in per_seed.columns if per_seed[k].notna().any()]
+    if not keys or per_seed.empty:
+        return None
+    g = per_seed.groupby(level=0, sort=False)
+    mean, std = g.mean(), g.std(ddof=1)
+    labs = [lab for lab in sweep.labels if lab in mean.index]
+    if len(labs) < 2:
+        return None
+    x = np.array([sweep.values[lab] for lab in labs], dtype=float)
+    refs = [lab for lab in palette if lab in mean.index and lab not in sweep.values]
+    refs += [lab for lab in mean.index if lab not in refs and lab not in sweep.values]
+    ncols, nrows = _grid(len(keys), 3)
+    fig = Figure(figsize=(4.3 * ncols, 3.3 * nrows))
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    shown = set()
+    for ax, key in zip(axes, keys):
+        m = mean.loc[labs, key].to_numpy(dtype=float)
+        sd = std.loc[labs, key].to_numpy(dtype=float)
+        ok = np.isfinite(m)
+        ax.errorbar(x[ok], m[ok], yerr=np.where(np.isfinite(sd), sd, 0.0)[ok], color=SWEEP_COLOR, marker="o",
+                    markersize=4, capsize=3, linewidth=1.5, zorder=3)
+        for lab in refs:
+            v = float(mean.at[lab, key])
+            if np.isfinite(v):
+                ax.axhline(v, linestyle="--", linewidth=1.2, color=palette.get(lab, "#888"), zorder=2)
+                shown.add(lab)
+        if sweep.log_x:
+            ax.set_xscale("log")
+        ax.set_xlabel(sweep.option)
+        ax.set_title(scoped_axis_title(key), fontsize=10)
+        ax.grid(alpha=0.3, which="both" if sweep.log_x else "major")
+    for ax in axes[len(keys):]:
+        ax.set_visible(False)
+    handles = [Line2D([0], [0], color=SWEEP_COLOR, marker="o", label=f"{sweep.method}: {sweep.option} sweep "
+                      f"(mean ± std over seeds)")]
+    handles += [Line2D([0], [0], color=palette.get(lab, "#888"), linestyle="--", label=lab)
+                for lab in refs if lab in shown]
+    rows = math.ceil(len(handles) / 4)
+    fig.tight_layout(rect=(0, 0.04 + 0.035 * rows / nrows, 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), frameon=False,
+               bbox_to_anchor=(0.5, -0.01), fontsize=9)
+    return to_png(fig)
+
+
+def _kernel_mosaic(a: np.ndarray) -> np.ndarray:
+    """(out, in, kh, kw) -> a 2-D image of the out*in kernels tiled on a grid, NaN between them."""
+    out_c, in_c, kh, kw = a.shape[:4]
+    tiles = a.reshape(out_c * in_c, kh, kw)
+    ncol = math.ceil(math.sqrt(len(tiles)))
+    nrow = math.ceil(len(tiles) / ncol)
+    img = np.full((nrow * (kh + 1) - 1, ncol * (kw + 1) - 1), np.nan)
+    for i, t in enumerate(tiles):
+        r, c = divmod(i, ncol)
+        img[r * (kh + 1):r * (kh + 1) + kh, c * (kw + 1):c * (kw + 1) + kw] = t
+    return img
+
+
+def sigma_image(fl: dict):
+    """(2-D array, what its pixels are) for a ``first_layer_sigma`` diagnostic, or None.
+
+    Large Linear layers store per-input summaries: ``per_input_mean`` reshaped to the input's
+    H x W (averaged over channels when C > 1). Small layers store the whole tensor: a 2-D
+    matrix as is, a convolution's kernels tiled.
+    """
+    if not isinstance(fl, dict):
+        return None
+    per_input = fl.get("per_input_mean")
+    if per_input is not None:
+        v = np.asarray(per_input, dtype=float)
+        shape = [int(d) for d in (fl.get("input_shape") or [])]
+        if len(shape) >= 2 and shape[-1] * shape[-2] == v.size:
+            return v.reshape(shape[-2], shape[-1]), "input pixel (mean σ over output units)"
+        if len(shape) >= 3 and int(np.prod(shape)) == v.size:
+            return v.reshape(-1, shape[-2], shape[-1]).mean(0), "input pixel (mean σ over output units and channels)"
+        return None
+    values = fl.get("values")
+    if values is None:
+        return None
+    a = np.asarray(values, dtype=float)
+    if a.ndim == 2:
+        return a, "weight matrix (outputs × inputs)"
+    if a.ndim == 4:
+        return _kernel_mosaic(a), "convolution kernels (tiled)"
+    if a.ndim == 1:
+        return a[None, :], "weights"
+    if a.ndim == 3:
+        return a.reshape(a.shape[0], -1), "weights (outputs × rest)"
+    return None
+
+
+def sigma_heatmaps(panels: list[tuple[str, dict]]) -> bytes | None:
+    """PBN paper Fig. 3: first-layer σ as heat maps, one panel per (label, first_layer_sigma).
+
+    Entries with σ = 0 (deterministic weights) are masked grey; each panel has its own colour scale.
+    """
+    items = []
+    for lab, fl in panels:
+        img = sigma_image(fl)
+        if img is not None:
+            items.append((lab, fl, *img))
+    if not items:
+        return None
+    ncols, nrows = _grid(len(items), 5)
+    fig = Figure(figsize=(3.0 * ncols, 3.1 * nrows))
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#d9d9d9")
+    for ax, (lab, fl, img, _) in zip(axes, items):
+        data = np.ma.masked_invalid(np.where(img == 0, np.nan, img))
+        aspect = "equal" if max(img.shape) <= 4 * min(img.shape) else "auto"
+        im = ax.imshow(data, cmap=cmap, interpolation="nearest", aspect=aspect)
+        if data.count() == 0:
+            im.set_clim(0, 1)
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.03).ax.tick_params(labelsize=7)
+        numel = int(np.prod(fl.get("shape") or [0]))
+        count = fl.get("stochastic")
+        sub = f"{int(count):,} / {numel:,} weights stochastic" if count is not None and numel else ""
+        ax.set_title(f"{lab}\n{sub}", fontsize=8)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    for ax in axes[len(items):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return to_png(fig)
+
+
+def layer_distribution_figure(frames: dict) -> bytes | None:
+    """Appendix D/E: per configuration (label -> long frame of ``tables.layer_distribution_frame``)
+    the fraction of the subnetwork in each layer (stacked bars) and the fraction of each layer
+    that is stochastic (log scale)."""
+    frames = {lab: f for lab, f in frames.items() if f is not None and not f.empty}
+    if not frames:
+        return None
+    layers = []  # (depth, name) in depth order, over all configurations
+    for f in frames.values():
+        for d, name, t in f[["depth", "layer", "type"]].drop_duplicates().itertuples(index=False):
+            key = (d, f"{name} ({t})" if t else str(name))
+            if key not in layers:
+                layers.append(key)
+    layers.sort(key=lambda k: (k[0] if pd.notna(k[0]) else math.inf))
+    names = [n for _, n in layers]
+    configs = list(frames)
+    sub_frac = pd.DataFrame(0.0, index=configs, columns=names)
+    lay_frac = pd.DataFrame(np.nan, index=configs, columns=names)
+    for lab, f in frames.items():
+        f = f.assign(name=[f"{n} ({t})" if t else str(n) for n, t in zip(f["layer"], f["type"])])
+        g = f.groupby("name")
+        sub_frac.loc[lab, g["fraction_of_subnet"].mean().index] = g["fraction_of_subnet"].mean().fillna(0).values
+        lay_frac.loc[lab, g["fraction_of_layer"].mean().index] = g["fraction_of_layer"].mean().values
+    layer_colors = sns.color_palette("crest", n_colors=max(len(names), 1))
+    config_colors = sns.color_palette("flare", n_colors=max(len(configs), 1))
+    fig = Figure(figsize=(13, 1.6 + 0.38 * max(len(configs), 6)))
+    ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.25, 1]})
+    y = np.arange(len(configs))
+    left = np.zeros(len(configs))
+    for j, name in enumerate(names):
+        w = sub_frac[name].to_numpy(dtype=float)
+        ax1.barh(y, w, left=left, color=layer_colors[j], edgecolor="white", linewidth=0.5, label=name)
+        for yi, (l0, wi) in enumerate(zip(left, w)):
+            if wi >= 0.08:
+                ax1.text(l0 + wi / 2, yi, f"{wi:.0%}", ha="center", va="center", fontsize=7,
+                         color="white" if j >= len(names) / 2 else "black")
+        left += w
+    ax1.set_yticks(y)
+    ax1.set_yticklabels(configs, fontsize=8)
+    ax1.invert_yaxis()
+    ax1.set_xlim(0, 1)
+    ax1.set_xlabel("fraction of the subnetwork (stochastic entries) per layer")
+    ax1.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(names), 5), frameon=False, fontsize=8,
+               title="layer (depth order)", title_fontsize=8)
+    xs = np.arange(len(names))
+    for i, lab in enumerate(configs):
+        v = lay_frac.loc[lab].to_numpy(dtype=float)
+        v = np.where(v > 0, v, np.nan)
+        ax2.plot(xs, v, marker="o", markersize=4, color=config_colors[i], label=lab)
+    ax2.set_xticks(xs)
+    ax2.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+    if (lay_frac.to_numpy(dtype=float) > 0).any():
+        ax2.set_yscale("log")
+    ax2.set_ylabel("fraction of the layer stochastic")
+    ax2.set_title("stochastic fraction of each layer (1 − sparsity)", fontsize=9)
+    ax2.grid(alpha=0.3, which="both")
+    ax2.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False, fontsize=8)
+    fig.tight_layout()
+    return to_png(fig)
+
+
 __all__ = ["make_palette", "to_png", "shift_lines", "shift_boxes", "entropy_histograms",
-           "reliability_diagrams", "regression_bands", "summed_reliability"]
+           "reliability_diagrams", "regression_bands", "summed_reliability", "sweep_figure", "sigma_heatmaps",
+           "sigma_image", "layer_distribution_figure", "scoped_axis_title"]

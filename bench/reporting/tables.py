@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .data import (CLASSIFICATION_METRICS, OOD_METRICS, REGRESSION_METRICS, cost_columns,
+from .data import (CLASSIFICATION_METRICS, OOD_METRICS, REGRESSION_METRICS, Sweep, cost_columns,
                    distinct, labels_in_order, metric_columns, natural_key, per_seed_mean,
-                   seed_summary)
+                   scoped_metrics_per_seed, seed_summary)
 
 METRIC_TITLES = {
     "accuracy": "acc", "nll": "NLL", "brier": "Brier", "ece": "ECE", "entropy": "entropy",
@@ -205,29 +205,209 @@ def regression_tables(df: pd.DataFrame) -> list[Table]:
     return tables
 
 
-def cost_table(df: pd.DataFrame) -> Table | None:
-    """Mean over seeds of every numeric ``cost.*`` key, taken from each run's id record."""
-    cols = cost_columns(df)
-    if not cols:
-        return None
-    # one record per run: the id record when there is one, otherwise the first record
+#: cost keys every method reports (bench.cost / harness); the main cost table shows these first
+COMMON_COST_KEYS = ["total_params", "stochastic_params", "state_mb", "train_time_s", "fit_time_s",
+                    "predict_time_per_example_s", "flops_per_example", "peak_memory_mb",
+                    "predict_peak_memory_mb"]
+
+
+def is_paper_cost_key(key: str) -> bool:
+    """Cost keys of the PBN paper's cost model (Appendix B / C), not measurements."""
+    return (key.endswith("_paper") or key.startswith(("variational_", "param_ratio"))
+            or key in ("mean_params", "forward_flops_deterministic"))
+
+
+def _per_run_cost(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """One row per (label, seed) run: the id record when there is one, otherwise the first."""
     order = df.assign(_rank=(df["kind"] != "id").astype(int)).sort_values("_rank", kind="stable")
     per_run = order.groupby(["label", "seed"], sort=False)[cols].first()
     per_run.columns = [c.split(".", 1)[1] for c in cols]
-    # counts (parameters, FLOPs) print as integers; times and memory keep their decimals
-    columns = [Column(c, c, integers=not c.endswith(("_s", "_ms", "_mb", "_gb"))
-                      and bool(np.all(np.mod(per_run[c].dropna(), 1) == 0)))
-               for c in per_run.columns]
+    return per_run
+
+
+def _cost_columns(per_run: pd.DataFrame, titles: dict | None = None) -> list[Column]:
+    # counts (parameters, FLOPs, bytes) print as integers; times, memory and ratios keep their decimals
+    titles = titles or {}
+    return [Column(c, titles.get(c, c), integers=not c.endswith(("_s", "_ms", "_mb", "_gb"))
+                   and bool(np.all(np.mod(per_run[c].dropna(), 1) == 0)))
+            for c in per_run.columns]
+
+
+def cost_table(df: pd.DataFrame) -> Table | None:
+    """Measured cost per method: mean over seeds of the common ``cost.*`` keys (and any other
+    key that is not part of the paper's cost model, e.g. ``vi_train_time_s``), taken from each
+    run's id record. The paper-formula keys go to :func:`paper_cost_table`."""
+    cols = [c for c in cost_columns(df) if not is_paper_cost_key(c.split(".", 1)[1])]
+    if not cols:
+        return None
+    rank = {k: i for i, k in enumerate(COMMON_COST_KEYS)}
+    cols.sort(key=lambda c: rank.get(c.split(".", 1)[1], len(rank)))  # stable: others keep their order
+    per_run = _per_run_cost(df, cols)
     caption = ("Cost per method: mean over seeds of each cost key (from the in-distribution record of each run). "
                "train_time_s includes the MAP networks a method is built from (ensemble members, PBN's start); "
-               "fit_time_s is the method's own fit. state_mb: bytes of the fitted method's state (exact). "
+               "fit_time_s is the method's own fit (vi_train_time_s: its variational training alone). "
+               "state_mb: bytes of the fitted method's state (exact). "
                "peak_memory_mb / predict_peak_memory_mb: on CUDA the peak allocated memory; on a CPU the increase "
                "of the process's resident set size, which under-reports when freed memory is reused. "
                "flops_per_example: torch.utils.flop_counter on one prediction (all samples / members).")
-    table = _assemble("Cost", [per_run], columns, labels_in_order(df), caption)
+    table = _assemble("Cost", [per_run], _cost_columns(per_run), labels_in_order(df), caption)
     if table is not None:
         table.std.loc[:, :] = np.nan  # this table shows means only
     return table
+
+
+PAPER_COST_ORDER = ["mean_params", "variational_params", "param_ratio_vs_deterministic",
+                    "variational_state_bytes", "variational_state_bytes_dense_rho",
+                    "forward_flops_deterministic", "predict_flops_per_example_paper",
+                    "train_flops_per_example_step_paper", "pretrain_flops_paper", "train_flops_paper"]
+PAPER_COST_TITLES = {"mean_params": "mean_params (θ)", "variational_params": "variational_params (k = rθ)",
+                     "param_ratio_vs_deterministic": "param_ratio_vs_deterministic (1 + r)",
+                     "forward_flops_deterministic": "forward_flops_deterministic (f_d)"}
+PAPER_COST_CAPTION = (
+    "Cost model of the PBN paper (Appendix B, Table 1; Appendix C), evaluated for each run with "
+    "θ = mean_params (every parameter of the network), k = variational_params (the stochastic entries), "
+    "r = k / θ, N = the number of posterior samples (predict_samples for prediction, train_samples for "
+    "training) and f_d = forward_flops_deterministic (FLOPs of one deterministic forward pass per example). "
+    "Stored parameters: (1 + r) θ, i.e. param_ratio_vs_deterministic = 1 + r (full VI: 2θ). "
+    "Prediction FLOPs per example: (1 + r) N f_d. "
+    "PBN training FLOPs per example and step: (1 + r)(N + 2) f_d, plus 3 f_d per example and epoch of "
+    "deterministic pre-training (pretrain_flops_paper; train_flops_paper = per-step cost × training "
+    "examples × epochs + pre-training). Full VI: 2 (N + 2) f_d per example and step. "
+    "variational_state_bytes: bytes of ρ plus the indices of the stochastic entries "
+    "(variational_state_bytes_dense_rho: a dense ρ over all θ, for scale). These are formulas, not "
+    "measurements: measured times, memory and FLOPs (torch flop counter) are in the main cost table.")
+
+
+def paper_cost_table(df: pd.DataFrame) -> Table | None:
+    """The PBN paper's cost formulas (``*_paper``, ``variational_*``, ``param_ratio*`` ...), for the
+    methods that report them; mean over seeds."""
+    cols = [c for c in cost_columns(df) if is_paper_cost_key(c.split(".", 1)[1])]
+    if not cols:
+        return None
+    rank = {k: i for i, k in enumerate(PAPER_COST_ORDER)}
+    cols.sort(key=lambda c: rank.get(c.split(".", 1)[1], len(rank)))
+    has = df[df[cols].notna().any(axis=1)]
+    per_run = _per_run_cost(df[df["label"].isin(set(has["label"]))], cols)
+    table = _assemble("Paper cost model", [per_run], _cost_columns(per_run, PAPER_COST_TITLES),
+                      labels_in_order(has), PAPER_COST_CAPTION)
+    if table is not None:
+        table.std.loc[:, :] = np.nan
+    return table
+
+
+# ----------------------------------------------------------------------- sweeps, subnetworks
+
+#: metrics of the sweep table / figure (PBN paper Fig. 4a-d), in this order when present
+SWEEP_KEYS = {
+    "classification": ["id.accuracy", "id.nll", "id.brier", "shift.nll", "shift.brier", "ood.*.auroc"],
+    "regression": ["id.rmse", "id.nll", "id.coverage_3sigma", "ood.*.nll", "ood.*.mean_std"],
+}
+
+
+def sweep_metrics_per_seed(df: pd.DataFrame, task: str = "classification") -> pd.DataFrame:
+    """Per (label, seed), the sweep metrics in display order (``ood.*`` expanded per OOD set)."""
+    if task == "regression":
+        ps = scoped_metrics_per_seed(df, REGRESSION_METRICS, ood_metrics=REGRESSION_METRICS)
+    else:
+        ps = scoped_metrics_per_seed(df, CLASSIFICATION_METRICS)
+    keys = []
+    for pattern in SWEEP_KEYS.get(task, SWEEP_KEYS["classification"]):
+        if pattern.startswith("ood.*."):
+            metric = pattern.split(".", 2)[2]
+            keys += [c for c in ps.columns if c.startswith("ood.") and c.rsplit(".", 1)[1] == metric
+                     and c not in keys]
+        elif pattern in ps.columns:
+            keys.append(pattern)
+    return ps[[k for k in keys if ps[k].notna().any()]]
+
+
+def scoped_column(key: str) -> Column:
+    """Column for ``id.<m>``, ``shift.<m>`` or ``ood.<set>.<m>`` (leaderboard titles)."""
+    kind, rest = key.split(".", 1)
+    if kind == "ood":
+        name, metric = rest.rsplit(".", 1)
+        return _metric_column(key, metric, f"OOD {name}")
+    return _metric_column(key, rest, {"id": "ID", "shift": "shift"}.get(kind, kind))
+
+
+def format_option(value: float) -> str:
+    return f"{float(value):g}"
+
+
+def sweep_table(df: pd.DataFrame, sweep: Sweep, task: str = "classification") -> Table | None:
+    """Swept option value -> the sweep metrics (mean ± std over seeds), in value order."""
+    sub = df[df["label"].isin(sweep.labels)]
+    ps = sweep_metrics_per_seed(sub, task)
+    if ps.empty or not len(ps.columns):
+        return None
+    rows = {lab: format_option(v) for lab, v in sweep.values.items()}
+    if len(set(rows.values())) < len(rows):  # values that only differ beyond 6 digits
+        rows = {lab: repr(float(v)) for lab, v in sweep.values.items()}
+    ps = ps.rename(index=rows, level=0)
+    seeds = sub.assign(label=sub["label"].map(rows))
+    caption = (f"{sweep.method}: metrics against {sweep.option}, every other option fixed "
+               f"({', '.join(f'{v} = {lab}' for lab, v in rows.items())}). Mean ± std over seeds; ID: clean "
+               "test set; shift: per seed the mean over every shifted test set; OOD: detection from "
+               "predictive entropy. Best per column in bold.")
+    table = _assemble(f"Sweep {sweep.method} {sweep.option}", [ps], [scoped_column(c) for c in ps.columns],
+                      list(rows.values()), caption, seeds_from=seeds)
+    if table is not None:
+        table.index_title = sweep.option
+    return table
+
+
+def layer_distribution_frame(runs: list) -> pd.DataFrame:
+    """Long frame (seed, depth, layer, type, numel, selected, selected_weight, selected_bias,
+    fraction_of_layer, fraction_of_subnet, sparsity) from [(seed, diagnostics)]."""
+    rows = []
+    for seed, diag in runs:
+        for e in diag.get("layer_distribution") or []:
+            by = e.get("selected_by_param") or {}
+            rows.append({"seed": seed, "depth": e.get("depth"), "layer": str(e.get("layer")),
+                         "type": str(e.get("type", "")), "numel": e.get("numel"), "selected": e.get("selected"),
+                         "selected_weight": by.get("weight"), "selected_bias": by.get("bias"),
+                         "fraction_of_layer": e.get("fraction_of_layer"),
+                         "fraction_of_subnet": e.get("fraction_of_subnet"), "sparsity": e.get("sparsity")})
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    for c in frame.columns:
+        if c not in ("layer", "type"):
+            frame[c] = pd.to_numeric(frame[c], errors="coerce")
+    return frame
+
+
+def layer_row_label(depth, layer, type_) -> str:
+    d = f"{int(depth)}: " if pd.notna(depth) else ""
+    return f"{d}{layer} ({type_})" if type_ else f"{d}{layer}"
+
+
+LAYER_COLUMNS = [("numel", "parameters"), ("selected", "selected"), ("selected_weight", "selected weights"),
+                 ("selected_bias", "selected biases"), ("fraction_of_layer", "fraction of layer"),
+                 ("sparsity", "sparsity"), ("fraction_of_subnet", "fraction of subnet")]
+
+
+def layer_distribution_table(label: str, runs: list) -> Table | None:
+    """Per layer (depth order) of one configuration: mean over seeds of the selected count,
+    its split into weights / biases, the fraction of the layer and of the subnetwork."""
+    frame = layer_distribution_frame(runs)
+    if frame.empty:
+        return None
+    frame["row"] = [layer_row_label(d, l, t) for d, l, t in zip(frame["depth"], frame["layer"], frame["type"])]
+    order = frame.drop_duplicates("row").sort_values(["depth"], kind="stable")["row"].tolist()
+    cols = [c for c, _ in LAYER_COLUMNS if frame[c].notna().any()]
+    g = frame.groupby("row", sort=False)[cols]
+    mean, count = g.mean().reindex(order), g.count().reindex(order)
+    std = mean * np.nan
+    n_seeds = frame["seed"].nunique(dropna=False)
+    titles = dict(LAYER_COLUMNS)
+    columns = [Column(c, titles[c], integers=not c.startswith(("fraction", "sparsity"))
+                      and bool(np.all(np.mod(mean[c].dropna(), 1) == 0)))
+               for c in cols]
+    caption = (f"{label}: stochastic entries per layer, mean over {n_seeds} seed(s). fraction of layer = "
+               "selected / parameters of the layer (sparsity = 1 − that, as in the PBN paper's Appendix D/E); "
+               "fraction of subnet = selected / all selected entries.")
+    return Table(f"Layer distribution {label}", columns, mean, std, count, index_title="layer", caption=caption)
 
 
 def failed_table(failed: pd.DataFrame) -> TextTable | None:
