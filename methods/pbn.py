@@ -53,6 +53,11 @@ class VIMethod(Method):
         "beta_end": 0.01,  # ... to 0.01 over training
         "local_reparam": False,  # the paper uses the plain reparameterisation trick (Sec. 3)
         "epochs": None,  # None = the profile's training epochs
+        "lr": None,  # None = the profile's learning rate (the VI phase may fine-tune at a smaller one)
+        # How the KL enters the per-example loss: "dataset" = beta KL / N_train (the ELBO per
+        # example; beta < 1 tempers it), "batch" = beta KL / batch size (common Bayes-by-backprop
+        # code; for the same beta a N/B times stronger pull towards the prior)
+        "kl_scale": "dataset",
     }
 
     def __init__(self, ctx, **config):
@@ -79,6 +84,8 @@ class VIMethod(Method):
         cfg = self.ctx.train
         if self.config["epochs"] is not None:
             cfg = cfg.replace(epochs=int(self.config["epochs"]))
+        if self.config["lr"] is not None:
+            cfg = cfg.replace(lr=float(self.config["lr"]))
         return cfg
 
     def fresh_network(self, tag: str) -> nn.Module:
@@ -101,10 +108,13 @@ class VIMethod(Method):
         meta["forward_flops"] = forward_flops(self.vi.net, x0)
         cfg = self.train_config()
         num_train = self.ctx.num_train or train.num_examples
+        if c["kl_scale"] not in ("dataset", "batch"):
+            raise BenchError(f"{self.name}: kl_scale must be 'dataset' or 'batch', got {c['kl_scale']!r}")
+        kl_divisor = num_train if c["kl_scale"] == "dataset" else cfg.batch_size
         last: dict = {}
         # The optimiser runs without weight decay so that rho is not shrunk towards 0
         # (sigma -> 0.69); the profile's L2 is applied to the means inside the loss instead.
-        loss_fn = elbo_loss(self.ctx.task, num_train, samples=int(c["train_samples"]),
+        loss_fn = elbo_loss(self.ctx.task, kl_divisor, samples=int(c["train_samples"]),
                             beta_start=float(c["beta_start"]), beta_end=float(c["beta_end"]),
                             local_reparam=bool(c["local_reparam"]), weight_decay=cfg.weight_decay, log=last)
         t0 = time.perf_counter()
