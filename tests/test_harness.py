@@ -19,8 +19,12 @@ def test_toy_run_writes_records_and_resumes(tmp_path):
     out = tmp_path / "results"
     assert main(TOY + ["--out", str(out)]) == 0
     df = load_records(out)
-    assert set(df["method"]) == {"deterministic", "mc_dropout", "deep_ensemble"}
-    assert len(df) == 3 * 2 and (df["status"] == "ok").all()
+    from bench.suites import SUITES
+
+    methods = set(SUITES.get("toy").default_methods)
+    assert {"deterministic", "mc_dropout", "deep_ensemble", "pbn", "mfvi"} <= methods
+    assert set(df["method"]) == methods
+    assert len(df) == len(methods) * 2 and (df["status"] == "ok").all()
     for col in ("git_commit", "versions.torch", "device", "started_at", "finished_at", "config_hash",
                 "cost.total_params", "cost.flops_per_example", "cost.train_time_s", "metrics.nll"):
         assert col in df.columns and df[col].notna().all(), col
@@ -82,7 +86,7 @@ def test_diverging_run_is_recorded_as_failed(tmp_path):
 def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "never"
     cases = [
-        (["--suite", "nope"], "valid suites: mnist_rotated, toy"),
+        (["--suite", "nope"], "valid suites: "),
         (["--suite", "toy", "--methods", "deterministic,bogus"], "valid methods:"),
         (["--suite", "toy", "--profile", "fast"], "valid profiles: smoke, quick, paper"),
         (["--suite", "toy", "--set", "mc_dropout.q=1", "--methods", "mc_dropout"], "valid: ['p', 'samples']"),
@@ -94,6 +98,8 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
         err = capsys.readouterr().err
         assert code == 2, extra
         assert needle in err, (extra, err)
+        if extra[1] == "nope":
+            assert "mnist_rotated" in err and "toy" in err
     assert not out.exists()
 
 
