@@ -28,6 +28,15 @@ class Registry(Generic[T]):
 
         return deco
 
+    def register_class(self, name: str) -> Callable[[T], T]:
+        """Like :meth:`register`, and also sets the class attribute ``name``."""
+
+        def deco(cls: T) -> T:
+            cls.name = name
+            return self.register(name)(cls)
+
+        return deco
+
     def get(self, name: str) -> T:
         try:
             return self._items[name]

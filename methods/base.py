@@ -31,12 +31,7 @@ from bench.training import TrainConfig
 METHODS: Registry[type["Method"]] = Registry("method")
 
 
-def register_method(name: str):
-    def deco(cls):
-        cls.name = name
-        return METHODS.register(name)(cls)
-
-    return deco
+register_method = METHODS.register_class
 
 
 @dataclass

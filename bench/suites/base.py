@@ -18,12 +18,7 @@ SUITES: Registry[type["Suite"]] = Registry("suite")
 PROFILES = ("smoke", "quick", "paper")
 
 
-def register_suite(name: str):
-    def deco(cls):
-        cls.name = name
-        return SUITES.register(name)(cls)
-
-    return deco
+register_suite = SUITES.register_class
 
 
 class Suite(abc.ABC):
