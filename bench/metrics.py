@@ -24,6 +24,9 @@ DEFINITIONS = {
     "auroc": "area under the ROC curve separating the OOD set (positive) from the in-distribution test "
              "set by predictive entropy",
     "aupr": "area under the precision-recall curve (average precision), OOD as positive, score = entropy",
+    "vdp_variance": "mean over examples of the propagated output variance of the predicted class "
+                    "(moment-propagating methods such as VDP++ only)",
+    "auroc_vdp_variance": "OOD AUROC with the predicted-class output variance as the score (VDP++ only)",
     "rmse": "root mean squared error of the predictive mean (regression)",
     "gaussian_nll": "negative log-likelihood of y under N(mean, var) of the (moment-matched) predictive",
     "mean_std": "mean predictive standard deviation (regression)",
@@ -128,8 +131,11 @@ def entropy_histogram(ent: torch.Tensor, num_classes: int, bins: int = 30) -> di
     return {"edges": edges.tolist(), "counts": counts.tolist()}
 
 
-def classification_metrics(probs: torch.Tensor, y: torch.Tensor, sample_probs: torch.Tensor | None = None) -> tuple[dict, dict]:
-    """Scalar metrics and the curves (reliability bins, entropy histogram) of one evaluation set."""
+def classification_metrics(probs: torch.Tensor, y: torch.Tensor, sample_probs: torch.Tensor | None = None,
+                           variance: torch.Tensor | None = None) -> tuple[dict, dict]:
+    """Scalar metrics and the curves (reliability bins, entropy histogram) of one evaluation set.
+
+    ``variance`` (N,), from moment-propagating methods, adds ``vdp_variance`` (its mean)."""
     bins = reliability_bins(probs, y)
     ent = entropy(probs)
     metrics = {
@@ -140,11 +146,14 @@ def classification_metrics(probs: torch.Tensor, y: torch.Tensor, sample_probs: t
         "entropy": ent.mean().item(),
         "mutual_information": None if sample_probs is None else mutual_information(sample_probs).mean().item(),
     }
+    if variance is not None:
+        metrics["vdp_variance"] = variance.double().mean().item()
     curves = {"reliability": bins, "entropy_hist": entropy_histogram(ent, probs.shape[-1])}
     return metrics, curves
 
 
-def ood_metrics(probs_in: torch.Tensor, probs_out: torch.Tensor, sample_probs_out: torch.Tensor | None = None) -> tuple[dict, dict]:
+def ood_metrics(probs_in: torch.Tensor, probs_out: torch.Tensor, sample_probs_out: torch.Tensor | None = None,
+                variance_in: torch.Tensor | None = None, variance_out: torch.Tensor | None = None) -> tuple[dict, dict]:
     ent_in, ent_out = entropy(probs_in), entropy(probs_out)
     metrics = {
         "auroc": auroc(ent_in, ent_out),
@@ -152,6 +161,10 @@ def ood_metrics(probs_in: torch.Tensor, probs_out: torch.Tensor, sample_probs_ou
         "entropy": ent_out.mean().item(),
         "mutual_information": None if sample_probs_out is None else mutual_information(sample_probs_out).mean().item(),
     }
+    if variance_out is not None:
+        metrics["vdp_variance"] = variance_out.double().mean().item()
+        if variance_in is not None:
+            metrics["auroc_vdp_variance"] = auroc(variance_in, variance_out)
     return metrics, {"entropy_hist": entropy_histogram(ent_out, probs_out.shape[-1])}
 
 

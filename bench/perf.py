@@ -9,6 +9,8 @@ on the same tensors, and prints the ratio next to its target:
 * PBN (r_bayes = 1 %) training step / full mean-field VI training step, same S = 5 samples <= 1.0,
   and PBN's variational state (rho + indices) / mfvi's                                       < 0.05
 * PBN (S = 5) prediction / (S x one deterministic forward)                                   <= 1.2
+* VDP++ prediction (one moment-propagating pass) / one deterministic forward                  <= 3,
+  and its peak tensor memory / the deterministic forward's                                  <= 2
 
 A case returns one row ``(measure, ratio, op, target, detail)`` or a list of them.
 """
@@ -210,6 +212,37 @@ def pbn_predict_vs_single(model_name, in_shape, device, repeats, tmp, n=2000, sa
     return (f"PBN r={r_bayes:.0%} S={samples} predict / (S x single forward)", c / (samples * r), "<=", 1.2,
             f"{c * 1e3:.1f} ms vs {samples} x {r * 1e3:.1f} ms")
 
+
+
+@case
+def vdp_predict_vs_single(model_name, in_shape, device, repeats, tmp, n=2000):
+    """VDP++ paper, Sec. 1 / Fig. 1: propagating variances costs at most ~3x a deterministic
+    pass in time and 2x in memory. The vdp method's own predict path (untrained network) vs
+    one deterministic forward; memory = peak tensor bytes, parameters and the input included
+    (bench.vdp.memory: CUDA's allocator peak on a GPU, tracked tensor storages on a CPU)."""
+    from bench.vdp.memory import peak_tensor_bytes
+
+    ctx = _context(model_name, in_shape, device, tmp)
+    vdp = METHODS.get("vdp")(ctx)
+    torch.manual_seed(0)
+    net = build_model(model_name, in_shape, 10).to(device).eval()
+    vdp.net = vdp.build(net).eval()  # means = net's weights, rho = the default rho_init
+    x = torch.randn(n, *in_shape, device=device)
+
+    def predict():
+        return vdp.predict(x)
+
+    def one():
+        with torch.no_grad():
+            return torch.softmax(net(x), -1)
+
+    c, r = side_by_side(predict, one, repeats, device)
+    with torch.no_grad():
+        mem_c = peak_tensor_bytes(predict, vdp.net.prediction_tensors() + [x], device)
+        mem_r = peak_tensor_bytes(one, list(net.parameters()) + list(net.buffers()) + [x], device)
+    return [(f"VDP++ predict / single forward (n={n})", c / r, "<=", 3.0, f"{c * 1e3:.1f} ms vs {r * 1e3:.1f} ms"),
+            ("VDP++ predict peak memory / single forward", mem_c / mem_r, "<=", 2.0,
+             f"{mem_c / 2**20:.1f} MiB vs {mem_r / 2**20:.1f} MiB (parameters and input included)")]
 
 MODELS = [("lenet_300_100", (1, 28, 28)), ("lenet5", (1, 28, 28))]
 OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b, ">": lambda a, b: a > b}

@@ -1,7 +1,9 @@
 """What a method's ``predict`` returns.
 
 Classification: mean class probabilities ``probs`` (N, K) and, for sampling methods, the
-per-sample probabilities ``sample_probs`` (S, N, K) whose mean is ``probs``.
+per-sample probabilities ``sample_probs`` (S, N, K) whose mean is ``probs``. Methods that
+propagate moments (VDP++) may add ``variance`` (N,): the propagated output variance of the
+predicted class, reported as the ``vdp_variance`` metric.
 Regression: a Gaussian (mixture) summarised by ``mean`` and ``var`` (N,), with the
 per-sample means and variances when the method samples.
 """
@@ -16,6 +18,7 @@ import torch
 class ClassificationPredictive:
     probs: torch.Tensor
     sample_probs: torch.Tensor | None = None
+    variance: torch.Tensor | None = None  # (N,) output variance of the predicted class (VDP++)
 
     @classmethod
     def from_samples(cls, sample_probs: torch.Tensor) -> "ClassificationPredictive":
@@ -28,13 +31,16 @@ class ClassificationPredictive:
     @classmethod
     def cat(cls, parts: list["ClassificationPredictive"]) -> "ClassificationPredictive":
         probs = torch.cat([p.probs for p in parts])
+        sample_probs = variance = None
         if all(p.sample_probs is not None for p in parts):
-            return cls(probs, torch.cat([p.sample_probs for p in parts], dim=1))
-        return cls(probs)
+            sample_probs = torch.cat([p.sample_probs for p in parts], dim=1)
+        if all(p.variance is not None for p in parts):
+            variance = torch.cat([p.variance for p in parts])
+        return cls(probs, sample_probs, variance)
 
     def to(self, device) -> "ClassificationPredictive":
-        sp = None if self.sample_probs is None else self.sample_probs.to(device)
-        return ClassificationPredictive(self.probs.to(device), sp)
+        f = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return ClassificationPredictive(self.probs.to(device), f(self.sample_probs), f(self.variance))
 
 
 @dataclass
