@@ -106,3 +106,26 @@ def load_mnist_like(root: Path, name: str, split: str, download: bool = False) -
 
 def normalize(images_uint8: torch.Tensor) -> torch.Tensor:
     return (images_uint8.float() / 255.0 - MEAN) / STD
+
+
+def load_mnist_splits(root: Path, cfg: dict, download: bool = False) -> dict[str, torch.Tensor]:
+    """The MNIST suites' splits, as uint8 images and labels.
+
+    Validation = the last ``cfg["n_val"]`` training images (Ovadia et al. 2019); then seeded
+    subsets of at most ``n_train`` / ``n_test`` / ``n_ood`` images (None = all); the OOD set
+    is the FashionMNIST test set. Keys: train_x, train_y, val_x, val_y, test_x, test_y, ood_x.
+    """
+    from datasets.splits import subset
+
+    tr_x, tr_y = load_mnist_like(root, "MNIST", "train", download)
+    te_x, te_y = load_mnist_like(root, "MNIST", "test", download)
+    ood_x, _ = load_mnist_like(root, "FashionMNIST", "test", download)
+    n_val = int(cfg["n_val"])
+    if n_val >= len(tr_x):
+        raise ValueError(f"n_val={n_val} leaves no training data ({len(tr_x)} images)")
+    val_x, val_y = tr_x[-n_val:], tr_y[-n_val:]
+    tr_x, tr_y = subset(tr_x[:-n_val], tr_y[:-n_val], cfg.get("n_train"), seed=1)
+    te_x, te_y = subset(te_x, te_y, cfg.get("n_test"), seed=2)
+    ood_x, _ = subset(ood_x, None, cfg.get("n_ood"), seed=3)
+    return {"train_x": tr_x, "train_y": tr_y, "val_x": val_x, "val_y": val_y,
+            "test_x": te_x, "test_y": te_y, "ood_x": ood_x}

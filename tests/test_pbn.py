@@ -15,16 +15,9 @@ from bench.subnet.selection import GradientCriterion, candidate_indices, param_l
 from bench.tasks import classification
 from bench.training import TrainConfig
 from methods import METHODS, MethodContext
+from synthetic import blobs as synthetic
 
 N_TRAIN = 96
-
-
-def synthetic(n: int, seed: int):
-    g = torch.Generator().manual_seed(seed)
-    centers = torch.randn(3, 16, generator=torch.Generator().manual_seed(123)) * 1.5
-    y = torch.randint(0, 3, (n,), generator=g)
-    x = (centers[y] + torch.randn(n, 16, generator=g)).view(n, 1, 4, 4)
-    return x, y
 
 
 @pytest.fixture

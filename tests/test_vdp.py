@@ -35,6 +35,7 @@ from bench.vdp import (Residual, VDPActivation, VDPAvgPool2d, VDPBatchNorm, VDPC
                        to_vdp, vdp_loss)
 from bench.vdp.layers import softmax_jacobian_sq
 from methods import METHODS, MethodContext
+from synthetic import blobs as synthetic
 
 ROOT = Path(__file__).resolve().parent.parent
 S = 20_000  # Monte Carlo samples
@@ -429,14 +430,6 @@ def test_kl_is_zero_at_the_prior():
 
 # -- the method ------------------------------------------------------------------------------------
 N_TRAIN = 96
-
-
-def synthetic(n: int, seed: int):
-    g = torch.Generator().manual_seed(seed)
-    centers = torch.randn(3, 16, generator=torch.Generator().manual_seed(123)) * 1.5
-    y = torch.randint(0, 3, (n,), generator=g)
-    x = (centers[y] + torch.randn(n, 16, generator=g)).view(n, 1, 4, 4)
-    return x, y
 
 
 @pytest.fixture

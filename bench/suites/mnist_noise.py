@@ -21,9 +21,9 @@ import torch
 from bench.data import EvalSet, SuiteData
 from bench.seeding import derive_seed
 from bench.suites.base import Suite, register_suite
-from bench.suites.mnist_rotated import MnistRotated, subset
+from bench.suites.mnist_rotated import MnistRotated
 from bench.tasks import classification
-from datasets.mnist import load_mnist_like, normalize
+from datasets.mnist import load_mnist_splits, normalize
 
 #: plotting position (dB) of the clean, noise-free test set
 CLEAN_SEVERITY = 40.0
@@ -89,23 +89,13 @@ class MnistNoise(Suite):
         levels = [float(s) for s in cfg["snr_db"]]
         if any(s >= CLEAN_SEVERITY for s in levels):
             raise ValueError(f"SNR levels must be below {CLEAN_SEVERITY:g} dB, the clean set's plotting position")
-        tr_x, tr_y = load_mnist_like(data_root, "MNIST", "train", download)
-        te_x, te_y = load_mnist_like(data_root, "MNIST", "test", download)
-        ood_x, _ = load_mnist_like(data_root, "FashionMNIST", "test", download)
-        n_val = int(cfg["n_val"])
-        if n_val >= len(tr_x):
-            raise ValueError(f"n_val={n_val} leaves no training data ({len(tr_x)} images)")
-        # the split of mnist_rotated (Ovadia et al.: the last 10,000 training images validate)
-        val_x, val_y = tr_x[-n_val:], tr_y[-n_val:]
-        tr_x, tr_y = tr_x[:-n_val], tr_y[:-n_val]
-        tr_x, tr_y = subset(tr_x, tr_y, cfg["n_train"], seed=1)
-        te_x, te_y = subset(te_x, te_y, cfg["n_test"], seed=2)
-        ood_x, _ = subset(ood_x, None, cfg["n_ood"], seed=3)
+        sp = load_mnist_splits(data_root, cfg, download)  # the split of mnist_rotated
+        te_x, te_y = sp["test_x"], sp["test_y"]
         clean = normalize(te_x)
         eval_sets = [EvalSet("id", "clean", CLEAN_SEVERITY, clean, te_y,
                              note=f"clean test set, no noise (SNR = inf); severity {CLEAN_SEVERITY:g} is its plotting position")]
         for snr in levels:
             eval_sets.append(EvalSet("shift", "gaussian_noise_snr", snr,
                                      add_noise(clean, snr, derive_seed("mnist_noise", snr)), te_y))
-        eval_sets.append(EvalSet("ood", "fashion_mnist", None, normalize(ood_x), None))
-        return SuiteData(normalize(tr_x), tr_y, normalize(val_x), val_y, eval_sets)
+        eval_sets.append(EvalSet("ood", "fashion_mnist", None, normalize(sp["ood_x"]), None))
+        return SuiteData(normalize(sp["train_x"]), sp["train_y"], normalize(sp["val_x"]), sp["val_y"], eval_sets)

@@ -7,21 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 
 from bench.data import EvalSet, SuiteData
 from bench.suites.base import Suite, register_suite
 from bench.tasks import classification
-from datasets.mnist import load_mnist_like, normalize
+from datasets.mnist import load_mnist_splits, normalize
 from datasets.shifts import rotate_images
-
-
-def subset(x: torch.Tensor, y: torch.Tensor | None, n: int | None, seed: int = 0):
-    """A fixed, seeded, class-balanced-in-expectation subset of at most n rows."""
-    if n is None or n >= len(x):
-        return x, y
-    idx = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))[:n].sort().values
-    return x[idx], (None if y is None else y[idx])
 
 
 @register_suite("mnist_rotated")
@@ -71,18 +62,8 @@ class MnistRotated(Suite):
 
     def load(self, data_root: Path, data_cfg: dict, download: bool) -> SuiteData:
         cfg = self.data_cfg(data_cfg)
-        tr_x, tr_y = load_mnist_like(data_root, "MNIST", "train", download)
-        te_x, te_y = load_mnist_like(data_root, "MNIST", "test", download)
-        ood_x, _ = load_mnist_like(data_root, "FashionMNIST", "test", download)
-        n_val = int(cfg["n_val"])
-        if n_val >= len(tr_x):
-            raise ValueError(f"n_val={n_val} leaves no training data ({len(tr_x)} images)")
-        # Ovadia et al.: the last 10,000 training images are the validation split
-        val_x, val_y = tr_x[-n_val:], tr_y[-n_val:]
-        tr_x, tr_y = tr_x[:-n_val], tr_y[:-n_val]
-        tr_x, tr_y = subset(tr_x, tr_y, cfg["n_train"], seed=1)
-        te_x, te_y = subset(te_x, te_y, cfg["n_test"], seed=2)
-        ood_x, _ = subset(ood_x, None, cfg["n_ood"], seed=3)
+        sp = load_mnist_splits(data_root, cfg, download)
+        te_x, te_y, ood_x = sp["test_x"], sp["test_y"], sp["ood_x"]
         test01 = te_x.float() / 255.0
         eval_sets = []
         for angle in cfg["angles"]:
@@ -90,4 +71,4 @@ class MnistRotated(Suite):
             x = (rotated - 0.1307) / 0.3081
             eval_sets.append(EvalSet("id" if angle == 0 else "shift", "rotation", float(angle), x, te_y))
         eval_sets.append(EvalSet("ood", "fashion_mnist", None, normalize(ood_x), None))
-        return SuiteData(normalize(tr_x), tr_y, normalize(val_x), val_y, eval_sets)
+        return SuiteData(normalize(sp["train_x"]), sp["train_y"], normalize(sp["val_x"]), sp["val_y"], eval_sets)

@@ -1,0 +1,15 @@
+"""Tiny, seeded classification data shared by the method tests (imported as ``synthetic``)."""
+from __future__ import annotations
+
+import torch
+
+
+def blobs(n: int, seed: int):
+    """n examples of 3 Gaussian classes in 16 dimensions, shaped as (n, 1, 4, 4) images.
+
+    The class centres are fixed (seed 123) so that every call draws from the same problem."""
+    g = torch.Generator().manual_seed(seed)
+    centers = torch.randn(3, 16, generator=torch.Generator().manual_seed(123)) * 1.5
+    y = torch.randint(0, 3, (n,), generator=g)
+    x = (centers[y] + torch.randn(n, 16, generator=g)).view(n, 1, 4, 4)
+    return x, y
