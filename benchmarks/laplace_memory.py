@@ -1,0 +1,195 @@
+"""Memory and time of a full-covariance subnetwork Laplace, per laplace-torch backend.
+
+Side by side, on LeNet-300-100 (267k weights) and MNIST-shaped inputs:
+
+* laplace-torch's own backends (BackPACK, ASDL) compute the Jacobian of ALL weights per
+  example and then slice the subnet columns (``Js[:, :, subnetwork_indices]``);
+* ``curvlinops+frozen``: the "disable requires_grad" route -- every parameter tensor without
+  a subnet entry is frozen and the indices re-mapped, so laplace-torch's torch.func Jacobian
+  (Curvlinops' subnet path) covers only the touched tensors (BackPACK / ASDL refuse frozen
+  parameters). It saves nothing when the subnet touches the big first-layer matrix;
+* ``subnet``: :class:`methods.subnet_laplace.SubnetJacobianGGN`, a laplace-torch backend that
+  builds only the s subnet columns.
+
+Each configuration runs in its own subprocess so that its peak resident memory (sampled by
+:class:`bench.cost.PeakMemory`) is not hidden by memory an earlier one left to the allocator.
+The estimate of the memory guard (:func:`methods.subnet_laplace.estimate_memory`) is printed
+next to the measured peak.
+
+    .venv/bin/python benchmarks/laplace_memory.py                 # s = 100, 1000; N = 256
+    .venv/bin/python benchmarks/laplace_memory.py --sizes 300 --n 512 --curvlinops
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+warnings.filterwarnings("ignore")
+
+import torch  # noqa: E402
+
+from bench.cost import PeakMemory  # noqa: E402
+from bench.models import build_model  # noqa: E402
+
+BATCH = 64
+
+
+def network_and_data(n: int):
+    """The cached MAP LeNet-300-100 (seed 0) and real MNIST when present, else a seeded
+    random network and random images (memory and time do not depend on the values)."""
+    torch.manual_seed(0)
+    net = build_model("lenet_300_100", (1, 28, 28), 10)
+    ckpt = sorted(glob.glob(str(ROOT / "results/mnist_rotated/checkpoints/map/lenet_300_100/*/seed0.pt")))
+    source = "random init"
+    if ckpt:
+        net.load_state_dict(torch.load(ckpt[0], map_location="cpu", weights_only=False)["model"])
+        source = "cached MAP (seed 0)"
+    net.eval()
+    try:
+        from datasets.mnist import load_mnist_like, normalize
+
+        x, y = load_mnist_like(ROOT / "data", "MNIST", "train", False)
+        x, y = normalize(x[:n]), y[:n]
+        source += ", MNIST"
+    except Exception:  # noqa: BLE001 - no data: random inputs of the same shape
+        g = torch.Generator().manual_seed(0)
+        x, y = torch.randn(n, 1, 28, 28, generator=g), torch.randint(0, 10, (n,), generator=g)
+        source += ", random images"
+    return net, x.float(), y, source
+
+
+def subnet(net, x, y, kind: str, s: int) -> torch.Tensor:
+    from bench.data import TensorLoader
+    from bench.subnet.selection import make_criterion
+
+    if kind == "random":
+        return make_criterion("random", s, seed=0).select(net)
+    loader = TensorLoader(x[:1024], y[:1024], 256, shuffle=False)  # the Wasserstein criterion on 1k images
+    return make_criterion("largest_variance_diag_laplace", s, backend="backpack").select(net, loader)
+
+
+def frozen_copy(net, idx: torch.Tensor):
+    """Freeze every parameter tensor without a subnet entry; indices into the trainable vector."""
+    import copy
+
+    net = copy.deepcopy(net)
+    new_idx, offset, new_offset = [], 0, 0
+    for p in net.parameters():
+        n = p.numel()
+        inside = idx[(idx >= offset) & (idx < offset + n)]
+        if inside.numel():
+            new_idx.append(inside - offset + new_offset)
+            new_offset += n
+        else:
+            p.requires_grad_(False)
+        offset += n
+    return net, torch.cat(new_idx).sort().values, new_offset
+
+
+def run_one(backend: str, kind: str, s: int, n: int, threads: int = 1) -> dict:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from laplace import Laplace
+    from methods.subnet_laplace import activation_numel, backend_class, estimate_memory
+
+    torch.set_num_threads(threads)
+    net, x, y, source = network_and_data(n)
+    idx = subnet(net, x, y, kind, s)
+    n_params = sum(p.numel() for p in net.parameters())
+    name = backend
+    model, sub_idx, jac_params = net, idx, n_params
+    if backend == "curvlinops+frozen":
+        model, sub_idx, jac_params = frozen_copy(net, idx)
+        backend = "curvlinops"
+    la = Laplace(model, "classification", subset_of_weights="subnetwork", hessian_structure="full",
+                 subnetwork_indices=sub_idx, backend=backend_class(backend), prior_precision=1.0)
+    loader = DataLoader(TensorDataset(x, y), batch_size=BATCH)
+    with PeakMemory("cpu") as mem:
+        t0 = time.perf_counter()
+        la.fit(loader)
+        fit_s = time.perf_counter() - t0
+    xt = x[:256]
+    with PeakMemory("cpu") as pmem, torch.no_grad():
+        t0 = time.perf_counter()
+        probs = torch.cat([la(xt[i:i + BATCH], pred_type="glm", link_approx="probit")
+                           for i in range(0, len(xt), BATCH)])
+        pred_s = time.perf_counter() - t0
+    est_backend = "curvlinops" if backend == "curvlinops" else backend
+    est = estimate_memory(backend=est_backend, n_params=jac_params, s=s, n_outputs=10, batch_size=BATCH,
+                          predict_batch=BATCH, activations=activation_numel(net, x[:1]))
+    return {"backend": name, "subnet": kind, "s": s, "n": n, "jacobian_params": jac_params, "source": source,
+            "fit_s_per_1k": 1000 * fit_s / n, "fit_peak_mb": mem.peak_mb,
+            "est_fit_mb": (est["jacobian_fit"] + est["covariance"] + est["params"]) / 2**20,
+            "pred_s_per_1k": 1000 * pred_s / len(xt), "pred_peak_mb": pmem.peak_mb,
+            "est_pred_mb": (est["jacobian_predict"] + est["covariance"] + est["params"]) / 2**20,
+            "H": la.H.detach().double().flatten()[:: max(1, s * s // 4096)].tolist(), "probs": probs[:8].tolist()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="100,1000")
+    ap.add_argument("--n", type=int, default=256, help="training examples for the GGN (batches of 64)")
+    ap.add_argument("--subnets", default="largest_variance,random")
+    ap.add_argument("--backends", default="subnet,backpack,asdl,curvlinops+frozen")
+    ap.add_argument("--curvlinops", action="store_true", help="also laplace-torch's Curvlinops subnet path (slow)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads per run (default 1: on a shared machine two OpenMP threads make small "
+                         "ops up to 100x slower whenever a core is taken by another process)")
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.one:
+        backend, kind, s = args.one.split(":")
+        print(json.dumps(run_one(backend, kind, int(s), args.n, args.threads)))
+        return 0
+    backends = args.backends.split(",") + (["curvlinops"] if args.curvlinops else [])
+    rows = []
+    for kind in args.subnets.split(","):
+        for s in [int(v) for v in args.sizes.split(",")]:
+            ref = None
+            for b in backends:
+                proc = subprocess.run([sys.executable, __file__, "--one", f"{b}:{kind}:{s}", "--n", str(args.n),
+                                       "--threads", str(args.threads)],
+                                      capture_output=True, text=True)
+                if proc.returncode != 0:
+                    tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
+                    rows.append({"backend": b, "subnet": kind, "s": s, "error": tail[:80]})
+                    continue
+                r = json.loads(proc.stdout.strip().splitlines()[-1])
+                h, p = torch.tensor(r.pop("H")), torch.tensor(r.pop("probs"))
+                if ref is None:
+                    ref = (h, p)
+                r["max_dH_rel"] = float((h - ref[0]).abs().max() / ref[0].abs().max().clamp_min(1e-30))
+                r["max_dprobs"] = float((p - ref[1]).abs().max())
+                rows.append(r)
+                print(f"  done {b} {kind} s={s}", file=sys.stderr, flush=True)
+    src = next((r["source"] for r in rows if "source" in r), "?")
+    print(f"LeNet-300-100 ({src}); {args.threads} torch thread(s); GGN on {args.n} images in batches of {BATCH}; predictive on min(256, n) images "
+          f"(glm, probit) in chunks of {BATCH}; peak = resident-memory growth (bench.cost.PeakMemory), "
+          f"est = the memory guard's estimate for that phase (Jacobian term + s x s matrices + parameters)")
+    head = ("backend", "subnet", "s", "Jac. params", "fit s/1k", "fit peak MB", "est MB", "pred s/1k",
+            "pred peak MB", "est MB", "max rel dH", "max d probs")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['backend']} | {r['subnet']} | {r['s']} | failed: {r['error']} |")
+            continue
+        print(f"| {r['backend']} | {r['subnet']} | {r['s']} | {r['jacobian_params']:,} | {r['fit_s_per_1k']:.1f} | "
+              f"{r['fit_peak_mb']:.0f} | {r['est_fit_mb']:.0f} | {r['pred_s_per_1k']:.1f} | {r['pred_peak_mb']:.0f} | "
+              f"{r['est_pred_mb']:.0f} | {r['max_dH_rel']:.1e} | {r['max_dprobs']:.1e} |")
+    print("max rel dH / max d probs: difference to the first backend's GGN and predictive (same subnet)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,42 @@
+"""Last-layer KFAC Laplace (laplace-torch's default approximation, Daxberger et al. 2021,
+"Laplace Redux"): Kronecker-factored GGN of the last Linear layer, prior precision by
+maximising the Laplace marginal likelihood, linearised predictive with the probit
+approximation. A natural comparison for the subnetwork Laplace: a structured, fixed
+"subnetwork" (the last layer) instead of a selected one.
+"""
+from __future__ import annotations
+
+from bench.errors import BenchError
+from methods.base import register_method
+from methods.subnet_laplace import LaplaceMethod
+
+LL_BACKENDS = ("auto", "backpack", "asdl", "curvlinops")
+
+
+@register_method("laplace_last_layer")
+class LaplaceLastLayer(LaplaceMethod):
+    description = "last-layer KFAC Laplace of the MAP network (laplace-torch), prior precision by marginal likelihood"
+    subset_of_weights = "last_layer"
+    hessian_structure = "kron"
+    defaults = {**LaplaceMethod.common_defaults, "prior_precision_method": "marglik"}
+
+    def __init__(self, ctx, **config):
+        super().__init__(ctx, **config)
+        if self.config["backend"] not in LL_BACKENDS:
+            raise BenchError(f"laplace_last_layer: backend must be one of {', '.join(LL_BACKENDS)}")
+
+    def backend_name(self, model):
+        # KFAC of one 100 x 10 layer is cheap with every backend; BackPACK's KFLR is the
+        # exact-GGN Kronecker factorisation (measured in docs/subnet_laplace.md)
+        b = self.config["backend"]
+        self.meta["backend_reason"] = "requested" if b != "auto" else "auto: BackPACK (exact GGN KFAC, cheapest measured)"
+        return "backpack" if b == "auto" else b
+
+    def num_stochastic_params(self):
+        return 0 if self.la is None else int(self.la.n_params)
+
+    def extra_cost(self):
+        out = super().extra_cost()
+        if self.la is not None:
+            out["posterior_state_bytes"] = int(sum(f.numel() for fs in self.la.H_facs.kfacs for f in fs)) * 4
+        return out

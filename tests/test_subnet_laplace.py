@@ -1,0 +1,323 @@
+"""Subnetwork Laplace through laplace-torch (methods/subnet_laplace.py) and the Laplace-based
+subnet criteria of bench.subnet.selection. Tiny networks: every test runs in seconds."""
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from bench.data import TensorLoader
+from bench.errors import BenchError
+from bench.subnet.selection import (DegenerateSubnetError, candidate_indices, make_criterion, param_layout,
+                                    resolve_subnet_size)
+from bench.tasks import classification
+from bench.training import TrainConfig
+from methods.base import MethodContext
+
+warnings.filterwarnings("ignore")
+
+pytest.importorskip("laplace")
+
+from methods.laplace_diag import LaplaceDiag  # noqa: E402
+from methods.laplace_last_layer import LaplaceLastLayer  # noqa: E402
+from methods.subnet_laplace import (MemoryGuardError, SubnetLaplace, check_memory, estimate_memory,  # noqa: E402
+                                    subnet_jacobian_backend)
+
+D_IN, N_CLASSES = 5, 3
+
+
+def bn_net(seed: int = 0) -> nn.Module:
+    """Linear-BN-ReLU-Linear-ReLU-Linear with non-trivial BN statistics (eval mode)."""
+    torch.manual_seed(seed)
+    net = nn.Sequential(nn.Linear(D_IN, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 6), nn.ReLU(),
+                        nn.Linear(6, N_CLASSES))
+    net.train()
+    with torch.no_grad():
+        net(torch.randn(64, D_IN) * 2 + 1)
+    return net.eval()
+
+
+def plain_net(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(D_IN, 6), nn.Tanh(), nn.Linear(6, N_CLASSES)).eval()
+
+
+def data(n: int = 48, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, D_IN, generator=g)
+    y = torch.randint(0, N_CLASSES, (n,), generator=g)
+    return x, y
+
+
+def loader(n: int = 48, seed: int = 0, batch: int = 16) -> TensorLoader:
+    x, y = data(n, seed)
+    return TensorLoader(x, y, batch, shuffle=False)
+
+
+class StubCache:
+    """What the methods use of bench.checkpoints.MapCache."""
+
+    def __init__(self, net):
+        self.net = net
+
+    def get(self, seed):
+        return copy.deepcopy(self.net).eval()
+
+    def upstream_time(self, seeds):
+        return 0.0
+
+
+def ctx_for(net_fn, seed: int = 0) -> MethodContext:
+    net = net_fn()
+    return MethodContext(task=classification(N_CLASSES), build_model=lambda dropout=0.0: net_fn(),
+                         train=TrainConfig(epochs=1), device=torch.device("cpu"), seed=seed,
+                         map_cache=StubCache(net), num_train=48)
+
+
+def bn_indices(net):
+    return {i for s in param_layout(net) if s.module_type.startswith("BatchNorm") for i in range(s.offset, s.end)}
+
+
+def diag_ggn_brute_force(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """sum_n diag(J_n^T (diag(p_n) - p_n p_n^T) J_n), per-example Jacobians by autograd."""
+    params = list(net.parameters())
+    h = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64)
+    for xn in x:
+        f = net(xn[None])[0]
+        p = torch.softmax(f, -1).double()
+        lam = torch.diag(p) - torch.outer(p, p)
+        J = torch.stack([torch.cat([g.flatten() for g in torch.autograd.grad(f[k], params, retain_graph=True)])
+                         for k in range(len(f))]).double()
+        h += torch.einsum("cp,ck,kp->p", J, lam, J)
+    return h
+
+
+# -- criteria -------------------------------------------------------------------------------
+LAPLACE_CRITERIA = {"largest_variance_diag_laplace": {}, "largest_variance_swag": {"n_snapshots": 3}}
+
+
+@pytest.mark.parametrize("name", ["largest_variance_diag_laplace", "largest_variance_swag", "random",
+                                  "magnitude", "gradient"])
+@pytest.mark.parametrize("size", [7, 0.2])
+def test_every_criterion_gives_unique_in_range_non_bn_mask_of_the_size(name, size):
+    net = bn_net()
+    opts = LAPLACE_CRITERIA.get(name, {})
+    idx = make_criterion(name, size, **opts).select(net, loader())
+    n_params = sum(p.numel() for p in net.parameters())
+    k = resolve_subnet_size(size, candidate_indices(net).numel())
+    assert idx.dtype == torch.long and idx.numel() == k == torch.unique(idx).numel()
+    assert 0 <= int(idx.min()) and int(idx.max()) < n_params
+    assert not set(idx.tolist()) & bn_indices(net), "BatchNorm parameters must never be selected"
+
+
+@pytest.mark.parametrize("backend", ["backpack", "asdl"])
+def test_largest_variance_picks_top_variance_of_an_independent_diag_laplace(backend):
+    net, tau, k = bn_net(), 2.0, 9
+    x, y = data()
+    crit = make_criterion("largest_variance_diag_laplace", k, backend=backend, prior_precision=tau)
+    idx = crit.select(net, TensorLoader(x, y, 16, shuffle=False))
+    h = diag_ggn_brute_force(net, x)
+    var = 1.0 / (h + tau)  # diagonal Laplace: posterior variance = 1 / (GGN diagonal + prior precision)
+    cand = candidate_indices(net)
+    cand = cand[h[cand] > 1e-12 * h.max()]  # the degenerate-subnet guard's candidates
+    expected = cand[torch.topk(var[cand], k).indices].sort().values
+    assert idx.tolist() == expected.tolist()
+    assert crit.info["backend"] == backend
+
+
+def dead_unit_net() -> nn.Module:
+    """Hidden unit 0 never fires on the data: its in- and out-weights have zero curvature."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(D_IN, 4), nn.ReLU(), nn.Linear(4, N_CLASSES)).eval()
+    with torch.no_grad():
+        net[0].weight[0] = 50.0  # the largest magnitudes of the network ...
+        net[0].bias[0] = -1000.0  # ... and dead on every input
+    return net
+
+
+def dead_indices(net):
+    lay = {s.name: s for s in param_layout(net)}
+    w0, b0, w2 = lay["0.weight"], lay["0.bias"], lay["2.weight"]
+    dead = set(range(w0.offset, w0.offset + D_IN)) | {b0.offset}
+    dead |= {w2.offset + c * 4 for c in range(N_CLASSES)}  # weights out of unit 0
+    return dead
+
+
+def test_degenerate_guard_excludes_zero_curvature_weights_and_raises_when_too_few():
+    net = dead_unit_net()
+    n_cand = candidate_indices(net).numel()
+    dead = dead_indices(net)
+    crit = make_criterion("largest_variance_diag_laplace", n_cand - len(dead))
+    idx = crit.select(net, loader())
+    assert not set(idx.tolist()) & dead  # prior variance = the largest, yet never picked
+    assert crit.info["n_zero_curvature_candidates"] == len(dead)
+    with pytest.raises(DegenerateSubnetError, match="zero curvature"):
+        make_criterion("largest_variance_diag_laplace", n_cand - len(dead) + 1).select(net, loader())
+
+
+def test_subnet_laplace_refuses_a_subnet_the_data_never_touches():
+    # magnitude picks exactly the dead unit's weights: the Laplace would be a point estimate
+    ctx = ctx_for(dead_unit_net)
+    method = SubnetLaplace(ctx, criterion="magnitude", n_subnet=D_IN + 1, prior_precision_method="none")
+    with pytest.raises(DegenerateSubnetError, match="zero curvature"):
+        method.fit(loader(), data(24, 1))
+
+
+# -- the subnet-only Jacobian backend ---------------------------------------------------------
+def test_subnet_jacobians_match_backpack_on_a_conv_net():
+    from laplace.curvature import BackPackGGN
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 3, 3, padding=1, stride=2), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(),
+                        nn.Linear(3 * 4 * 4, 6), nn.ReLU(), nn.Linear(6, 4)).eval()
+    x = torch.randn(5, 1, 8, 8)
+    n_params = sum(p.numel() for p in net.parameters())
+    bn = set(range(30, 36))  # BatchNorm2d weight + bias
+    idx = torch.tensor(sorted(set(torch.randperm(n_params)[:40].tolist()) - bn))
+    idx = idx[torch.randperm(len(idx))]  # any order: columns follow the given indices
+    ours = subnet_jacobian_backend()(copy.deepcopy(net), "classification", subnetwork_indices=idx)
+    ref_net = copy.deepcopy(net)
+    ref_net.output_size = 4
+    ref = BackPackGGN(ref_net, "classification", subnetwork_indices=idx)
+    (j1, f1), (j2, f2) = ours.jacobians(x), ref.jacobians(x)
+    assert j1.shape == j2.shape == (5, 4, len(idx))
+    torch.testing.assert_close(j1, j2, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(f1, f2)
+    assert subnet_jacobian_backend().unsupported(net, torch.arange(30, 33))  # BatchNorm: not served
+
+
+def test_subnet_of_all_weights_matches_laplace_torch_full_laplace():
+    from laplace import Laplace
+    from laplace.curvature import BackPackGGN
+    from torch.utils.data import DataLoader, TensorDataset
+
+    ctx = ctx_for(plain_net)
+    method = SubnetLaplace(ctx, criterion="magnitude", subnet_fraction=1.0, prior_precision_method="none",
+                           prior_precision=0.7)
+    x, y = data()
+    method.fit(TensorLoader(x, y, 16, shuffle=False), data(24, 1))
+    n_params = sum(p.numel() for p in plain_net().parameters())
+    assert method.num_stochastic_params() == n_params and method.meta["backend"] == "subnet"
+    full = Laplace(plain_net(), "classification", subset_of_weights="all", hessian_structure="full",
+                   backend=BackPackGGN, prior_precision=0.7)
+    full.fit(DataLoader(TensorDataset(x, y), batch_size=16))
+    torch.testing.assert_close(method.la.H, full.H, atol=1e-5, rtol=1e-4)
+    xt = torch.randn(20, D_IN) * 2
+    with torch.no_grad():
+        ours = method.predict(xt).probs
+    ref = full(xt, pred_type="glm", link_approx="probit")
+    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=1e-4)
+    assert (ours - torch.softmax(plain_net()(xt), -1)).abs().max() > 1e-3  # not the MAP prediction
+
+
+# -- memory guard -------------------------------------------------------------------------------
+MEM = dict(n_params=267_410, n_outputs=10, batch_size=128, predict_batch=1000, activations=1_600)
+
+
+def test_memory_guard_refuses_oversized_and_names_a_size_that_fits():
+    limit = 2**30  # 1 GiB
+    with pytest.raises(MemoryGuardError) as err:
+        check_memory(limit=limit, what="test", backend="subnet", s=50_000, **MEM)
+    msg = str(err.value)
+    assert "exceeds the limit 1.00 GB" in msg and "covariance 37.25 GB" in msg  # 4 s^2 floats
+    s_ok = int(msg.split("n_subnet=")[1].split(")")[0])
+    assert estimate_memory(backend="subnet", s=s_ok, **MEM)["total"] <= limit
+    assert estimate_memory(backend="subnet", s=s_ok + 1, **MEM)["total"] > limit
+    assert check_memory(limit=limit, what="test", backend="subnet", s=1000, **MEM)["total"] <= limit
+    # a laplace-torch backend slices full Jacobians: B x P per output, here ~0.4 GB at s = 100
+    full = estimate_memory(backend="backpack", s=100, **MEM)
+    assert full["jacobian_fit"] > 50 * estimate_memory(backend="subnet", s=100, **MEM)["jacobian_fit"]
+
+
+def test_subnet_laplace_memory_guard_stops_before_selecting():
+    ctx = ctx_for(bn_net)
+    small = SubnetLaplace(ctx, n_subnet=20, memory_limit_gb=1.0, prior_precision_method="none").fit(loader(), data(24, 1))
+    assert small.num_stochastic_params() == 20
+    limit_gb = 3 / 2**10  # 3 MB: the whole network (123 candidates) does not fit
+    big = SubnetLaplace(ctx, subnet_fraction=1.0, memory_limit_gb=limit_gb, prior_precision_method="none")
+    with pytest.raises(MemoryGuardError, match=r"exceeds the limit 3.00 MB .* fits \(n_subnet=\d+\)") as err:
+        big.fit(loader(), data(24, 1))
+    assert big.indices is None  # refused before the (slow) selection
+    s_ok = int(str(err.value).split("fits (n_subnet=")[1].split(")")[0])
+    assert 0 < s_ok < 123
+    SubnetLaplace(ctx, n_subnet=s_ok, memory_limit_gb=limit_gb, prior_precision_method="none").fit(loader(), data(24, 1))
+
+
+# -- fit / save / load ---------------------------------------------------------------------------
+CASES = [
+    (SubnetLaplace, bn_net, {"n_subnet": 25, "grid_size": 5}),
+    (SubnetLaplace, bn_net, {"n_subnet": 25, "pred_type": "nn", "n_samples": 7, "prior_precision_method": "marglik"}),
+    (SubnetLaplace, bn_net, {"n_subnet": 25, "link_approx": "mc", "n_samples": 7, "grid_size": 3}),
+    (SubnetLaplace, bn_net, {"n_subnet": 25, "criterion": "random", "backend": "backpack", "grid_size": 3}),
+    (SubnetLaplace, bn_net, {"n_subnet": 25, "criterion": "gradient", "backend": "asdl", "grid_size": 3}),
+    (LaplaceDiag, bn_net, {"grid_size": 5, "n_samples": 5}),
+    (LaplaceLastLayer, bn_net, {}),
+]
+
+
+@pytest.mark.parametrize("cls,net_fn,cfg", CASES, ids=lambda v: getattr(v, "__name__", str(v)))
+def test_state_dict_round_trip_gives_identical_predictions(cls, net_fn, cfg):
+    ctx = ctx_for(net_fn)
+    method = cls(ctx, **cfg).fit(loader(), data(24, 1))
+    xt = torch.randn(30, D_IN)
+    with torch.no_grad():
+        before = method.predict(xt)
+        again = method.predict(xt[:13])  # batch-size independent (fixed sampling seeds)
+    torch.testing.assert_close(again.probs, before.probs[:13], atol=1e-5, rtol=1e-5)
+    state = method.state_dict()
+    fresh = cls(ctx, **cfg)
+    fresh.load_state_dict(copy.deepcopy(state))
+    with torch.no_grad():
+        after = fresh.predict(xt)
+    torch.testing.assert_close(after.probs, before.probs, atol=1e-6, rtol=1e-6)
+    assert torch.allclose(before.probs.sum(-1), torch.ones(30), atol=1e-5)
+    assert fresh.num_stochastic_params() == method.num_stochastic_params() > 0
+    if cls is SubnetLaplace:
+        assert fresh.indices.tolist() == method.indices.tolist()
+        cost = method.extra_cost()
+        s = method.num_stochastic_params()
+        assert cost["covariance_bytes"] == s * s * 4 and cost["select_time_s"] >= 0
+        assert method.diagnostics()["backend"] == cfg.get("backend", "subnet")
+
+
+def test_bad_options_are_clear_errors():
+    ctx = ctx_for(bn_net)
+    with pytest.raises(BenchError, match="unknown option"):
+        SubnetLaplace(ctx, n_bayes=3)
+    with pytest.raises(BenchError, match="backend"):
+        SubnetLaplace(ctx, backend="jax")
+    with pytest.raises(BenchError, match="not both"):
+        SubnetLaplace(ctx, n_subnet=3, subnet_fraction=0.1).fit(loader(), data(24, 1))
+    assert math.isfinite(estimate_memory(backend="asdl", s=10, **MEM)["total"])
+
+
+@pytest.mark.parametrize("name", ["largest_variance_diag_laplace", "magnitude", "gradient"])
+def test_pbn_and_subnet_laplace_select_the_same_subnet_at_equal_size(name):
+    from methods.pbn import PBN
+
+    ctx = ctx_for(bn_net)
+    _, pbn_idx, _ = PBN(ctx, criterion=name, n_bayes=11).build_posterior(loader())
+    sl = SubnetLaplace(ctx, criterion=name, n_subnet=11)
+    sl.before_fit(sl.map_network(), loader())
+    assert pbn_idx.tolist() == sl.indices.tolist()
+
+
+def test_prior_precision_method_none_from_the_command_line_keeps_the_given_prior():
+    ctx = ctx_for(bn_net)
+    m = SubnetLaplace(ctx, n_subnet=10, prior_precision_method=None, prior_precision=0.5).fit(loader(), data(24, 1))
+    assert m.meta["prior_precision"] == [0.5]
+
+
+def test_subnet_backend_on_batchnorm_weights_is_a_clear_error_and_auto_falls_back():
+    ctx = ctx_for(bn_net)
+    m = SubnetLaplace(ctx, n_subnet=5, backend="subnet", prior_precision_method="none")
+    m.indices = torch.tensor([48, 49, 50])  # BatchNorm1d weight entries
+    with pytest.raises(BenchError, match="Linear / Conv2d"):
+        m.choose_backend(m.map_network(), data(2)[0])
+    m2 = SubnetLaplace(ctx, n_subnet=5, prior_precision_method="none")
+    m2.indices = torch.tensor([48, 49, 50])
+    assert m2.choose_backend(m2.map_network(), data(2)[0])[0] == "backpack"
