@@ -21,6 +21,9 @@ DEFINITIONS = {
     "entropy": "mean predictive entropy H[p] = -sum_k p_k log p_k of the mean predictive (nats)",
     "mutual_information": "mean mutual information H[E_s p_s] - E_s H[p_s] over posterior samples "
                           "(epistemic part; only for sampling methods)",
+    "entropy_correct": "mean predictive entropy over the correctly classified examples (PBN paper Fig. 5 "
+                       "bottom right); undefined when none is correct",
+    "entropy_incorrect": "mean predictive entropy over the misclassified examples; undefined when none is wrong",
     "auroc": "area under the ROC curve separating the OOD set (positive) from the in-distribution test "
              "set by predictive entropy",
     "aupr": "area under the precision-recall curve (average precision), OOD as positive, score = entropy",
@@ -131,6 +134,18 @@ def entropy_histogram(ent: torch.Tensor, num_classes: int, bins: int = 30) -> di
     return {"edges": edges.tolist(), "counts": counts.tolist()}
 
 
+def entropy_by_correctness(probs: torch.Tensor, y: torch.Tensor, ent: torch.Tensor | None = None) -> dict:
+    """Mean predictive entropy of the correctly and of the wrongly classified examples
+    (``None`` for an empty group)."""
+    ent = entropy(probs) if ent is None else ent
+    correct = probs.argmax(-1) == y
+
+    def mean(mask):
+        return ent[mask].mean().item() if bool(mask.any()) else None
+
+    return {"entropy_correct": mean(correct), "entropy_incorrect": mean(~correct)}
+
+
 def classification_metrics(probs: torch.Tensor, y: torch.Tensor, sample_probs: torch.Tensor | None = None,
                            variance: torch.Tensor | None = None) -> tuple[dict, dict]:
     """Scalar metrics and the curves (reliability bins, entropy histogram) of one evaluation set.
@@ -145,10 +160,14 @@ def classification_metrics(probs: torch.Tensor, y: torch.Tensor, sample_probs: t
         "ece": ece_from_bins(bins),
         "entropy": ent.mean().item(),
         "mutual_information": None if sample_probs is None else mutual_information(sample_probs).mean().item(),
+        **entropy_by_correctness(probs, y, ent),
     }
     if variance is not None:
         metrics["vdp_variance"] = variance.double().mean().item()
-    curves = {"reliability": bins, "entropy_hist": entropy_histogram(ent, probs.shape[-1])}
+    correct = probs.argmax(-1) == y
+    curves = {"reliability": bins, "entropy_hist": entropy_histogram(ent, probs.shape[-1]),
+              "entropy_hist_correct": entropy_histogram(ent[correct], probs.shape[-1]),
+              "entropy_hist_incorrect": entropy_histogram(ent[~correct], probs.shape[-1])}
     return metrics, curves
 
 

@@ -59,6 +59,79 @@ def mlp_100(in_shape, num_outputs: int, dropout: float = 0.0) -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(d, 100), nn.ReLU(), *_dropout(dropout), nn.Linear(100, num_outputs))
 
 
+class BasicBlock(nn.Module):
+    """ResNet basic block (He et al. 2016): conv3x3(stride) -> BN -> ReLU -> [dropout] -> conv3x3 -> BN,
+    plus the identity or a 1x1 conv + BN projection shortcut, then ReLU.
+
+    The dropout sits after the block's first convolution (PBN paper, Appendix H.3.2); it is
+    an ``nn.Dropout`` when ``dropout > 0`` (so MC dropout finds and samples it) and an
+    identity otherwise.
+    """
+
+    def __init__(self, c_in: int, c_out: int, stride: int = 1, dropout: float = 0.0):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_out)
+        self.relu1 = nn.ReLU()
+        self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, stride=1, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out))
+        else:
+            self.shortcut = nn.Identity()
+        self.relu2 = nn.ReLU()
+
+    def forward(self, x):
+        h = self.drop(self.relu1(self.bn1(self.conv1(x))))
+        h = self.bn2(self.conv2(h))
+        return self.relu2(h + self.shortcut(x))
+
+
+def _resnet(in_shape, num_outputs: int, dropout: float, stem: list[nn.Module], c_stem: int,
+            blocks: list[tuple[int, int]]) -> nn.Sequential:
+    """stem, basic blocks ``(width, stride)``, global average pool, [dropout], linear -- one
+    ``nn.Sequential`` whose children are whole blocks (so methods can split it at a block)."""
+    layers, c = list(stem), c_stem
+    for width, stride in blocks:
+        layers.append(BasicBlock(c, width, stride, dropout))
+        c = width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), *_dropout(dropout), nn.Linear(c, num_outputs)]
+    return nn.Sequential(*layers)
+
+
+@MODELS.register("resnet_small")
+def resnet_small(in_shape, num_outputs: int, dropout: float = 0.0) -> nn.Module:
+    """The PBN paper's small ResNet (Appendix H.3.1): 3x3 stride-2 input convolution (16
+    channels) + BN + ReLU and a 2x2 max pool, then 4 residual blocks whose first
+    convolution has stride 2 and second stride 1, widths 16 / 32 / 64 / 64 (the appendix
+    lists the features [16, 32, 64] for 4 blocks; the last block keeps 64), global average
+    pool and a linear layer. On 32x32 inputs the maps are 16 -> 8 -> 4 -> 2 -> 1 -> 1."""
+    c = in_shape[0]
+    stem = [nn.Conv2d(c, 16, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2)]
+    return _resnet(in_shape, num_outputs, dropout, stem, 16, [(16, 2), (32, 2), (64, 2), (64, 2)])
+
+
+_RESNET18_BLOCKS = [(64, 1), (64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), (512, 1)]
+
+
+@MODELS.register("resnet18_cifar")
+def resnet18_cifar(in_shape, num_outputs: int, dropout: float = 0.0) -> nn.Module:
+    """ResNet-18 for 32x32 inputs (the common CIFAR variant): 3x3 stride-1 input convolution,
+    no max pool, 4 stages of 2 basic blocks (64 / 128 / 256 / 512), dropout after the first
+    convolution of every block and before the linear layer (PBN paper, Appendix H.3.2)."""
+    stem = [nn.Conv2d(in_shape[0], 64, 3, stride=1, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU()]
+    return _resnet(in_shape, num_outputs, dropout, stem, 64, _RESNET18_BLOCKS)
+
+
+@MODELS.register("resnet18_pbn")
+def resnet18_pbn(in_shape, num_outputs: int, dropout: float = 0.0) -> nn.Module:
+    """ResNet-18 exactly as the PBN paper's Appendix H.3.2 words it: the 7x7 input convolution
+    kept but with stride 1, max pool removed; otherwise as ``resnet18_cifar``."""
+    stem = [nn.Conv2d(in_shape[0], 64, 7, stride=1, padding=3, bias=False), nn.BatchNorm2d(64), nn.ReLU()]
+    return _resnet(in_shape, num_outputs, dropout, stem, 64, _RESNET18_BLOCKS)
+
+
 def build_model(name: str, in_shape, num_outputs: int, dropout: float = 0.0) -> nn.Module:
     return MODELS.get(name)(tuple(in_shape), num_outputs, dropout=dropout)
 

@@ -10,11 +10,12 @@ from methods.base import Method, register_method
 
 
 def split_at_first(model: nn.Module, kind: type) -> tuple[nn.Module, nn.Module]:
-    """(prefix, rest) of an nn.Sequential at the first module of type ``kind``."""
+    """(prefix, rest) of an nn.Sequential at the first child that is or contains a module of
+    type ``kind`` (a residual block holding a dropout layer starts the stochastic rest)."""
     if not isinstance(model, nn.Sequential):
         return nn.Identity(), model
     for i, m in enumerate(model):
-        if isinstance(m, kind):
+        if any(isinstance(sub, kind) for sub in m.modules()):
             return model[:i], model[i:]
     return model, nn.Sequential()
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.store import atomic_write_bytes, load_records
+from bench.store import ResultsStore, atomic_write_bytes, load_records
 
 from . import plots
 from .data import (CLASSIFICATION_METRICS, REGRESSION_METRICS, SectionData, Sweep, diagnostics_by_label,
@@ -80,7 +80,8 @@ def build_report(results_dir, out_dir="reports", suites=None) -> list[Path]:
     generated_at = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
     written = []
     for suite in chosen:
-        doc = suite_document(df[df["suite"] == suite], suite, generated_at)
+        doc = suite_document(df[df["suite"] == suite], suite, generated_at,
+                             artifacts_dir=ResultsStore(results_dir).checkpoint_dir(suite).parent / "artifacts")
         written.append(write_report(doc, Path(out_dir) / str(suite)))
     return written
 
@@ -111,10 +112,14 @@ def write_report(doc: Document, dest: Path) -> Path:
 # --------------------------------------------------------------------------- document
 
 
-def suite_document(df: pd.DataFrame, suite: str, generated_at: str) -> Document:
-    """The report of one suite (``df``: its prepared records, ok and failed)."""
+def suite_document(df: pd.DataFrame, suite: str, generated_at: str, artifacts_dir: Path | None = None) -> Document:
+    """The report of one suite (``df``: its prepared records, ok and failed; ``artifacts_dir``:
+    the files the suite wrote at run time, see :func:`_data_section`)."""
     doc = Document(title=f"Benchmark report: {suite}")
     doc.sections.append(_overview(df, suite, generated_at))
+    data = _data_section(artifacts_dir, distinct(df["profile"]))
+    if data is not None:
+        doc.sections.append(data)
     sections = split_sections(df)
     palette = plots.make_palette(labels_in_order(ok_records(df)))  # failed-only labels get no colour
     for sec in sections:
@@ -317,6 +322,57 @@ def _shift_blocks(parent: Section, sec: SectionData, pal: dict, metrics: list[st
     parent.add(sh)
 
 
+def _corruption_blocks(parent: Section, sec: SectionData, pal: dict) -> None:
+    """Per-shift-family heat maps and the entropy of correct vs wrong predictions per severity."""
+    heat = plots.shift_heatmap(sec.records, ["accuracy", "nll"], pal)
+    ent = plots.entropy_by_correctness(sec.records, pal)
+    if heat is None and ent is None:
+        return
+    c = Section("Per shift family and by correctness")
+    if heat is not None:
+        c.add(Figure(f"{sec.slug}-shift-heatmap", heat,
+                     "Method x shift family (for CIFAR-10-C: corruption): each cell is the metric averaged over "
+                     "the family's severities and the seeds.", alt="per-corruption heat map"))
+    if ent is not None:
+        c.add(Figure(f"{sec.slug}-entropy-correctness", ent,
+                     "Mean predictive entropy of correctly (solid) and wrongly (dashed) classified test examples "
+                     "against severity (PBN paper Fig. 5, bottom right); at each severity the mean over shift "
+                     "families and seeds, severity 0 = clean test set. Dotted: mean entropy on the OOD set. "
+                     "A method whose uncertainty tracks its errors keeps the dashed line well above the solid one.",
+                     alt="entropy of correct vs incorrect predictions"))
+    parent.add(c)
+
+
+def _data_section(artifacts_dir: Path | None, profiles: list) -> Section | None:
+    """What a suite handed over at run time (``<results>/<suite>/artifacts/<profile>/``): lines
+    about the data (``data.json``: ``lines``, ``captions``) and figures (``*.png``)."""
+    if artifacts_dir is None or not Path(artifacts_dir).is_dir():
+        return None
+    import json
+
+    s = Section("Data", anchor="data")
+    for profile in profiles:
+        d = Path(artifacts_dir) / str(profile)
+        if not d.is_dir():
+            continue
+        info = {}
+        if (d / "data.json").exists():
+            try:
+                info = json.loads((d / "data.json").read_text())
+            except (OSError, ValueError):
+                info = {}
+        sub = Section(f"{profile} profile") if len(profiles) > 1 else s
+        if info.get("lines"):
+            sub.add(Bullets([str(x) for x in info["lines"]]))
+        captions = info.get("captions") or {}
+        for png in sorted(d.glob("*.png")):
+            sub.add(Figure(slugify(f"data-{profile}-{png.stem}"), png.read_bytes(),
+                           str(captions.get(png.name, png.stem)), alt=png.stem))
+        if sub is not s and sub.blocks:
+            s.add(sub)
+    return s if s.blocks else None
+
+
 def _classification_blocks(s: Section, sec: SectionData, pal: dict) -> None:
     df = sec.records
     board = leaderboard(df)
@@ -325,6 +381,7 @@ def _classification_blocks(s: Section, sec: SectionData, pal: dict) -> None:
         lb.add(board)
         s.add(lb)
     _shift_blocks(s, sec, pal, CLASSIFICATION_METRICS)
+    _corruption_blocks(s, sec, pal)
     hist = plots.entropy_histograms(df, pal)
     if hist is not None:
         o = Section("Out-of-distribution detection")

@@ -138,6 +138,77 @@ def shift_boxes(df: pd.DataFrame, metrics: list[str], palette: dict) -> bytes | 
     return to_png(fig)
 
 
+def entropy_by_correctness(df: pd.DataFrame, palette: dict) -> bytes | None:
+    """PBN paper Fig. 5 (bottom right): mean predictive entropy of the correctly (solid) and
+    wrongly (dashed) classified examples against severity, one colour per method; at each
+    severity the mean over shift families and seeds. A dotted line marks each method's mean
+    entropy on the OOD set(s), when there are any."""
+    cols = ["metrics.entropy_correct", "metrics.entropy_incorrect"]
+    if not all(c in df.columns for c in cols):
+        return None
+    sf = shift_frame(df, cols)
+    if sf.empty or not (sf["kind"] == "shift").any() or not sf[cols].notna().any().any():
+        return None
+    per_seed = sf.groupby(["label", "seed", "severity"], as_index=False)[cols].mean()
+    per_sev = per_seed.groupby(["label", "severity"], as_index=False)[cols].mean()
+    labels = [lab for lab in palette if lab in set(per_sev["label"])]
+    families = shift_families(df)
+    ood = df[(df["kind"] == "ood")] if "metrics.entropy" in df.columns else df.iloc[:0]
+    fig = Figure(figsize=(7.0, 4.2))
+    ax = fig.subplots()
+    for lab in labels:
+        d = per_sev[per_sev["label"] == lab].sort_values("severity")
+        ax.plot(d["severity"], d[cols[0]], color=palette[lab], marker="o", markersize=4, linestyle="-")
+        ax.plot(d["severity"], d[cols[1]], color=palette[lab], marker="x", markersize=5, linestyle="--")
+        o = ood[ood["label"] == lab]["metrics.entropy"].dropna()
+        if len(o):
+            ax.axhline(float(o.mean()), color=palette[lab], linestyle=":", linewidth=1.2)
+    ax.set_xlabel(severity_axis_label(families))
+    ax.set_ylabel("mean predictive entropy (nats)")
+    _severity_ticks(ax, per_sev["severity"].unique())
+    ax.grid(alpha=0.3)
+    style = [Line2D([0], [0], color="#333", marker="o", linestyle="-", label="correct"),
+             Line2D([0], [0], color="#333", marker="x", linestyle="--", label="incorrect")]
+    if len(ood):
+        style.append(Line2D([0], [0], color="#333", linestyle=":", label="OOD set (all)"))
+    ax.legend(handles=style, loc="best", fontsize=8, framealpha=0.8)
+    fig.tight_layout(rect=(0, 0.06 + 0.03 * math.ceil(len(labels) / 4), 1, 1))
+    _legend(fig, labels, palette)
+    return to_png(fig)
+
+
+def shift_heatmap(df: pd.DataFrame, metrics: list[str], palette: dict) -> bytes | None:
+    """Method x shift family heat maps of each metric averaged over the family's severities
+    (> 0) and the seeds. Only drawn with several shift families (CIFAR-10-C corruptions)."""
+    families = shift_families(df)
+    if len(families) < 2:
+        return None
+    cols = [f"metrics.{m}" for m in metrics if f"metrics.{m}" in df.columns]
+    sub = df[df["kind"] == "shift"]
+    cols = [c for c in cols if sub[c].notna().any()]
+    if sub.empty or not cols:
+        return None
+    labels = [lab for lab in palette if lab in set(sub["label"])]
+    fig = Figure(figsize=(min(max(7.0, 3.5 + 0.6 * len(families)), 18), (1.4 + 0.42 * len(labels)) * len(cols)))
+    axes = fig.subplots(len(cols), 1, squeeze=False).ravel()
+    for ax, col in zip(axes, cols):
+        per_seed = sub.groupby(["label", "seed", "shift"])[col].mean()
+        table = per_seed.groupby(level=["label", "shift"]).mean().unstack("shift")
+        table = table.reindex(index=[lab for lab in labels if lab in table.index], columns=families)
+        name = col.split(".", 1)[1]
+        higher_better = name in ("accuracy",)
+        sns.heatmap(table, annot=len(families) * len(labels) <= 400, fmt=".2f", annot_kws={"fontsize": 7},
+                    cmap="viridis" if higher_better else "viridis_r", linewidths=0.3, ax=ax,
+                    cbar_kws={"label": METRIC_AXIS.get(name, name), "shrink": 0.8})
+        ax.set_xlabel("")
+        ax.set_ylabel("")
+        ax.set_title(f"{METRIC_AXIS.get(name, name)}, mean over severities 1-5 and seeds", fontsize=10)
+        ax.tick_params(axis="x", labelrotation=60, labelsize=8)
+        ax.tick_params(axis="y", labelrotation=0, labelsize=8)
+    fig.tight_layout()
+    return to_png(fig)
+
+
 # -------------------------------------------------------------------------------- ood
 
 
