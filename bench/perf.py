@@ -192,6 +192,49 @@ def pbn_vs_mfvi_train_step(model_name, in_shape, device, repeats, tmp, batch=128
 
 
 @case
+def ssvi_vs_mfvi_train_step(model_name, in_shape, device, repeats, tmp, batch=128, steps=3, density=0.1):
+    """SSVI (10 %, LRT, one draw, its default) train step vs mfvi's (dense, S = 5 weight draws, its
+    default) and vs dense VI with SSVI's own estimator (density 1); variational state sizes."""
+    from bench.subnet.ssvi import SSVINet
+
+    task = classification(10)
+    x = torch.randn(batch, *in_shape, device=device)
+    y = torch.randint(0, 10, (batch,), device=device)
+
+    def stepper(model, loss_fn):
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+
+        def run():
+            for _ in range(steps):
+                opt.zero_grad(set_to_none=True)
+                loss_fn(model).backward()
+                opt.step()
+        return run
+
+    def ssvi_net(d):
+        torch.manual_seed(0)
+        return SSVINet(build_model(model_name, in_shape, 10), d, generator=torch.Generator().manual_seed(0)).to(device)
+
+    def ssvi_loss(m):
+        return task.loss(m(x), y) + 0.01 * m.kl() / 60_000
+
+    sparse, dense = ssvi_net(density).train(), ssvi_net(1.0).train()
+    mf = _partial_vi(model_name, in_shape, device, None).train()
+    mf_loss = elbo_loss(task, 60_000, samples=5)
+    c, r = side_by_side(stepper(sparse, ssvi_loss), stepper(mf, lambda m: mf_loss(m, x, y, 0.5)), repeats, device)
+    c2, r2 = side_by_side(stepper(sparse, ssvi_loss), stepper(dense, ssvi_loss), repeats, device)
+    sb, mb = sparse.state_bytes(), 2 * mf.rho.numel() * mf.rho.element_size()  # mfvi: mu + rho of every entry
+    return [
+        (f"SSVI d={density:.0%} train step / mfvi train step", c / r, "<=", 1.0,
+         f"{c / steps * 1e3:.1f} ms vs {r / steps * 1e3:.1f} ms per step (LRT S=1 vs S=5), batch {batch}"),
+        (f"SSVI d={density:.0%} train step / dense LRT VI step", c2 / r2, "<=", 1.0,
+         f"{c2 / steps * 1e3:.1f} ms vs {r2 / steps * 1e3:.1f} ms per step (same estimator)"),
+        ("SSVI variational state / mfvi variational state", sb / mb, "<", 0.25,
+         f"{sb:,} B vs {mb:,} B (mu + rho + int32 positions vs dense mu + rho)"),
+    ]
+
+
+@case
 def pbn_predict_vs_single(model_name, in_shape, device, repeats, tmp, n=2000, samples=5, r_bayes=0.01):
     """The pbn method's own predict path on a posterior set up without training."""
     ctx = _context(model_name, in_shape, device, tmp)
