@@ -71,6 +71,14 @@ def score_set(task_kind: str, pred, eval_set: EvalSet, id_pred=None) -> tuple[di
     return M.classification_metrics(pred.probs, eval_set.y, pred.sample_probs, pred.variance)
 
 
+def check_finite(pred, where: str) -> None:
+    """Raise :class:`DivergedError` when a predictive holds NaN or infinite values."""
+    for name in ("probs", "mean", "var"):
+        t = getattr(pred, name, None)
+        if t is not None and not bool(torch.isfinite(t).all()):
+            raise DivergedError(f"non-finite predictive {name} on the {where}")
+
+
 class Harness:
     def __init__(self, suite, plan: RunPlan, data: SuiteData, store: ResultsStore, device: torch.device,
                  methods_registry, *, force: bool = False, progress: bool = False, quiet: bool = False):
@@ -86,6 +94,7 @@ class Harness:
 
     # ------------------------------------------------------------------
     def run(self) -> RunSummary:
+        self.write_artifacts()
         for model_name in self.plan.models:
             build = partial(build_model, model_name, self.suite.in_shape, self.suite.task.num_outputs)
             map_key = {"suite": self.suite.name, "model": model_name, "train": self.plan.train.to_dict(),
@@ -98,6 +107,16 @@ class Harness:
                     for seed in self.plan.seeds:
                         self.run_cell(model_name, build, map_cache, method_name, cfg, seed)
         return self.summary
+
+    def write_artifacts(self) -> None:
+        """Files the suite hands to the report (``SuiteData.extras["artifacts"]``: name -> bytes,
+        e.g. a corruption gallery), kept under ``<results>/<suite>/artifacts/<profile>/`` so that
+        ``bench report`` rebuilds the report without the data."""
+        from bench.store import atomic_write_bytes
+
+        dest = self.store.checkpoint_dir(self.suite.name).parent / "artifacts" / self.plan.profile
+        for name, blob in (self.data.extras.get("artifacts") or {}).items():
+            atomic_write_bytes(dest / name, blob)
 
     def run_cell(self, model_name, build, map_cache, method_name, cfg, seed):
         cls = self.methods_registry.get(method_name)
@@ -157,7 +176,10 @@ class Harness:
             self.record_failure(run_dir, base, started, exc, tag)
             return
         cost = self.measure_cost(method, fit_cost)
-        self.evaluate(method, run_dir, base, cost, pending, started, tag, seed)
+        try:
+            self.evaluate(method, run_dir, base, cost, pending, started, tag, seed)
+        except DivergedError as exc:  # a non-finite predictive: the fitted method is unusable
+            self.record_failure(run_dir, base, started, exc, tag)
 
     def record_failure(self, run_dir, base, started, exc, tag):
         msg = f"{type(exc).__name__}: {exc}"
@@ -202,6 +224,7 @@ class Harness:
         for e in tqdm(order, desc=f"eval {tag}", leave=False, disable=not progress_enabled(self.progress)):
             seed_everything(derive_seed("eval", seed, e.kind, e.shift, e.severity))
             pred, secs = predict_all(method, e.x, self.eval_batch_size, self.device)
+            check_finite(pred, f"{e.kind} set {e.shift} severity {e.severity}")
             times += secs
             n_seen += e.n
             if e is id_set:

@@ -580,8 +580,11 @@ class LaplaceMethod(Method):
 
 
 def _nll(probs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Mean negative log-likelihood of labels under predictive probabilities."""
-    return F.nll_loss(probs.clamp_min(1e-12).log(), y.to(probs.device))
+    """Mean negative log-likelihood of labels under predictive probabilities; +inf when the
+    predictive is not finite (e.g. sampled networks overflowing at a tiny prior precision), so
+    that the grid search never picks such a point (numpy's argmin would return a NaN's index)."""
+    loss = F.nll_loss(probs.clamp_min(1e-12).log(), y.to(probs.device))
+    return loss if bool(torch.isfinite(loss)) else torch.full_like(loss, float("inf"))
 
 
 def _to_device(obj, device):

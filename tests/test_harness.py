@@ -128,3 +128,29 @@ def test_list_and_help(capsys):
         main(["run", "--help"])
     assert exc.value.code == 0
     assert "--set" in capsys.readouterr().out
+
+
+def test_non_finite_predictive_is_recorded_as_failed(tmp_path, monkeypatch):
+    """A method whose fit succeeds but whose predictive holds NaN is one failed record, and the
+    grid goes on to the next method."""
+    import torch
+
+    from methods.deterministic import Deterministic
+
+    real_predict = Deterministic.predict
+
+    def nan_predict(self, x):
+        pred = real_predict(self, x)
+        pred.mean = torch.full_like(pred.mean, float("nan"))
+        return pred
+
+    monkeypatch.setattr(Deterministic, "predict", nan_predict)
+    out = tmp_path / "r"
+    args = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--out", str(out),
+            "--methods", "deterministic,mc_dropout"]
+    assert main(args) == 0
+    df = load_records(out)
+    failed = df[df["status"] == "failed"]
+    assert list(failed["method"]) == ["deterministic"]
+    assert failed["error"].str.contains("non-finite predictive mean").all()
+    assert (df.loc[df["method"] == "mc_dropout", "status"] == "ok").all()

@@ -321,3 +321,15 @@ def test_subnet_backend_on_batchnorm_weights_is_a_clear_error_and_auto_falls_bac
     m2 = SubnetLaplace(ctx, n_subnet=5, prior_precision_method="none")
     m2.indices = torch.tensor([48, 49, 50])
     assert m2.choose_backend(m2.map_network(), data(2)[0])[0] == "backpack"
+
+
+def test_grid_search_loss_is_infinite_for_a_non_finite_predictive():
+    """numpy's argmin returns the index of a NaN: a NaN validation NLL must count as +inf."""
+    import math
+
+    from methods.subnet_laplace import _nll
+
+    y = torch.tensor([0, 1])
+    good = torch.tensor([[0.75, 0.25], [0.5, 0.5]])
+    assert _nll(good, y).item() == pytest.approx(-(math.log(0.75) + math.log(0.5)) / 2)
+    assert _nll(torch.full((2, 2), float("nan")), y).item() == float("inf")

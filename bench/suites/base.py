@@ -16,6 +16,9 @@ from bench.tasks import Task
 
 SUITES: Registry[type["Suite"]] = Registry("suite")
 PROFILES = ("smoke", "quick", "paper")
+#: every classification method, the default of the classification suites' leaderboards
+CLASSIFICATION_METHODS = ("deterministic", "mc_dropout", "deep_ensemble", "pbn", "mfvi",
+                          "ssvi", "subnet_laplace", "laplace_last_layer", "laplace_diag", "vdp")
 
 
 register_suite = SUITES.register_class

@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 from bench.data import EvalSet, SuiteData
-from bench.suites.base import Suite, register_suite
+from bench.suites.base import CLASSIFICATION_METHODS, Suite, register_suite
 from bench.tasks import classification
 from datasets.mnist import load_mnist_splits, normalize
 from datasets.shifts import rotate_images
@@ -18,6 +18,7 @@ from datasets.shifts import rotate_images
 @register_suite("mnist_rotated")
 class MnistRotated(Suite):
     description = "MNIST, test rotated 0-180 degrees; FashionMNIST as OOD (Ovadia et al. 2019)"
+    default_methods = CLASSIFICATION_METHODS
     task = classification(10)
     in_shape = (1, 28, 28)
     shift_label = "rotation (degrees)"
@@ -46,7 +47,9 @@ class MnistRotated(Suite):
             "models": ["lenet_300_100", "lenet5"], "seeds": [0, 1, 2, 3, 4],
             "train": {"epochs": 50, "batch_size": 50, "lr": 0.01, "momentum": 0.9, "weight_decay": 1e-5},
             "data": {},
-            "methods": {},
+            # SSVI: the official code's values (methods/ssvi.py PAPER_OPTIONS, docs/ssvi.md)
+            "methods": {"ssvi": {"prior_scale": 0.005, "mu_init": 0.01, "sigma_init_mean": 0.0006,
+                                 "sigma_init_std": 0.0005, "lr_sigma": 0.01, "weight_decay": 5e-4}},
             "note": "",
         },
     }
