@@ -89,6 +89,16 @@ class Method(abc.ABC):
     def modules(self) -> list[nn.Module]:
         """The networks the method holds (for parameter counts and device moves)."""
 
+    #: options that, when a method declares them and they are not None, override the profile's
+    #: training configuration (e.g. ``--set pbn.lr=0.005``)
+    TRAIN_OVERRIDES: ClassVar[dict[str, type]] = {"epochs": int, "lr": float, "weight_decay": float, "optimizer": str}
+
+    def train_config(self):
+        """The profile's :class:`bench.training.TrainConfig` with this method's overrides."""
+        over = {k: cast(self.config[k]) for k, cast in self.TRAIN_OVERRIDES.items()
+                if self.config.get(k) is not None}
+        return self.ctx.train.replace(**over)
+
     # -- cost --------------------------------------------------------------
     def num_params(self) -> int:
         """Stored parameters (deterministic + variational), as the papers count them."""

@@ -80,14 +80,6 @@ class VIMethod(Method):
         return {"prior_scale": float(c["prior_scale"]), "rho_init_mean": float(c["rho_init_mean"]),
                 "rho_init_std": float(c["rho_init_std"])}
 
-    def train_config(self):
-        cfg = self.ctx.train
-        if self.config["epochs"] is not None:
-            cfg = cfg.replace(epochs=int(self.config["epochs"]))
-        if self.config["lr"] is not None:
-            cfg = cfg.replace(lr=float(self.config["lr"]))
-        return cfg
-
     def fresh_network(self, tag: str) -> nn.Module:
         """A randomly initialised network, seeded per method / seed, leaving the global RNG as it was."""
         with torch.random.fork_rng(devices=[]):

@@ -109,16 +109,6 @@ class SSVI(Method):
                        sigma_init_std=float(c["sigma_init_std"]),
                        mu_init=None if c["mu_init"] is None else float(c["mu_init"]), generator=gen)
 
-    def train_config(self):
-        cfg = self.ctx.train
-        if self.config["epochs"] is not None:
-            cfg = cfg.replace(epochs=int(self.config["epochs"]))
-        if self.config["lr"] is not None:
-            cfg = cfg.replace(lr=float(self.config["lr"]))
-        if self.config["weight_decay"] is not None:
-            cfg = cfg.replace(weight_decay=float(self.config["weight_decay"]))
-        return cfg
-
     def _optimizer(self, cfg):
         lr_sigma = cfg.lr if self.config["lr_sigma"] is None else float(self.config["lr_sigma"])
         groups = [{"params": self.model.mean_params(), "lr": cfg.lr, "weight_decay": cfg.weight_decay},

@@ -80,11 +80,9 @@ class VDP(Method):
             raise BenchError("vdp: prior_scale must be > 0 and var_floor >= 0")
 
     def train_config(self):
-        cfg = self.ctx.train
-        over = {k: self.config[k] for k in ("epochs", "optimizer", "lr") if self.config[k] is not None}
         # no optimiser weight decay: it would shrink rho (sigma -> softplus(0)); the KL's
         # mu^2 / (2 s^2) term is the L2 penalty on the means
-        return cfg.replace(weight_decay=0.0, **over)
+        return super().train_config().replace(weight_decay=0.0)
 
     def base_network(self) -> nn.Module:
         """The deterministic network whose weights become the means."""
