@@ -469,6 +469,40 @@ def test_sweep_detection():
     assert find_sweeps(frame(lin))[0].log_x is False
 
 
+def test_ablation_detection():
+    """Configurations differing in one string option form an ablation; numeric or two-option
+    differences do not."""
+    from bench.reporting.data import find_ablations
+
+    def frame(configs):
+        return pd.DataFrame([{"label": lab, "method": m, "method_config": cfg, "kind": "id", "seed": 0}
+                             for lab, (m, cfg) in configs.items()])
+
+    cfgs = {"ssvi": ("ssvi", {"criterion": "snr_abs", "density": 0.1}),
+            "ssvi[criterion=mu_abs]": ("ssvi", {"criterion": "mu_abs", "density": 0.1}),
+            "ssvi[density=0.2]": ("ssvi", {"criterion": "snr_abs", "density": 0.2}),
+            "ssvi[both]": ("ssvi", {"criterion": "snr", "density": 0.5})}
+    (ab,) = find_ablations(frame(cfgs))
+    assert (ab.method, ab.option, ab.numeric) == ("ssvi", "criterion", False)
+    assert ab.values == {"ssvi": "snr_abs", "ssvi[criterion=mu_abs]": "mu_abs"}
+
+
+def test_criteria_overlap_table_by_hand():
+    from bench.reporting.tables import criteria_overlap_table
+
+    runs = [(0, {"history": [{"step": 0}, {"iou": {"a|b": 0.5, "a|c": 1.0}}, {"iou": {"a|b": 0.25, "a|c": 0.0}}]}),
+            (1, {"history": [{"iou": {"a|b": 1.0, "a|c": 0.5}}]}),
+            (2, {"history": []})]
+    t = criteria_overlap_table(runs)
+    assert t.rows == ["a vs b", "a vs c"]
+    assert t.mean.loc["a vs b", "all"] == pytest.approx((0.5 + 0.25 + 1.0) / 3)
+    assert t.mean.loc["a vs b", "first"] == pytest.approx((0.5 + 1.0) / 2)
+    assert t.mean.loc["a vs b", "last"] == pytest.approx((0.25 + 1.0) / 2)
+    assert t.mean.loc["a vs c", "last"] == pytest.approx(0.25)
+    assert t.count.loc["a vs c", "all"] == 3
+    assert criteria_overlap_table([(0, {"history": [{"step": 1}]})]) is None
+
+
 def test_sweep_table_values(sweep_report):
     _, path = sweep_report
     html = path.read_text()

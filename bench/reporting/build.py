@@ -12,11 +12,11 @@ from bench.store import ResultsStore, atomic_write_bytes, load_records
 
 from . import plots
 from .data import (CLASSIFICATION_METRICS, REGRESSION_METRICS, SectionData, Sweep, diagnostics_by_label,
-                   distinct, failed_records, find_sweeps, labels_in_order, ok_records, prepare,
+                   distinct, failed_records, find_ablations, find_sweeps, labels_in_order, ok_records, prepare,
                    severity_axis_label, shift_families, slugify, split_sections, sweep_order)
 from .document import Bullets, Definitions, Document, Figure, KeyValues, Paragraph, Section
 from .render import to_html, to_markdown
-from .tables import (cost_table, failed_table, layer_distribution_frame, layer_distribution_table,
+from .tables import (cost_table, criteria_overlap_table, failed_table, layer_distribution_frame, layer_distribution_table,
                      leaderboard, methods_table, paper_cost_table, regression_tables, sweep_metrics_per_seed,
                      sweep_table)
 
@@ -190,6 +190,7 @@ def _model_section(sec: SectionData, palette: dict) -> Section:
         _classification_blocks(s, sec, pal)
     sweeps = find_sweeps(df)
     _sweep_blocks(s, sec, pal, sweeps)
+    _ablation_blocks(s, sec, find_ablations(df))
     _subnetwork_blocks(s, sec, sweeps)
     cost = cost_table(df)
     paper = paper_cost_table(df)
@@ -233,6 +234,30 @@ def _sweep_blocks(parent: Section, sec: SectionData, pal: dict, sweeps: list[Swe
             sw_sec.add(sub)
     if len(sw_sec.blocks) > 1:
         parent.add(sw_sec)
+
+
+def _ablation_blocks(parent: Section, sec: SectionData, ablations: list[Sweep]) -> None:
+    """Per categorical ablation (configs of a plugin differing in one string option, e.g. the
+    subnet selection or removal criterion): a metrics table; and, for plugins whose runs record
+    the removal sets of several criteria (SSVI's drop-and-grow history), their overlap."""
+    diags = diagnostics_by_label(sec.records)
+    ab_sec = Section("Ablations")
+    ab_sec.add(Paragraph("Configurations of one method that differ in a single categorical option (for example "
+                         "the subnetwork selection or the removal criterion), at equal size and otherwise "
+                         "equal settings."))
+    overlap_shown = set()  # once per plugin, with its criterion ablation when it has one
+    for ab in sorted(ablations, key=lambda a: (a.method, a.option != "criterion")):
+        sub = Section(f"{ab.method} by {ab.option}")
+        sub.add(sweep_table(sec.records, ab, sec.task))
+        if ab.method not in overlap_shown:
+            overlap = criteria_overlap_table([run for lab in ab.labels for run in diags.get(lab, [])])
+            if overlap is not None:
+                sub.add(overlap)
+                overlap_shown.add(ab.method)
+        if sub.blocks:
+            ab_sec.add(sub)
+    if len(ab_sec.blocks) > 1:
+        parent.add(ab_sec)
 
 
 def _display_names(labels, sweeps: list[Sweep]) -> dict:

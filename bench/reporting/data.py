@@ -216,11 +216,13 @@ def _is_number(v) -> bool:
 
 @dataclass
 class Sweep:
-    """Configurations of one plugin that differ in exactly one numeric option."""
+    """Configurations of one plugin that differ in exactly one option: numeric (a sweep,
+    plotted against the value) or categorical (an ablation, e.g. a selection criterion)."""
 
     method: str                 # plugin name, e.g. "pbn"
     option: str                 # the swept ``method_config`` key, e.g. "r_bayes"
     values: dict                # label -> option value, in increasing value order
+    numeric: bool = True
 
     @property
     def labels(self) -> list[str]:
@@ -242,9 +244,10 @@ def label_configs(df: pd.DataFrame) -> dict:
     return out
 
 
-def find_sweeps(df: pd.DataFrame) -> list[Sweep]:
+def find_sweeps(df: pd.DataFrame, numeric: bool = True) -> list[Sweep]:
     """Every group of >= 2 configurations of a plugin that agree on all options but one
-    numeric one (``pbn[r_bayes=...]``); ordered by plugin, option, then first label."""
+    numeric one (``pbn[r_bayes=...]``); ordered by plugin, option, then first label. With
+    ``numeric=False``: the same for one string option (``ssvi[criterion=...]``), in label order."""
     configs = label_configs(df)
     sweeps = []
     for method in distinct(m for m, _ in configs.values()):
@@ -257,17 +260,23 @@ def find_sweeps(df: pd.DataFrame) -> list[Sweep]:
             for lab in sorted(labs, key=natural_key):
                 cfg = configs[lab][1]
                 v = cfg.get(key)
-                if not _is_number(v):
+                if not (_is_number(v) if numeric else isinstance(v, str)):
                     continue
                 rest = json.dumps({k: cfg[k] for k in cfg if k != key}, sort_keys=True, default=str)
                 group = groups.setdefault(rest, {})
-                if float(v) not in group.values():  # identical configs: keep the first label
-                    group[lab] = float(v)
+                value = float(v) if numeric else v
+                if value not in group.values():  # identical configs: keep the first label
+                    group[lab] = value
             for group in groups.values():
                 if len(group) >= 2:
-                    ordered = dict(sorted(group.items(), key=lambda kv: kv[1]))
-                    sweeps.append(Sweep(str(method), str(key), ordered))
+                    ordered = dict(sorted(group.items(), key=lambda kv: kv[1])) if numeric else group
+                    sweeps.append(Sweep(str(method), str(key), ordered, numeric))
     return sweeps
+
+
+def find_ablations(df: pd.DataFrame) -> list[Sweep]:
+    """Configurations of a plugin that differ in one categorical (string) option."""
+    return find_sweeps(df, numeric=False)
 
 
 def diagnostics_by_label(df: pd.DataFrame) -> dict:

@@ -330,8 +330,8 @@ def scoped_column(key: str) -> Column:
     return _metric_column(key, rest, {"id": "ID", "shift": "shift"}.get(kind, kind))
 
 
-def format_option(value: float) -> str:
-    return f"{float(value):g}"
+def format_option(value) -> str:
+    return value if isinstance(value, str) else f"{float(value):g}"
 
 
 def sweep_table(df: pd.DataFrame, sweep: Sweep, task: str = "classification") -> Table | None:
@@ -341,7 +341,7 @@ def sweep_table(df: pd.DataFrame, sweep: Sweep, task: str = "classification") ->
     if ps.empty or not len(ps.columns):
         return None
     rows = {lab: format_option(v) for lab, v in sweep.values.items()}
-    if len(set(rows.values())) < len(rows):  # values that only differ beyond 6 digits
+    if sweep.numeric and len(set(rows.values())) < len(rows):  # values that only differ beyond 6 digits
         rows = {lab: repr(float(v)) for lab, v in sweep.values.items()}
     ps = ps.rename(index=rows, level=0)
     seeds = sub.assign(label=sub["label"].map(rows))
@@ -385,6 +385,39 @@ def layer_row_label(depth, layer, type_) -> str:
 LAYER_COLUMNS = [("numel", "parameters"), ("selected", "selected"), ("selected_weight", "selected weights"),
                  ("selected_bias", "selected biases"), ("fraction_of_layer", "fraction of layer"),
                  ("sparsity", "sparsity"), ("fraction_of_subnet", "fraction of subnet")]
+
+
+def criteria_overlap_table(runs: list) -> Table | None:
+    """IoU between the removal sets of each pair of criteria (SSVI paper, Tables 4-7), from the
+    ``history`` in the diagnostics of drop-and-grow runs: every entry with an ``iou`` dict
+    ({"a|b": IoU}, computed at one drop step on that run's posterior). Mean over all drop steps
+    of all runs, and over the first and the last drop step of each run."""
+    rows: dict[str, dict[str, list]] = {}
+    for _seed, diag in runs:
+        steps = [h["iou"] for h in (diag.get("history") or []) if isinstance(h, dict) and h.get("iou")]
+        for i, iou in enumerate(steps):
+            for pair, v in iou.items():
+                r = rows.setdefault(pair.replace("|", " vs "), {"all": [], "first": [], "last": []})
+                r["all"].append(float(v))
+                if i == 0:
+                    r["first"].append(float(v))
+                if i == len(steps) - 1:
+                    r["last"].append(float(v))
+    if not rows:
+        return None
+    order = sorted(rows, key=natural_key)
+    keys = [("all", "mean IoU, all drop steps"), ("first", "IoU at the first drop step"),
+            ("last", "IoU at the last drop step")]
+    mean = pd.DataFrame({k: [np.mean(rows[p][k]) if rows[p][k] else np.nan for p in order] for k, _ in keys},
+                        index=order)
+    std = pd.DataFrame({k: [np.std(rows[p][k], ddof=1) if len(rows[p][k]) > 1 else np.nan for p in order]
+                        for k, _ in keys}, index=order)
+    count = pd.DataFrame({k: [len(rows[p][k]) for p in order] for k, _ in keys}, index=order)
+    caption = (f"Overlap of the sets of active entries each removal criterion would drop, computed at every "
+               f"drop-and-grow step on the same posterior ({len(runs)} run(s); the run's own criterion drives "
+               "the training). IoU = |A ∩ B| / |A ∪ B|; 1 = the same entries. Mean ± std over steps / runs.")
+    return Table("Removal criteria overlap", [Column(k, t) for k, t in keys], mean, std, count,
+                 index_title="criteria", caption=caption)
 
 
 def layer_distribution_table(label: str, runs: list) -> Table | None:
