@@ -7,8 +7,8 @@ Run from the repository root (``datasets`` must be this repository's package)::
     .venv/bin/python benchmarks/vdp_experiments.py cost --data-root data
     .venv/bin/python benchmarks/vdp_experiments.py all --results results --data-root data --doc docs/vdp.md
 
-* ``noise`` (VDP++ paper Fig. 1c / Fig. 3), from the stored records of the ``mnist_noise``
-  suite: accuracy against SNR per method; the mean output variance of the predicted class,
+* ``noise`` (VDP++ paper Fig. 1c / Fig. 3), from the stored records of a noise suite
+  (``mnist_noise``, ``cifar10_noise``): accuracy against SNR per method; the mean output variance of the predicted class,
   normalised by its value at the lowest SNR (the paper's normalisation); the Spearman rank
   correlation between SNR and that variance (per seed, and pooled over seeds with its p-value),
   next to the same correlation for the predictive entropy of every method; and the effect of
@@ -20,12 +20,18 @@ Run from the repository root (``datasets`` must be this repository's package)::
   batch-norm parameters are not pruned.
 * ``cost`` (Fig. 1a-b): time and memory of a training step of each method at batch size 512
   (the paper's), interleaved in one process on the same batches, reported per epoch of the
-  suite's 50,000 training images. Memory = parameters + gradients + optimiser state + the
+  suite's training images. Memory = parameters + gradients + optimiser state + the
   activations autograd saves for the backward pass + the input batch (on a GPU, the
   allocator's peak of a step instead).
 
+Any noise suite works (``--suite mnist_noise`` or ``cifar10_noise``; the CIFAR-10 one with
+``resnet_small``): ``--model`` / ``--models`` default to the suite profile's models, and ``cost``
+times the suite's own training split.
+
 ``--doc FILE`` replaces the block between ``<!-- BEGIN vdp_experiments:NAME -->`` and
-``<!-- END vdp_experiments:NAME -->`` in FILE (appending it when absent) with the printed table.
+``<!-- END vdp_experiments:NAME -->`` in FILE (appending it when absent) with the printed table;
+NAME is ``noise`` / ``prune`` / ``cost`` for ``mnist_noise`` and ``noise-SUITE`` etc. for other
+suites, ``summary-SUITE`` for ``summary``.
 """
 from __future__ import annotations
 
@@ -92,12 +98,28 @@ def load_ok_records(results: Path, suite: str, model: str) -> pd.DataFrame:
     return df
 
 
+def _models(args) -> str:
+    """``--models``, else every model of the suite's profile (``--profile``, else quick)."""
+    if args.models:
+        return args.models
+    from bench.suites import SUITES
+
+    profiles = SUITES.get(args.suite).profiles
+    return ",".join(profiles.get(args.profile or "quick", profiles["quick"])["models"])
+
+
+def _model(args) -> str:
+    """``--model``, else the first model of the suite's profile."""
+    return args.model or _models(argparse.Namespace(models="", suite=args.suite, profile=args.profile)).split(",")[0]
+
+
 # --------------------------------------------------------------------------------------- noise
 def noise(args) -> str:
     from scipy.stats import spearmanr
 
     from bench.suites.mnist_noise import CLEAN_SEVERITY
 
+    args.model = _model(args)
     df = load_ok_records(Path(args.results), args.suite, args.model)
     if args.profile:
         df = df[df["profile"] == args.profile]
@@ -121,10 +143,12 @@ def noise(args) -> str:
     var_rows, rho_rows = [], []
     for m in labels:
         sub = ev[ev["method_label"] == m]
-        for metric, name in (("metrics.vdp_variance", "output variance"), ("metrics.entropy", "entropy")):
+        for metric, name in (("metrics.vdp_variance", "output variance"), ("metrics.entropy", "entropy"),
+                             ("metrics.mutual_information", "mutual information")):
             if metric not in sub or sub[metric].isna().all():
                 continue
             per_seed_rho, pooled_x, pooled_y, normed = [], [], [], {s: [] for s in levels}
+            monotone = []  # per seed: the score never falls as the SNR falls (clean set included)
             for seed, g in sub.groupby("seed"):
                 g = g.set_index("severity")[metric]
                 if lowest not in g.index:
@@ -132,6 +156,8 @@ def noise(args) -> str:
                 for s in levels:
                     if s in g.index:
                         normed[s].append(g[s] / g[lowest])
+                ordered = [g[s] for s in levels if s in g.index]  # clean first, then falling SNR
+                monotone.append(bool(np.all(np.diff(ordered) >= 0)))
                 sh = g[[s for s in shift_levels if s in g.index]]
                 if len(sh) >= 3:
                     per_seed_rho.append(spearmanr(sh.index, sh.values).statistic)
@@ -142,7 +168,7 @@ def noise(args) -> str:
             if pooled_x:
                 r = spearmanr(pooled_x, pooled_y)
                 rho_rows.append([m, name, mean_std(per_seed_rho, "{:.3f}"), f"{r.statistic:.3f}", f"{r.pvalue:.2g}",
-                                 len(pooled_x)])
+                                 len(pooled_x), f"{sum(monotone)}/{len(monotone)}"])
     if var_rows:
         parts.append(f"**Mean output variance of the predicted class, normalised by its value at {lowest:g} dB** "
                      "(per seed, then mean ± std; the paper's Fig. 3 normalisation)\n\n"
@@ -153,11 +179,22 @@ def noise(args) -> str:
             if "metrics.vdp_variance" in sub and sub["metrics.vdp_variance"].notna().any():
                 raw.append([m] + [mean_std(sub.loc[sub["severity"] == s, "metrics.vdp_variance"], "{:.3g}") for s in levels])
         parts.append("Raw mean output variance:\n\n" + md_table(["method"] + [lab(s) for s in levels], raw))
+    for metric, title in (("metrics.entropy", "Mean predictive entropy (nats) vs SNR, every method"),
+                          ("metrics.mutual_information", "Mean mutual information (nats) vs SNR, sampling methods")):
+        rows = []
+        for m in labels:
+            sub = ev[ev["method_label"] == m]
+            if metric in sub and sub[metric].notna().any() and (sub[metric].fillna(0) != 0).any():
+                rows.append([m] + [mean_std(sub.loc[sub["severity"] == s, metric], "{:.3g}") for s in levels])
+        if rows:
+            parts.append(f"{title}:\n\n" + md_table(["method"] + [lab(s) for s in levels], rows))
     if rho_rows:
         parts.append("**Spearman rank correlation between SNR (dB) and the uncertainty score** over the noisy sets "
                      "(negative = more uncertainty at lower SNR); per seed (mean ± std), and pooled over seeds with "
-                     "its p-value\n\n" + md_table(["method", "score", "rho per seed", "rho pooled", "p pooled", "points"],
-                                                  rho_rows))
+                     "its p-value; last column: seeds in which the score never decreases as the SNR falls "
+                     "(clean set included)\n\n"
+                     + md_table(["method", "score", "rho per seed", "rho pooled", "p pooled", "points",
+                                 "monotone (seeds)"], rho_rows))
 
     # kl_weight sweep
     vdp = df[df["method"] == "vdp"]
@@ -198,6 +235,7 @@ def noise(args) -> str:
 # ------------------------------------------------------------------------------------- summary
 def summary(args) -> str:
     """Any suite: in-distribution, shift-averaged and OOD metrics per method (mean ± std over seeds)."""
+    args.model = _model(args)
     df = load_ok_records(Path(args.results), args.suite, args.model)
     if args.profile:
         df = df[df["profile"] == args.profile]
@@ -286,6 +324,7 @@ def prune_experiment(args) -> str:
     from bench.harness import predict_all
 
     torch.set_num_threads(args.threads)
+    args.model = _model(args)
     results = Path(args.results)
     suite, fitted, data_cfg = _fitted_methods(results, args.suite, args.model, args.methods.split(","),
                                               [int(s) for s in args.seeds.split(",")] if args.seeds else None)
@@ -369,19 +408,23 @@ def _steppers(model_name: str, in_shape, n_train: int, device, lr_sgd: float):
 
 def cost_experiment(args) -> str:
     from bench.cost import synchronize
-    from datasets.mnist import load_mnist_like, normalize
+    from bench.suites import SUITES
 
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    x_all, y_all = load_mnist_like(Path(args.data_root), "MNIST", "train", False)
-    x_all, y_all = normalize(x_all[:-10_000]), y_all[:-10_000]  # the suites' training split
+    suite = SUITES.get(args.suite)()
+    profile = suite.profiles.get(args.profile or "quick", suite.profiles["quick"])
+    data = suite.load(Path(args.data_root), dict(profile["data"]), False)  # the profile's training split
+    x_all, y_all = data.train_x, data.train_y
+    del data
     n_train, bs = len(x_all), args.batch_size
     steps_per_epoch = math.ceil(n_train / bs)
-    in_shape = (1, 28, 28)
-    lines = [f"Batch size {bs} (the paper's), {steps_per_epoch} steps per epoch of {n_train:,} images; "
+    in_shape = tuple(suite.in_shape)
+    lines = [f"Suite `{args.suite}` training split ({n_train:,} images, {'x'.join(map(str, in_shape))}; no "
+             f"augmentation in the timed steps). Batch size {bs} (the paper's), {steps_per_epoch} steps per epoch; "
              f"{args.rounds} interleaved rounds, median step time x steps per epoch; device {device}, "
              f"{torch.get_num_threads()} threads."]
-    for model_name in args.models.split(","):
+    for model_name in _models(args).split(","):
         step, memory = _steppers(model_name, in_shape, n_train, device, 0.05)
         names = ["deterministic", "vdp", "mfvi"]
         g = torch.Generator().manual_seed(0)
@@ -432,8 +475,9 @@ def main(argv=None) -> int:
     ap.add_argument("--results", default="results")
     ap.add_argument("--suite", default="mnist_noise")
     ap.add_argument("--profile", default="quick", help="records of this profile only (noise); '' for all")
-    ap.add_argument("--model", default="lenet_300_100")
-    ap.add_argument("--models", default="lenet_300_100,lenet5", help="cost: architectures")
+    ap.add_argument("--model", default="", help="noise / summary / prune: the model (default: the first of the "
+                    "suite's profile)")
+    ap.add_argument("--models", default="", help="cost: architectures (default: the suite's profile's)")
     ap.add_argument("--methods", default="deterministic,vdp,mfvi", help="prune: methods")
     ap.add_argument("--seeds", default="", help="prune: seeds (default: all found)")
     ap.add_argument("--data-root", default="data")
@@ -446,13 +490,17 @@ def main(argv=None) -> int:
     jobs = {"noise": noise, "summary": summary, "prune": prune_experiment, "cost": cost_experiment}
     options = {"noise": ["results", "suite", "profile", "model"], "summary": ["results", "suite", "profile", "model"],
                "prune": ["results", "suite", "model", "methods", "seeds", "data_root"],
-               "cost": ["data_root", "models", "batch_size", "rounds", "device", "threads"]}
+               "cost": ["suite", "profile", "data_root", "models", "batch_size", "rounds", "device", "threads"]}
     for name in (["noise", "prune", "cost"] if args.what == "all" else [args.what]):
         text = jobs[name](args)
         if args.doc:
             flags = " ".join(f"--{k.replace('_', '-')} {getattr(args, k)}" for k in options[name]
                              if str(getattr(args, k)) != "")
-            block = f"summary-{args.suite}" if name == "summary" else name
+            # mnist_noise keeps the original block names; every other suite gets its own blocks
+            if name == "summary":
+                block = f"summary-{args.suite}"
+            else:
+                block = name if args.suite == "mnist_noise" else f"{name}-{args.suite}"
             update_doc(Path(args.doc), block, f"`.venv/bin/python benchmarks/vdp_experiments.py {name} {flags}`\n\n{text}")
         print()
     return 0

@@ -561,3 +561,65 @@ def test_mnist_noise_smoke_run_with_vdp(fake_mnist, tmp_path):
     assert text.count("<!-- BEGIN vdp_experiments:noise -->") == 1
     assert exp.main(["noise"] + common) == 0  # a re-run replaces its block
     assert doc.read_text().count("<!-- BEGIN vdp_experiments:noise -->") == 1
+
+
+def test_cifar10_noise_smoke_run_and_experiments(tmp_path):
+    """The CIFAR-10 noise suite (cifar10c's split, augmentation and resnet_small) on a fixture in
+    the official pickle layout, and the experiment script's noise / prune / cost on it."""
+    import importlib.util
+
+    from bench.cli import main
+    from bench.store import load_records
+    from bench.suites import SUITES
+    from bench.suites.cifar10_noise import CLEAN_SEVERITY
+    from bench.suites.cifar10c import make_augment
+    from datasets.cifar10 import normalize
+    from test_cifar10c_suite import make_fake_cifar
+
+    root = tmp_path / "data"
+    tr_x, tr_y, te_x, te_y = make_fake_cifar(root, n_train=1100, n_test=200)
+
+    # the data: cifar10c's split, augmentation and normalisation; noise in the normalised domain
+    suite = SUITES.get("cifar10_noise")()
+    data = suite.load(root, dict(suite.profiles["smoke"]["data"]), False)
+    assert torch.equal(data.val_x, normalize(torch.from_numpy(tr_x[-500:])))
+    assert len(data.train_x) == 512 and data.augment is not None
+    assert type(data.augment).__qualname__ == type(make_augment()).__qualname__
+    sets = {(e.kind, e.severity): e for e in data.eval_sets}
+    assert sorted(s for k, s in sets if k == "shift") == [-6.0, 0.0, 20.0]
+    clean = sets[("id", CLEAN_SEVERITY)]
+    assert torch.equal(clean.x[:], normalize(torch.from_numpy(te_x)))  # n_test = all 200, in order
+    for snr in (20.0, 0.0, -6.0):
+        e = sets[("shift", snr)]
+        assert torch.equal(e.y, clean.y)
+        noise = e.x - clean.x[:]
+        ratio = clean.x[:].pow(2).flatten(1).mean(1) / noise.pow(2).flatten(1).mean(1)
+        assert 10 * math.log10(ratio.mean().item()) == pytest.approx(snr, abs=0.2)
+    again = suite.load(root, dict(suite.profiles["smoke"]["data"]), False)
+    assert torch.equal(again.eval_sets[-1].x, data.eval_sets[-1].x)  # seeded noise
+
+    out = tmp_path / "results"
+    args = ["run", "--suite", "cifar10_noise", "--profile", "smoke", "--quiet", "--data-root", str(root),
+            "--out", str(out), "--no-report"]
+    assert main(args) == 0
+    df = load_records(out)
+    assert set(df["method"]) == {"deterministic", "vdp", "mfvi"} and set(df["model"]) == {"resnet_small"}
+    vdp = df[df["method"] == "vdp"]
+    assert sorted(vdp["severity"].dropna()) == [-6, 0, 20, CLEAN_SEVERITY]
+    assert (vdp["metrics.vdp_variance"] > 0).all()
+
+    spec = importlib.util.spec_from_file_location("vdp_experiments", ROOT / "benchmarks" / "vdp_experiments.py")
+    exp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(exp)
+    doc = tmp_path / "doc.md"
+    doc.write_text("# notes\n\n<!-- BEGIN vdp_experiments:noise -->\nMNIST\n<!-- END vdp_experiments:noise -->\n")
+    common = ["--results", str(out), "--suite", "cifar10_noise", "--profile", "smoke", "--doc", str(doc)]
+    assert exp.main(["noise"] + common) == 0
+    assert exp.main(["prune", "--data-root", str(root), "--threads", "1"] + common) == 0
+    assert exp.main(["cost", "--data-root", str(root), "--threads", "1", "--batch-size", "16", "--rounds", "1",
+                     "--device", "cpu"] + common) == 0
+    text = doc.read_text()
+    assert "MNIST" in text  # the mnist_noise blocks are left alone
+    for block in ("noise", "prune", "cost"):
+        assert text.count(f"<!-- BEGIN vdp_experiments:{block}-cifar10_noise -->") == 1
+    assert "resnet_small" in text and "99% pruned" in text and "memory / det" in text

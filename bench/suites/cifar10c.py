@@ -98,6 +98,39 @@ def random_subset(n_total: int, n: int | None, seed: int) -> torch.Tensor:
     return torch.randperm(n_total, generator=torch.Generator().manual_seed(seed))[:n].sort().values
 
 
+# ------------------------------------------------------------------ split and OOD (shared)
+
+
+def load_cifar10_splits(root: Path, cfg: dict, download: bool):
+    """``(train_x, train_y), (val_x, val_y), (test_x, test_y), n_train_total`` as uint8 NCHW images:
+    the last ``cfg["n_val"]`` CIFAR-10 training images are the validation split, the rest (or a
+    fixed, seeded subset of ``cfg["n_train"]`` of them) the training set. Shared by the CIFAR-10
+    suites (``cifar10c``, ``cifar10_noise``)."""
+    tr_x, tr_y = load_cifar10(root, "train", download)
+    te_x, te_y = load_cifar10(root, "test", download)
+    n_val, n_train_total = int(cfg["n_val"]), len(tr_x)
+    if not 0 < n_val < len(tr_x):
+        raise BenchError(f"n_val={n_val} must be in 1..{len(tr_x) - 1}")
+    # the last n_val training images are the validation split (recorded in data_config)
+    val_x, val_y = tr_x[-n_val:], tr_y[-n_val:]
+    tr_x, tr_y = tr_x[:-n_val], tr_y[:-n_val]
+    if cfg.get("n_train") is not None and cfg["n_train"] < len(tr_x):
+        keep = random_subset(len(tr_x), cfg["n_train"], seed=1)
+        tr_x, tr_y = tr_x[keep], tr_y[keep]
+    return (tr_x, tr_y), (val_x, val_y), (te_x, te_y), n_train_total
+
+
+def load_svhn_ood(root: Path, n_ood: int | None):
+    """``(uint8 images or None, note)``: a fixed, seeded subset of ``n_ood`` SVHN test images when
+    the file is present; otherwise None and the "no OOD set" note."""
+    try:
+        ood_x, _ = load_svhn_test(root, download=False)
+    except DatasetNotFoundError:
+        paths = " or ".join(str(p) for p in svhn_test_paths(root))
+        return None, f"no OOD set: SVHN test (test_32x32.mat) not found at {paths}"
+    return ood_x[random_subset(len(ood_x), n_ood, seed=4)], ""
+
+
 # ----------------------------------------------------------------------------- CIFAR-10-C
 
 
@@ -256,17 +289,8 @@ class Cifar10C(Suite):
         severities = [int(s) for s in cfg["severities"]]
         if any(s not in SEVERITIES for s in severities):
             raise BenchError(f"severities must be in 1..5, got {severities}")
-        tr_x, tr_y = load_cifar10(root, "train", download)
-        te_x, te_y = load_cifar10(root, "test", download)
-        n_val, n_train_total = int(cfg["n_val"]), len(tr_x)
-        if not 0 < n_val < len(tr_x):
-            raise BenchError(f"n_val={n_val} must be in 1..{len(tr_x) - 1}")
-        # the last n_val training images are the validation split (recorded in data_config)
-        val_x, val_y = tr_x[-n_val:], tr_y[-n_val:]
-        tr_x, tr_y = tr_x[:-n_val], tr_y[:-n_val]
-        if cfg["n_train"] is not None and cfg["n_train"] < len(tr_x):
-            keep = random_subset(len(tr_x), cfg["n_train"], seed=1)
-            tr_x, tr_y = tr_x[keep], tr_y[keep]
+        (tr_x, tr_y), (val_x, val_y), (te_x, te_y), n_train_total = load_cifar10_splits(root, cfg, download)
+        n_val = len(val_x)
 
         n_test_total = len(te_x)
         test_nhwc = te_x.permute(0, 2, 3, 1).contiguous()
@@ -287,15 +311,8 @@ class Cifar10C(Suite):
                                                "delete CIFAR-10-C to regenerate it",
                                                reason=f"malformed (labels of {name} severity {sev} differ from the test set's)")
                 eval_sets.append(EvalSet("shift", name, float(sev), NormalizedImages(x), y, note=line))
-        ood_note = ""
-        try:
-            ood_x, _ = load_svhn_test(root, download=False)
-        except DatasetNotFoundError:
-            ood_x = None
-            paths = " or ".join(str(p) for p in svhn_test_paths(root))
-            ood_note = f"no OOD set: SVHN test (test_32x32.mat) not found at {paths}"
+        ood_x, ood_note = load_svhn_ood(root, cfg["n_ood"])
         if ood_x is not None:
-            ood_x = ood_x[random_subset(len(ood_x), cfg["n_ood"], seed=4)]
             eval_sets.append(EvalSet("ood", "svhn", None, NormalizedImages(ood_x), None))
         else:  # the note reaches the report through the clean set's record
             eval_sets[0].note = ood_note
