@@ -48,7 +48,7 @@ class MnistNoise(Suite):
     profiles = {
         "smoke": {
             "models": ["lenet_300_100"], "seeds": [0],
-            "train": {"epochs": 1, "batch_size": 128, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-5},
+            "train": dict(MnistRotated.profiles["smoke"]["train"]),
             "data": {"n_train": 2000, "n_val": 500, "n_test": 500, "n_ood": 500, "snr_db": [20, 0, -6]},
             "methods": {"deep_ensemble": {"members": 2}, "mc_dropout": {"samples": 5}},
             "note": "smoke profile: tiny subsets, one epoch; numbers are meaningless",
@@ -56,8 +56,7 @@ class MnistNoise(Suite):
         "quick": {
             # the mnist_rotated quick budget, so the two suites' numbers are comparable
             "models": ["lenet_300_100", "lenet5"], "seeds": [0, 1, 2],
-            "train": {"epochs": 5, "batch_size": 128, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-5,
-                      "schedule": "cosine"},
+            "train": dict(MnistRotated.profiles["quick"]["train"]),
             "data": {},
             "methods": {},
             "note": "",
