@@ -29,7 +29,9 @@ def label(method: str, cfg: dict) -> str:
     if method == "ssvi":
         return f"ssvi (density {float(cfg.get('density', 0.1)):g})"
     if method == "subnet_laplace":
-        return f"subnet_laplace ({cfg.get('criterion')}, s {cfg.get('n_subnet') or cfg.get('subnet_fraction') or 'default'})"
+        from methods.subnet_laplace import SubnetLaplace
+        size = cfg.get("n_subnet") or cfg.get("subnet_fraction") or SubnetLaplace.DEFAULT_SUBNET
+        return f"subnet_laplace ({cfg.get('criterion')}, s {size})"
     return method
 
 
