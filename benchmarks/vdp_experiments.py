@@ -98,19 +98,22 @@ def load_ok_records(results: Path, suite: str, model: str) -> pd.DataFrame:
     return df
 
 
-def _models(args) -> str:
-    """``--models``, else every model of the suite's profile (``--profile``, else quick)."""
-    if args.models:
-        return args.models
+def _profile(args) -> dict:
+    """The suite's profile ``--profile`` (quick when empty or unknown to the suite)."""
     from bench.suites import SUITES
 
     profiles = SUITES.get(args.suite).profiles
-    return ",".join(profiles.get(args.profile or "quick", profiles["quick"])["models"])
+    return profiles.get(args.profile or "quick", profiles["quick"])
+
+
+def _models(args) -> list[str]:
+    """``--models``, else every model of the suite's profile."""
+    return args.models.split(",") if args.models else list(_profile(args)["models"])
 
 
 def _model(args) -> str:
     """``--model``, else the first model of the suite's profile."""
-    return args.model or _models(argparse.Namespace(models="", suite=args.suite, profile=args.profile)).split(",")[0]
+    return args.model or _profile(args)["models"][0]
 
 
 # --------------------------------------------------------------------------------------- noise
@@ -184,7 +187,7 @@ def noise(args) -> str:
         rows = []
         for m in labels:
             sub = ev[ev["method_label"] == m]
-            if metric in sub and sub[metric].notna().any() and (sub[metric].fillna(0) != 0).any():
+            if metric in sub and (sub[metric].fillna(0) != 0).any():  # some recorded, non-zero value
                 rows.append([m] + [mean_std(sub.loc[sub["severity"] == s, metric], "{:.3g}") for s in levels])
         if rows:
             parts.append(f"{title}:\n\n" + md_table(["method"] + [lab(s) for s in levels], rows))
@@ -413,8 +416,7 @@ def cost_experiment(args) -> str:
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     suite = SUITES.get(args.suite)()
-    profile = suite.profiles.get(args.profile or "quick", suite.profiles["quick"])
-    data = suite.load(Path(args.data_root), dict(profile["data"]), False)  # the profile's training split
+    data = suite.load(Path(args.data_root), dict(_profile(args)["data"]), False)  # the profile's training split
     x_all, y_all = data.train_x, data.train_y
     del data
     n_train, bs = len(x_all), args.batch_size
@@ -424,7 +426,7 @@ def cost_experiment(args) -> str:
              f"augmentation in the timed steps). Batch size {bs} (the paper's), {steps_per_epoch} steps per epoch; "
              f"{args.rounds} interleaved rounds, median step time x steps per epoch; device {device}, "
              f"{torch.get_num_threads()} threads."]
-    for model_name in _models(args).split(","):
+    for model_name in _models(args):
         step, memory = _steppers(model_name, in_shape, n_train, device, 0.05)
         names = ["deterministic", "vdp", "mfvi"]
         g = torch.Generator().manual_seed(0)

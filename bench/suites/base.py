@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from bench.data import SuiteData
+from bench.errors import BenchError
 from bench.registry import Registry
 from bench.tasks import Task
 
@@ -34,6 +35,15 @@ class Suite(abc.ABC):
     #: profile -> {"models": [...], "seeds": [...], "train": {...TrainConfig}, "data": {...},
     #:             "methods": {method: {option: value}}, "note": str}
     profiles: ClassVar[dict[str, dict]] = {}
+
+    def checked_data_cfg(self, data_cfg: dict, defaults: dict) -> dict:
+        """``defaults`` overridden by ``data_cfg``; an option not in ``defaults`` is a BenchError
+        that names the valid ones (for suites whose ``data_cfg`` is strict)."""
+        cfg = {**defaults, **data_cfg}
+        unknown = set(cfg) - set(defaults)
+        if unknown:
+            raise BenchError(f"unknown data option(s) {sorted(unknown)} for suite {self.name}; valid: {sorted(defaults)}")
+        return cfg
 
     @abc.abstractmethod
     def load(self, data_root: Path, data_cfg: dict, download: bool) -> SuiteData:

@@ -68,12 +68,7 @@ class Cifar10Noise(Suite):
                     "snr_db": list(SNR_LEVELS_DB), "eval_batch_size": 500, "augment": True}
 
     def data_cfg(self, data_cfg: dict) -> dict:
-        cfg = {**self.DEFAULT_DATA, **data_cfg}
-        unknown = set(cfg) - set(self.DEFAULT_DATA)
-        if unknown:
-            raise BenchError(f"unknown data option(s) {sorted(unknown)} for suite cifar10_noise; "
-                             f"valid: {sorted(self.DEFAULT_DATA)}")
-        return cfg
+        return self.checked_data_cfg(data_cfg, self.DEFAULT_DATA)
 
     def describe_shifts(self, data_cfg):
         cfg = self.data_cfg(data_cfg)

@@ -268,11 +268,7 @@ class Cifar10C(Suite):
                     "eval_batch_size": 500, "augment": True}
 
     def data_cfg(self, data_cfg: dict) -> dict:
-        cfg = {**self.DEFAULT_DATA, **data_cfg}
-        unknown = set(cfg) - set(self.DEFAULT_DATA)
-        if unknown:
-            raise BenchError(f"unknown data option(s) {sorted(unknown)} for suite cifar10c; valid: {sorted(self.DEFAULT_DATA)}")
-        return cfg
+        return self.checked_data_cfg(data_cfg, self.DEFAULT_DATA)
 
     def describe_shifts(self, data_cfg):
         cfg = self.data_cfg(data_cfg)
