@@ -64,6 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", default="reports", help="report directory (default: reports)")
     rep.add_argument("--suite", action="append", default=None, help="only this suite (repeatable)")
 
+    sel = sub.add_parser("select", help="choose swept options of a method on the validation split (no training)")
+    sel.add_argument("--results", default="results", help="results directory (default: results)")
+    sel.add_argument("--suite", required=True)
+    sel.add_argument("--method", required=True)
+    sel.add_argument("--tune", type=_csv, required=True, help="comma-separated option names that were swept")
+    sel.add_argument("--model", default=None, help="only this model (default: every model with records)")
+
     sub.add_parser("list", help="show methods, suites, profiles and each suite's shifts")
 
     perf = sub.add_parser("perf", help="benchmarks that print speed ratios measured side by side")
@@ -144,6 +151,16 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_select(args) -> int:
+    from bench.selection import select
+
+    for c in select(args.results, args.suite, args.method, args.tune, model=args.model):
+        print(f"{c['model']} {c['method']}: chose {c['chosen']} ({c['metric']}, seeds {c['seeds']}) -> {c['path']}")
+        for r in c["candidates"]:
+            print(f"    {r['values']}  {r['score']:.5f}  {r['config_hash']}")
+    return 0
+
+
 def cmd_perf(args) -> int:
     from bench.perf import main as perf_main
 
@@ -162,7 +179,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         check_datasets_package()
-        return {"run": cmd_run, "report": cmd_report, "list": cmd_list, "perf": cmd_perf}[args.command](args)
+        return {"run": cmd_run, "report": cmd_report, "list": cmd_list, "perf": cmd_perf,
+                "select": cmd_select}[args.command](args)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -64,7 +64,7 @@ class TensorLoader:
 class EvalSet:
     """One evaluation set: in-distribution test, one shift at one severity, or an OOD set."""
 
-    kind: str  # "id" | "shift" | "ood"
+    kind: str  # "id" | "shift" | "ood" | "val" (the held-out validation split, for tuning only)
     shift: str  # shift family ("rotation", a corruption name, "clean") or OOD dataset name
     severity: float | None
     x: torch.Tensor

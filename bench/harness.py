@@ -87,6 +87,12 @@ class Harness:
         self.force, self.progress, self.quiet = force, progress, quiet
         self.summary = RunSummary()
         self.eval_batch_size = int(plan.data.get("eval_batch_size", 1000))
+        # The held-out validation split is scored like every evaluation set (kind "val"): the
+        # one tuning protocol of the suite (bench/selection.py) chooses hyperparameters on it,
+        # never on the test sets.
+        if data.val_x is not None and len(data.val_x) and data.val_y is not None \
+                and not any(e.kind == "val" for e in data.eval_sets):
+            data.eval_sets.append(EvalSet("val", "validation", None, data.val_x, data.val_y))
 
     def say(self, msg: str) -> None:
         if not self.quiet:

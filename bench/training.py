@@ -46,13 +46,74 @@ class TrainConfig:
         return TrainConfig.from_dict({**self.to_dict(), **kw})
 
 
-def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
-    params = [p for p in params if p.requires_grad]
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    raise BenchError(f"unknown optimizer {cfg.optimizer!r}; valid: adam, sgd")
+OPTIMIZERS = ("adam", "sgd")
+
+
+def _optimizer(kind: str, groups: list[dict], cfg: TrainConfig) -> torch.optim.Optimizer:
+    if kind == "sgd":
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    if kind == "adam":
+        return torch.optim.Adam(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    raise BenchError(f"unknown optimizer {kind!r}; valid: {', '.join(OPTIMIZERS)}")
+
+
+class OptimizerChain:
+    """Several torch optimisers stepped together, one per optimiser kind of the parameter
+    groups (e.g. the means with the profile's SGD, the variational ``rho`` with Adam).
+    ``param_groups`` lists every group, so the learning-rate schedule scales all of them."""
+
+    def __init__(self, optimizers: list[torch.optim.Optimizer]):
+        self.optimizers = optimizers
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [g for o in self.optimizers for g in o.param_groups]
+
+    @property
+    def state(self) -> dict:
+        """Per-parameter state of every optimiser (the parameter sets are disjoint)."""
+        return {p: st for o in self.optimizers for p, st in o.state.items()}
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for o in self.optimizers:
+            o.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        for o in self.optimizers:
+            o.step()
+
+    def state_dict(self) -> dict:
+        return {"chain": [o.state_dict() for o in self.optimizers]}
+
+    def load_state_dict(self, state: dict) -> None:
+        states = state.get("chain") if isinstance(state, dict) else None
+        if states is None or len(states) != len(self.optimizers):
+            raise BenchError("optimizer state does not match this optimiser chain")
+        for o, st in zip(self.optimizers, states):
+            o.load_state_dict(st)
+
+
+def make_optimizer(params, cfg: TrainConfig):
+    """The profile's optimiser over ``params`` (tensors, or parameter-group dicts).
+
+    A group may name its own ``"optimizer"`` (``adam`` / ``sgd``) and ``lr`` /
+    ``weight_decay``; groups of another kind than the profile's get an optimiser of their own
+    and the result is an :class:`OptimizerChain`. Without such groups: one torch optimiser.
+    """
+    params = list(params)
+    if not params or not isinstance(params[0], dict):
+        params = [{"params": params}]
+    by_kind: dict[str, list[dict]] = {}
+    for g in params:
+        g = dict(g)
+        kind = str(g.pop("optimizer", cfg.optimizer))
+        g["params"] = [p for p in g["params"] if p.requires_grad]
+        if g["params"]:
+            by_kind.setdefault(kind, []).append(g)
+    if not by_kind:
+        raise BenchError("no trainable parameters to optimise")
+    opts = [_optimizer(kind, groups, cfg) for kind, groups in by_kind.items()]
+    return opts[0] if len(opts) == 1 else OptimizerChain(opts)
 
 
 def lr_factor(cfg: TrainConfig, step: int, steps_per_epoch: int) -> float:
@@ -81,12 +142,15 @@ def progress_enabled(requested: bool) -> bool:
 def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_fn: LossFn, *,
                 params=None, desc: str = "train", progress: bool = False,
                 resume_path: str | os.PathLike | None = None,
-                on_epoch_end: Callable[[int], None] | None = None) -> dict:
+                on_epoch_end: Callable[[int], None] | None = None,
+                epoch_stats: Callable[[], dict] | None = None) -> dict:
     """Minimise ``loss_fn(model, x, y, fraction_of_training_done)`` over ``cfg.epochs`` epochs.
 
     Raises :class:`DivergedError` on a non-finite loss. With ``resume_path`` the model,
     optimiser and data order are checkpointed after every epoch and a restarted call
-    continues from the last finished epoch. Returns a small training log.
+    continues from the last finished epoch. Returns a small training log; with
+    ``epoch_stats`` the dict it returns after each epoch is appended to ``log["epoch_stats"]``
+    (checkpointed with the log, so it survives a resume).
     """
     from tqdm.auto import tqdm
 
@@ -129,6 +193,8 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
             if i % 20 == 0:
                 bar.set_postfix(epoch=epoch, loss=f"{running / count:.4f}")
         log["epoch_loss"].append(running / max(count, 1))
+        if epoch_stats is not None:
+            log.setdefault("epoch_stats", []).append(epoch_stats())
         if on_epoch_end is not None:
             on_epoch_end(epoch)
         if resume_path is not None and epoch + 1 < cfg.epochs:

@@ -363,6 +363,8 @@ def _steppers(model_name: str, in_shape, n_train: int, device, lr_sgd: float):
     from bench.subnet.partial_vi import PartialVI, elbo_loss
     from bench.subnet.selection import candidate_indices
     from bench.tasks import classification
+    from bench.training import TrainConfig, make_optimizer
+    from methods.pbn import softplus_inv_float
     from bench.vdp import to_vdp, vdp_loss
     from bench.vdp.memory import saved_activation_bytes, state_bytes
     from methods.mfvi import MFVI
@@ -381,11 +383,15 @@ def _steppers(model_name: str, in_shape, n_train: int, device, lr_sgd: float):
     out["vdp"] = (vdp, torch.optim.Adam(vdp.parameters(), lr=float(c["lr"])), lambda model, x, y: vloss(model, x, y, 0.5))
     m = MFVI.defaults
     net = build_model(model_name, in_shape, 10)
-    vi = PartialVI(net, candidate_indices(net), rho_init_mean=m["rho_init_mean"], rho_init_std=m["rho_init_std"],
+    vi = PartialVI(net, candidate_indices(net), rho_init_mean=softplus_inv_float(m["sigma_init"]),
+                   rho_init_std=m["rho_init_std"],
                    generator=torch.Generator().manual_seed(0)).to(device).train()
     mloss = elbo_loss(task, n_train, samples=int(m["train_samples"]), beta_start=m["beta_start"], beta_end=m["beta_end"],
                       weight_decay=1e-5)
-    out["mfvi"] = (vi, torch.optim.SGD(vi.parameters(), lr=lr_sgd, momentum=0.9), lambda model, x, y: mloss(model, x, y, 0.5))
+    groups = [{"params": list(net.parameters()), "lr": lr_sgd},
+              {"params": [vi.rho], "lr": m["rho_lr"], "optimizer": m["rho_optimizer"], "weight_decay": 0.0}]
+    opt = make_optimizer(groups, TrainConfig(optimizer="sgd", lr=lr_sgd, momentum=0.9))
+    out["mfvi"] = (vi, opt, lambda model, x, y: mloss(model, x, y, 0.5))
 
     def step(name, x, y):
         model, opt, loss_fn = out[name]

@@ -21,6 +21,7 @@ The shared machinery (:class:`VIMethod`) also backs ``mfvi`` (methods/mfvi.py).
 from __future__ import annotations
 
 import copy
+import math
 import time
 
 import torch
@@ -30,8 +31,14 @@ from bench.errors import BenchError
 from bench.seeding import derive_seed
 from bench.subnet.partial_vi import PartialVI, elbo_loss, forward_flops
 from bench.subnet.selection import (candidate_indices, layer_distribution, make_criterion, param_layout)
-from bench.training import train_model
+from bench.subnet.sigma_stats import last_rel_change, sigma_change, sigma_summary
+from bench.training import OPTIMIZERS, train_model
 from methods.base import Method, register_method
+
+def softplus_inv_float(sigma: float) -> float:
+    """rho with softplus(rho) = sigma."""
+    return sigma if sigma > 20 else math.log(math.expm1(sigma))
+
 
 #: first-layer sigma tensors up to this many entries are stored whole in the diagnostics
 MAX_SIGMA_VALUES = 5000
@@ -45,10 +52,19 @@ class VIMethod(Method):
         "train_samples": 5,  # Sec. 3 "Five posterior samples were chosen"; App. H.6
         "predict_samples": 5,  # App. H.6 "5 posterior samples were drawn during training and inference"
         "prior_scale": 1.0,  # N(0, I) prior, Sec. 3 "Notation"
-        # rho_b ~ N(mu_init, sigma_init) (Algorithm 1 line 9); the paper gives no values. -3 / 0.1
-        # are the Bayesian-layer defaults of Krishnan et al.'s bayesian-torch (sigma ~ 0.049).
-        "rho_init_mean": -3.0,
+        # rho_b ~ N(mu_init, sigma_init) (Algorithm 1 line 9); the paper gives no values. The
+        # initial sigma must be small against the weights (SSVI paper Sec. 4.2: "Ensuring small
+        # sigma^0 is important for preventing training failures"): 1e-3, between SSVI's official
+        # 6e-4 and the 0.001-0.01 range of its Fig. 2; rho ~ N(softplus^-1(sigma_init), rho_init_std^2).
+        # (Was softplus(-3) = 0.049, larger than the initial weight std of most layers: see docs/pbn.md.)
+        "sigma_init": 1e-3,
         "rho_init_std": 0.1,
+        # rho has its own parameter group, optimiser and rate, without weight decay. At a small
+        # sigma the softplus makes d loss / d rho ~ sigma x d loss / d sigma: with the means' SGD
+        # rho does not move at any usable rate (docs/pbn.md, "Learning sigma"); Adam's
+        # per-parameter step size is scale-free. The profile's schedule applies to both groups.
+        "rho_optimizer": "adam",
+        "rho_lr": 0.01,
         "beta_start": 0.2,  # App. H.6: KL weight annealed from 0.2 ...
         "beta_end": 0.01,  # ... to 0.01 over training
         "local_reparam": False,  # the paper uses the plain reparameterisation trick (Sec. 3)
@@ -77,8 +93,14 @@ class VIMethod(Method):
     # -- helpers -----------------------------------------------------------------------------
     def _vi_kwargs(self) -> dict:
         c = self.config
-        return {"prior_scale": float(c["prior_scale"]), "rho_init_mean": float(c["rho_init_mean"]),
+        return {"prior_scale": float(c["prior_scale"]), "rho_init_mean": softplus_inv_float(float(c["sigma_init"])),
                 "rho_init_std": float(c["rho_init_std"])}
+
+    def param_groups(self) -> list[dict]:
+        """The means with the profile's optimiser; rho with its own optimiser and rate, no decay."""
+        return [{"params": list(self.vi.net.parameters())},
+                {"params": [self.vi.rho], "lr": float(self.config["rho_lr"]),
+                 "optimizer": str(self.config["rho_optimizer"]), "weight_decay": 0.0}]
 
     def fresh_network(self, tag: str) -> nn.Module:
         """A randomly initialised network, seeded per method / seed, leaving the global RNG as it was."""
@@ -92,9 +114,15 @@ class VIMethod(Method):
         for key in ("train_samples", "predict_samples"):
             if int(c[key]) < 1:
                 raise BenchError(f"{self.name}: {key} must be >= 1")
+        for key in ("sigma_init", "rho_lr"):
+            if not float(c[key]) > 0:
+                raise BenchError(f"{self.name}: {key} must be > 0, got {c[key]!r}")
+        if c["rho_optimizer"] not in OPTIMIZERS:
+            raise BenchError(f"{self.name}: rho_optimizer must be one of {', '.join(OPTIMIZERS)}")
         net, indices, meta = self.build_posterior(train)
         gen = torch.Generator().manual_seed(derive_seed(self.name, "rho", self.ctx.seed))
         self.vi = PartialVI(net, indices, generator=gen, **self._vi_kwargs()).to(self.ctx.device)
+        meta["sigma_init"] = sigma_summary(self.vi.named_sigmas())
         x0 = train.x[:1].to(self.ctx.device)
         meta["in_shape"] = list(x0.shape[1:])
         meta["forward_flops"] = forward_flops(self.vi.net, x0)
@@ -110,12 +138,23 @@ class VIMethod(Method):
                             beta_start=float(c["beta_start"]), beta_end=float(c["beta_end"]),
                             local_reparam=bool(c["local_reparam"]), weight_decay=cfg.weight_decay, log=last)
         t0 = time.perf_counter()
-        log = train_model(self.vi, train, cfg.replace(weight_decay=0.0), loss_fn, desc=self.name,
+        def epoch_stats():  # convergence evidence: sigma and the KL weight after every epoch
+            sig = self.vi.sigma().detach()
+            return {"sigma_mean": float(sig.mean()) if sig.numel() else None,
+                    "sigma_median": float(sig.median()) if sig.numel() else None,
+                    "beta": last.get("beta"), "nll": last.get("nll"), "kl": last.get("kl")}
+
+        log = train_model(self.vi, train, cfg.replace(weight_decay=0.0), loss_fn, params=self.param_groups(),
+                          epoch_stats=epoch_stats, desc=self.name,
                           progress=self.ctx.progress, resume_path=self.ctx.resume_path(self.name))
         meta["vi_train_time_s"] = time.perf_counter() - t0
         meta["train"] = {"epochs": cfg.epochs, "epoch_loss": [float(v) for v in log.get("epoch_loss", [])],
+                         "epoch_stats": log.get("epoch_stats", []),
+                         "sigma_last_epoch_rel_change": last_rel_change(log.get("epoch_stats", []), "sigma_mean"),
                          "final_nll": last.get("nll"), "final_kl": last.get("kl"), "final_beta": last.get("beta"),
-                         "num_train": int(num_train)}
+                         "num_train": int(num_train), "kl_divisor": int(kl_divisor),
+                         "mean_optimizer": cfg.optimizer, "mean_lr": cfg.lr, "schedule": cfg.schedule,
+                         "rho_optimizer": str(c["rho_optimizer"]), "rho_lr": float(c["rho_lr"])}
         meta["predict_seed"] = derive_seed(self.name, "predict", self.ctx.seed)
         self.meta = meta
         self.vi.eval()
@@ -225,8 +264,12 @@ class VIMethod(Method):
             "layer_distribution": layer_distribution(self.vi.net, self.vi.indices.cpu()),
             "sigma": ({"mean": float(sig.mean()), "median": float(sig.median()), "min": float(sig.min()),
                        "max": float(sig.max())} if k else {}),
+            # evidence that sigma was learned: the summaries at initialisation and after training
+            "sigma_init": self.meta.get("sigma_init", {}),
+            "sigma_final": sigma_summary(self.vi.named_sigmas()),
             "first_layer_sigma": self.first_layer_sigma(),
         }
+        out["sigma_change"] = sigma_change(out["sigma_init"], out["sigma_final"])
         for key in ("criterion", "select_time_s", "init", "train"):
             if key in self.meta:
                 out[key] = self.meta[key]
@@ -246,6 +289,9 @@ class PBN(VIMethod):
         "squared": False,  # |grad| (Alg. 1); True: grad^2 (earlier paper, Sec. 2.2 step 2)
         "per_layer": False,  # one global Top-k (Sec. 3: Bayesian / deterministic mix within layers)
         "n_grad_batches": None,  # None: one pass over the training set (Alg. 1 line 7)
+        # "per_batch": |grad| accumulated over mini-batches; "full": |gradient of the full-data
+        # loss| (bench/subnet/selection.py GradientCriterion)
+        "aggregate": "per_batch",
         "init": "map",  # "map" (Alg. 1 line 9) | "random" (Sec. 4.3, Fig. 6 "Rand init")
         **VIMethod.vi_defaults,
     }
@@ -264,11 +310,12 @@ class PBN(VIMethod):
         name = str(c["criterion"])
         opts = {"per_layer": bool(c["per_layer"])}
         if name == "gradient":
-            opts.update(squared=bool(c["squared"]), n_batches=c["n_grad_batches"])
+            opts.update(squared=bool(c["squared"]), n_batches=c["n_grad_batches"], aggregate=str(c["aggregate"]))
         elif name == "random":
             opts["seed"] = derive_seed("pbn", "random-subnet", self.ctx.seed)
-        elif c["squared"] or c["n_grad_batches"] is not None:
-            raise BenchError(f"pbn: squared / n_grad_batches only apply to criterion 'gradient', not {name!r}")
+        elif c["squared"] or c["n_grad_batches"] is not None or c["aggregate"] != "per_batch":
+            raise BenchError(f"pbn: squared / n_grad_batches / aggregate only apply to criterion 'gradient', "
+                             f"not {name!r}")
         criterion = make_criterion(name, size, **opts)
         t0 = time.perf_counter()
         indices = criterion.select(map_net, train, loss_fn=self.ctx.task.loss)

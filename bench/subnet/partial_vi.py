@@ -280,6 +280,11 @@ class PartialVI(nn.Module):
             return self.rho.new_zeros(0)
         return torch.cat([self._param(s).reshape(-1)[self._local(s)] for s in self._slots])
 
+    def named_sigmas(self) -> dict[str, torch.Tensor]:
+        """``{parameter name: sigma of its stochastic entries}`` (for per-layer summaries)."""
+        sig = self.sigma().detach()
+        return {s.name: sig[s.start:s.end] for s in self._slots}
+
     def sigma_flat(self) -> torch.Tensor:
         """Standard deviations of every parameter entry (0 where deterministic), flat order."""
         out = self.rho.new_zeros(self.n_params)

@@ -128,6 +128,15 @@ def removal_scores(criterion: str, mu: torch.Tensor, sigma: torch.Tensor, lam: f
     raise BenchError(f"unknown SSVI removal criterion {criterion!r}; valid: {', '.join(CRITERIA)}")
 
 
+def kl_warmup_beta(step: int, total: int, beta_max: float, warmup: float) -> float:
+    """KL weight at ``step`` of ``total``: a linear ramp from 0 to ``beta_max`` over the first
+    ``warmup`` fraction of training, then ``beta_max`` (Sec. 4.1 "KL warm-up"; the official code
+    ramps per epoch, kl_scale x min(2 epoch / epochs, 1), i.e. ``warmup = 0.5``)."""
+    if warmup <= 0:
+        return float(beta_max)
+    return float(beta_max) * min(1.0, (step / max(1, total)) / float(warmup))
+
+
 def update_fraction(step: int, t_end: int, alpha: float) -> float:
     """Fraction of each layer's active entries replaced at ``step``: alpha/2 (1 + cos(pi t / T_end))
     (the official code's cosine schedule of RigL, Evci et al. 2020); 0 from T_end on."""

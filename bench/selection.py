@@ -1,0 +1,92 @@
+"""The one tuning protocol of the benchmark: hyperparameters are chosen on the validation split.
+
+Every evaluation cell also scores the held-out validation split (records of kind ``val``,
+written by the harness). To tune options of a method, run them as a sweep
+(``--set pbn.lr=0.05,0.005``) and choose with :func:`choose_on_validation` (or
+``python -m bench select``): among the configurations of one method on one model that differ
+only in the tuned options, the one with the lowest validation NLL averaged over the seeds all
+candidates share wins (ties: the first in sorted order of the tuned values). The same
+procedure applies to every method and every option (learning rate of a fine-tuning phase,
+sigma0, prior scale, KL weight, temperature); nothing looks at a test set. The choice is
+written beside the records (``<results>/<suite>/selections/``) with every candidate's score.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from bench.errors import BenchError
+from bench.store import _safe, atomic_write_json, load_records
+
+#: the validation objective of the protocol (lower is better)
+SELECTION_METRIC = "metrics.nll"
+
+
+def _key(cfg: dict, tuned: tuple[str, ...]) -> str:
+    return json.dumps({k: v for k, v in sorted((cfg or {}).items()) if k not in tuned}, sort_keys=True, default=str)
+
+
+def choose_on_validation(df: pd.DataFrame, method: str, tuned: tuple[str, ...] | list[str], *,
+                         model: str | None = None, metric: str = SELECTION_METRIC) -> list[dict]:
+    """One choice per (model, configuration of the untuned options) of ``method``.
+
+    Each choice: ``{"model", "method", "tuned", "chosen": {option: value}, "chosen_config_hash",
+    "metric", "seeds", "candidates": [{"values", "config_hash", "score", "per_seed"}]}``.
+    """
+    tuned = tuple(tuned)
+    if not tuned:
+        raise BenchError("choose_on_validation needs at least one tuned option")
+    d = df[(df.get("kind") == "val") & (df.get("status") == "ok") & (df.get("method") == method)]
+    if model is not None:
+        d = d[d["model"] == model]
+    if d.empty:
+        raise BenchError(f"no validation records for method {method!r}"
+                         + (f" on model {model!r}" if model else "") + "; run the sweep first")
+    out = []
+    for mdl, dm in d.groupby("model"):
+        groups: dict[str, list] = {}
+        for h, g in dm.groupby("config_hash"):
+            cfg = g["method_config"].iloc[0] or {}
+            missing = [t for t in tuned if t not in cfg]
+            if missing:
+                raise BenchError(f"{method} has no option(s) {missing}")
+            groups.setdefault(_key(cfg, tuned), []).append((h, cfg, g))
+        for _, cands in sorted(groups.items()):
+            seeds = set.intersection(*(set(int(s) for s in g["seed"]) for _, _, g in cands))
+            if not seeds:
+                continue
+            rows = []
+            for h, cfg, g in cands:
+                per_seed = {int(s): float(v) for s, v in zip(g["seed"], g[metric]) if int(s) in seeds}
+                score = sum(per_seed.values()) / len(per_seed)
+                rows.append({"values": {t: cfg[t] for t in tuned}, "config_hash": h,
+                             "score": score if math.isfinite(score) else float("inf"),
+                             "per_seed": dict(sorted(per_seed.items()))})
+            rows.sort(key=lambda r: (r["score"], json.dumps(r["values"], sort_keys=True, default=str)))
+            best = rows[0]
+            out.append({"model": mdl, "method": method, "tuned": list(tuned), "chosen": best["values"],
+                        "chosen_config_hash": best["config_hash"], "metric": f"validation {metric.split('.')[-1]}",
+                        "seeds": sorted(seeds), "candidates": rows})
+    return out
+
+
+def write_selection(results: str | Path, suite: str, choice: dict) -> Path:
+    """Store a choice beside the records: ``<results>/<suite>/selections/<model>/<method>-<tuned>.json``."""
+    path = (Path(results) / _safe(suite) / "selections" / _safe(choice["model"])
+            / f"{_safe(choice['method'])}-{_safe('+'.join(choice['tuned']))}.json")
+    atomic_write_json(path, choice)
+    return path
+
+
+def select(results: str | Path, suite: str, method: str, tuned: list[str], model: str | None = None) -> list[dict]:
+    """Choose on validation from the stored records and write the choices; returns them."""
+    df = load_records(results, suite)
+    if df.empty:
+        raise BenchError(f"no records for suite {suite!r} under {results}")
+    choices = choose_on_validation(df, method, tuned, model=model)
+    for c in choices:
+        c["path"] = str(write_selection(results, suite, c))
+    return choices

@@ -1,0 +1,49 @@
+"""The one tuning protocol (bench/selection.py): argmin of the mean validation NLL over shared
+seeds, among configurations that differ only in the tuned options; test sets never consulted."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from bench.errors import BenchError
+from bench.selection import choose_on_validation, write_selection
+
+
+def _rec(kind, lr, prior, seed, nll, h=None):
+    return {"kind": kind, "status": "ok", "method": "pbn", "model": "m", "seed": seed, "metrics.nll": nll,
+            "method_config": {"lr": lr, "prior": prior}, "config_hash": h or f"{lr}-{prior}"}
+
+
+def test_chooses_the_argmin_of_mean_validation_nll_per_untuned_group():
+    rows = [
+        # prior 1: lr 0.1 has the best seed but the worse mean (0.50 vs 0.45)
+        _rec("val", 0.1, 1, 0, 0.30), _rec("val", 0.1, 1, 1, 0.70),
+        _rec("val", 0.01, 1, 0, 0.40), _rec("val", 0.01, 1, 1, 0.50),
+        # prior 2: a separate choice; seed 2 exists for one candidate only and is ignored
+        _rec("val", 0.1, 2, 0, 0.20), _rec("val", 0.1, 2, 1, 0.20),
+        _rec("val", 0.01, 2, 0, 0.90), _rec("val", 0.01, 2, 1, 0.90), _rec("val", 0.01, 2, 2, 0.0),
+        # test-set records that would choose the other way are never consulted
+        _rec("id", 0.1, 1, 0, 0.0), _rec("id", 0.1, 1, 1, 0.0), _rec("shift", 0.01, 2, 0, 0.0),
+    ]
+    df = pd.DataFrame(rows)
+    choices = {c["candidates"][0]["config_hash"].split("-")[1]: c for c in choose_on_validation(df, "pbn", ["lr"])}
+    assert choices["1"]["chosen"] == {"lr": 0.01} and choices["1"]["seeds"] == [0, 1]
+    assert [round(r["score"], 6) for r in choices["1"]["candidates"]] == [0.45, 0.5]
+    assert choices["2"]["chosen"] == {"lr": 0.1} and choices["2"]["seeds"] == [0, 1]
+
+
+def test_selection_is_written_beside_the_records(tmp_path):
+    df = pd.DataFrame([_rec("val", 0.1, 1, 0, 0.3), _rec("val", 0.01, 1, 0, 0.2)])
+    (choice,) = choose_on_validation(df, "pbn", ["lr"])
+    path = write_selection(tmp_path, "suite", choice)
+    assert path.parent == tmp_path / "suite" / "selections" / "m"
+    assert json.loads(path.read_text())["chosen"] == {"lr": 0.01}
+
+
+def test_no_validation_records_or_unknown_option_is_an_error():
+    with pytest.raises(BenchError, match="no validation records"):
+        choose_on_validation(pd.DataFrame([_rec("id", 0.1, 1, 0, 0.3)]), "pbn", ["lr"])
+    with pytest.raises(BenchError, match="no option"):
+        choose_on_validation(pd.DataFrame([_rec("val", 0.1, 1, 0, 0.3)]), "pbn", ["temperature"])
