@@ -309,13 +309,14 @@ class PBN(VIMethod):
         size = int(c["n_bayes"]) if c["n_bayes"] is not None else float(c["r_bayes"])
         name = str(c["criterion"])
         opts = {"per_layer": bool(c["per_layer"])}
+        if name != "gradient" and (c["squared"] or c["n_grad_batches"] is not None or c["aggregate"] != "per_batch"):
+            raise BenchError(f"pbn: squared / n_grad_batches / aggregate only apply to criterion 'gradient', "
+                             f"not {name!r}")
         if name == "gradient":
             opts.update(squared=bool(c["squared"]), n_batches=c["n_grad_batches"], aggregate=str(c["aggregate"]))
         elif name == "random":
             opts["seed"] = derive_seed("pbn", "random-subnet", self.ctx.seed)
-        elif c["squared"] or c["n_grad_batches"] is not None or c["aggregate"] != "per_batch":
-            raise BenchError(f"pbn: squared / n_grad_batches / aggregate only apply to criterion 'gradient', "
-                             f"not {name!r}")
+
         criterion = make_criterion(name, size, **opts)
         t0 = time.perf_counter()
         indices = criterion.select(map_net, train, loss_fn=self.ctx.task.loss)

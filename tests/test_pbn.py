@@ -1,6 +1,7 @@
 """PBN and mean-field VI method plugins, end to end on a tiny synthetic problem."""
 from __future__ import annotations
 
+import copy
 import json
 from functools import partial
 
@@ -95,12 +96,41 @@ def test_pbn_starts_from_map_with_gradient_topk(setup):
     map_net = ctx.map_cache.get(ctx.seed)
     for (name, p), q in zip(net.named_parameters(), map_net.parameters()):
         assert torch.equal(p, q), f"mu of {name} must start at the MAP value (Algorithm 1 line 9)"
-    expected = GradientCriterion(0.02).select(map_net, loader(), loss_fn=ctx.task.loss)
-    assert torch.equal(idx, expected)
+    # independent computation (Algorithm 1 lines 7-8): |dL/dtheta| of every mini-batch by plain
+    # backward on the MAP network in eval mode, averaged with batch weights; top-k candidates
+    assert torch.equal(idx, _brute_force_topk(map_net, loader(), ctx.task.loss, idx.numel()))
     assert meta["criterion"]["name"] == "gradient" and not meta["criterion"]["squared"]
     # BatchNorm parameters are never in the subnetwork
     bn = [s for s in param_layout(net) if s.module_type.startswith("BatchNorm")]
     assert not any(s.offset <= i < s.end for s in bn for i in idx.tolist())
+
+
+def _brute_force_topk(net, loader, loss_fn, k, aggregate="per_batch"):
+    net = copy.deepcopy(net).eval()
+    total, n = None, 0
+    for x, y in loader:
+        net.zero_grad()
+        loss_fn(net(x), y).backward()
+        g = torch.cat([p.grad.flatten() for p in net.parameters()]).double() * len(x)
+        g = g if aggregate == "full" else g.abs()
+        total = g if total is None else total + g
+        n += len(x)
+    scores = (total / n).abs()
+    cand = candidate_indices(net)
+    return cand[torch.argsort(scores[cand], descending=True)[:k]].sort().values
+
+
+def test_pbn_aggregate_full_is_the_full_data_gradient(setup):
+    ctx, loader, _ = setup
+    method = METHODS.get("pbn")(ctx, r_bayes=0.02, aggregate="full")
+    _, idx, meta = method.build_posterior(loader())
+    map_net = ctx.map_cache.get(ctx.seed)
+    assert meta["criterion"]["aggregate"] == "full"
+    assert torch.equal(idx, _brute_force_topk(map_net, loader(), ctx.task.loss, idx.numel(), aggregate="full"))
+    per_batch = METHODS.get("pbn")(ctx, r_bayes=0.02).build_posterior(loader())[1]
+    assert not torch.equal(idx, per_batch), "|mean gradient| and mean |gradient| select different weights here"
+    with pytest.raises(BenchError, match="aggregate"):
+        METHODS.get("pbn")(ctx, criterion="random", aggregate="full").build_posterior(loader())
 
 
 def test_pbn_ablations_random_subnet_and_random_init(setup):

@@ -1,0 +1,296 @@
+"""The variational-inference tables of README.md and docs/pbn.md / docs/ssvi.md, generated from
+the results store (issue: "variational methods that really learn their variances").
+
+Tables (markdown on stdout), each from ``results/<suite>/records`` of one model:
+  main      deterministic, PBN (fine-tuning rate chosen on validation), mfvi, SSVI at 10 % and at
+            density 1 (its own dense baseline), with sigma at initialisation and after training;
+  controls  PBN's selection criterion x r_bayes x initialisation, paired differences over seeds
+            against the gradient criterion with MAP initialisation;
+  sigma0    the initial-sigma sweep (SSVI paper Fig. 2 right): dense VI vs SSVI at 10 %;
+  selection the validation choice of PBN's fine-tuning rate (bench/selection.py);
+  rsweep    PBN Fig. 4a / 4d: the r_bayes sweep beside MAP, full VI and the deep ensemble;
+  init      PBN Fig. 6: convergence from the MAP network vs a random initialisation;
+  rho       how rho's optimiser decides whether sigma moves at all (one-epoch mfvi runs).
+
+Run from the repository root:
+  .venv/bin/python benchmarks/vi_tables.py --model lenet_300_100 --table main
+  .venv/bin/python benchmarks/vi_tables.py --model lenet_300_100 --table controls
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pandas as pd  # noqa: E402
+
+from bench.selection import choose_on_validation  # noqa: E402
+from bench.store import load_records  # noqa: E402
+from methods import METHODS  # noqa: E402
+
+
+def ms(values, fmt="{:.4f}") -> str:
+    v = [float(x) for x in values]
+    if not v:
+        return "-"
+    return fmt.format(v[0]) if len(v) == 1 else f"{fmt.format(statistics.mean(v))} ± {fmt.format(statistics.stdev(v))}"
+
+
+def cfg_of(method: str, cfg: dict) -> dict:
+    return {**METHODS.get(method).defaults, **(cfg or {})}
+
+
+class Runs:
+    """Records of one suite / model / profile, grouped into runs (method, config hash, seed)."""
+
+    def __init__(self, results, suite, model, profile, seeds):
+        df = load_records(results, suite)
+        if df.empty:
+            raise SystemExit(f"no records under {results}/{suite}")
+        self.all = df
+        self.df = df[(df["status"] == "ok") & (df["model"] == model) & (df["profile"] == profile)
+                     & df["seed"].isin(seeds)]
+        self.model = model
+
+    def configs(self, method: str, **match) -> list[tuple[str, dict]]:
+        """(config hash, full config) of ``method`` whose options equal ``match``."""
+        d = self.df[self.df["method"] == method]
+        out = []
+        for h, g in d.groupby("config_hash"):
+            cfg = cfg_of(method, g["method_config"].iloc[0])
+            if all(_eq(cfg.get(k), v) for k, v in match.items()):
+                out.append((h, cfg))
+        return out
+
+    def per_seed(self, h: str) -> pd.DataFrame:
+        """One row per seed: ID / rotation / OOD / validation metrics and diagnostics."""
+        g = self.df[self.df["config_hash"] == h]
+        rows = []
+        for seed, s in g.groupby("seed"):
+            idr, sh, ood = s[s["kind"] == "id"], s[s["kind"] == "shift"], s[s["kind"] == "ood"]
+            val = s[s["kind"] == "val"]
+            if idr.empty or sh.empty:
+                continue
+            diag = idr["diagnostics"].iloc[0] or {}
+            rows.append({"seed": int(seed), "id_acc": idr["metrics.accuracy"].iloc[0], "id_nll": idr["metrics.nll"].iloc[0],
+                         "id_brier": idr["metrics.brier"].iloc[0], "id_ece": idr["metrics.ece"].iloc[0],
+                         "sh_acc": sh["metrics.accuracy"].mean(), "sh_nll": sh["metrics.nll"].mean(),
+                         "sh_brier": sh["metrics.brier"].mean(), "sh_ece": sh["metrics.ece"].mean(),
+                         "auroc": ood["metrics.auroc"].mean() if not ood.empty else float("nan"),
+                         "val_nll": val["metrics.nll"].iloc[0] if not val.empty else float("nan"),
+                         "sigma0": (diag.get("sigma_init") or {}).get("median"),
+                         "sigma1": (diag.get("sigma_final") or {}).get("median"),
+                         "sigma1_mean": (diag.get("sigma_final") or {}).get("mean"),
+                         "k": idr["cost.stochastic_params"].iloc[0],
+                         "train_s": idr["cost.train_time_s"].iloc[0]})
+        return pd.DataFrame(rows)
+
+
+def _eq(a, b) -> bool:
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return a == b
+
+
+MAIN_HEADER = ["method", "seeds", "ID acc", "ID NLL", "ID ECE", "rotation acc", "rotation NLL", "rotation Brier",
+               "rotation ECE", "OOD AUROC", "sigma median: init -> final", "stochastic params", "train time (s)"]
+
+
+def main_row(label, p: pd.DataFrame) -> list[str]:
+    sig = "-"
+    if p["sigma0"].notna().any():
+        sig = f"{statistics.mean(p['sigma0']):.2g} -> {ms(p['sigma1'], '{:.2g}')}"
+    return [label, ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["id_nll"]), ms(p["id_ece"]),
+            ms(p["sh_acc"]), ms(p["sh_nll"], "{:.3f}"), ms(p["sh_brier"], "{:.3f}"), ms(p["sh_ece"], "{:.3f}"),
+            ms(p["auroc"], "{:.3f}"), sig, f"{int(p['k'].iloc[0]):,}", ms(p["train_s"], "{:.0f}")]
+
+
+def pbn_choice(runs: Runs) -> dict | None:
+    """The validation choice of PBN's fine-tuning rate at the default subnet (r_bayes 1 %)."""
+    try:
+        choices = choose_on_validation(runs.all[runs.all["status"] == "ok"], "pbn", ["lr"], model=runs.model)
+    except Exception:  # noqa: BLE001 - no sweep run: no choice
+        return None
+    dflt = {k: v for k, v in METHODS.get("pbn").defaults.items() if k != "lr"}
+    for c in choices:
+        cfg = cfg_of("pbn", runs.df.loc[runs.df["config_hash"] == c["chosen_config_hash"], "method_config"].iloc[0]
+                     if (runs.df["config_hash"] == c["chosen_config_hash"]).any() else {})
+        if all(_eq(cfg.get(k), v) for k, v in dflt.items()):
+            return c
+    return None
+
+
+def table_main(runs: Runs) -> list[list[str]]:
+    rows = []
+    for h, _ in runs.configs("deterministic"):
+        rows.append(main_row("deterministic (MAP)", runs.per_seed(h)))
+    choice = pbn_choice(runs)
+    if choice:
+        rows.append(main_row(f"pbn (r 1 %, lr {choice['chosen']['lr']} chosen on validation)",
+                             runs.per_seed(choice["chosen_config_hash"])))
+    for h, cfg in runs.configs("mfvi", sigma_init=METHODS.get("mfvi").defaults["sigma_init"], epochs=None):
+        rows.append(main_row("mfvi", runs.per_seed(h)))
+    d = METHODS.get("ssvi").defaults
+    for dens in (0.1, 0.05, 1.0):
+        for h, cfg in runs.configs("ssvi", density=dens, sigma_init_mean=d["sigma_init_mean"]):
+            rows.append(main_row(f"ssvi (density {dens:g})" + (" = its dense baseline" if dens == 1.0 else ""),
+                                 runs.per_seed(h)))
+    return [MAIN_HEADER] + rows
+
+
+def paired(a: pd.DataFrame, b: pd.DataFrame, col: str, fmt: str) -> str:
+    m = a.set_index("seed")[col] - b.set_index("seed")[col]
+    m = m.dropna()
+    return ms(m, fmt) if len(m) else "-"
+
+
+def table_controls(runs: Runs) -> list[list[str]]:
+    header = ["r_bayes", "subnet / init", "seeds", "ID acc", "ID Brier", "rotation NLL", "rotation ECE", "OOD AUROC",
+              "sigma median final", "Δ rotation NLL vs gradient", "Δ ID Brier vs gradient", "Δ AUROC vs gradient"]
+    choice = pbn_choice(runs)
+    lr = choice["chosen"]["lr"] if choice else None
+    rows = []
+    for r in (0.01, 0.05, 0.1):
+        base = runs.configs("pbn", r_bayes=r, criterion="gradient", init="map", lr=lr)
+        if not base:
+            continue
+        bp = runs.per_seed(base[0][0])
+        for crit, init in (("gradient", "map"), ("random", "map"), ("magnitude", "map"), ("gradient", "random")):
+            found = runs.configs("pbn", r_bayes=r, criterion=crit, init=init, lr=lr)
+            if not found:
+                continue
+            p = runs.per_seed(found[0][0])
+            same = crit == "gradient" and init == "map"
+            rows.append([f"{r:.0%}", f"{crit} / {init} init", ",".join(map(str, p["seed"])), ms(p["id_acc"]),
+                         ms(p["id_brier"]), ms(p["sh_nll"], "{:.3f}"), ms(p["sh_ece"], "{:.3f}"), ms(p["auroc"], "{:.3f}"),
+                         ms(p["sigma1"], "{:.2g}"),
+                         "-" if same else paired(p, bp, "sh_nll", "{:+.3f}"),
+                         "-" if same else paired(p, bp, "id_brier", "{:+.4f}"),
+                         "-" if same else paired(p, bp, "auroc", "{:+.3f}")])
+    return [header] + rows
+
+
+def table_sigma0(runs: Runs) -> list[list[str]]:
+    header = ["method", "sigma0", "seeds", "ID acc", "ID NLL", "rotation NLL", "rotation ECE", "sigma median final"]
+    rows = []
+    for method, key, extra in (("mfvi", "sigma_init", {"epochs": None}), ("ssvi", "sigma_init_mean", {"density": 1.0}),
+                               ("ssvi", "sigma_init_mean", {"density": 0.1})):
+        found = sorted(runs.configs(method, **extra), key=lambda hc: float(hc[1][key]))
+        for h, cfg in found:
+            p = runs.per_seed(h)
+            if p.empty:
+                continue
+            name = method if method == "mfvi" else f"ssvi (density {cfg['density']:g})"
+            rows.append([name, f"{float(cfg[key]):g}", ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["id_nll"]),
+                         ms(p["sh_nll"], "{:.3f}"), ms(p["sh_ece"], "{:.3f}"), ms(p["sigma1"], "{:.2g}")])
+    return [header] + rows
+
+
+def table_selection(runs: Runs) -> list[list[str]]:
+    c = pbn_choice(runs)
+    if not c:
+        return [["no PBN learning-rate sweep"]]
+    rows = [["pbn lr", "validation NLL (mean over seeds)", "per seed", "chosen"]]
+    for r in c["candidates"]:
+        rows.append([str(r["values"]["lr"]), f"{r['score']:.5f}",
+                     " / ".join(f"{v:.4f}" for v in r["per_seed"].values()),
+                     "yes" if r["config_hash"] == c["chosen_config_hash"] else ""])
+    return rows
+
+
+def table_rsweep(runs: Runs) -> list[list[str]]:
+    """PBN Fig. 4a / 4d: ID Brier, rotation NLL / ECE and OOD AUROC against r_bayes, with the
+    MAP network, full VI and the deep ensemble as reference rows."""
+    header = ["method", "seeds", "ID acc", "ID Brier", "rotation acc", "rotation NLL", "rotation ECE", "OOD AUROC",
+              "sigma median final"]
+    choice = pbn_choice(runs)
+    lr = choice["chosen"]["lr"] if choice else None
+    rows = []
+    for label, method, match in (("MAP (deterministic)", "deterministic", {}), ("deep ensemble (M 5)", "deep_ensemble", {}),
+                                 ("full VI (mfvi)", "mfvi", {"sigma_init": METHODS.get("mfvi").defaults["sigma_init"],
+                                                             "epochs": None})):
+        for h, _ in runs.configs(method, **match):
+            p = runs.per_seed(h)
+            rows.append([label, ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["id_brier"]), ms(p["sh_acc"]),
+                         ms(p["sh_nll"], "{:.3f}"), ms(p["sh_ece"], "{:.3f}"), ms(p["auroc"], "{:.3f}"),
+                         ms(p["sigma1"], "{:.2g}") if p["sigma1"].notna().any() else "-"])
+    found = sorted(runs.configs("pbn", criterion="gradient", init="map", lr=lr), key=lambda hc: float(hc[1]["r_bayes"]))
+    for h, cfg in found:
+        p = runs.per_seed(h)
+        rows.append([f"PBN r = {float(cfg['r_bayes']):.1%}", ",".join(map(str, p["seed"])), ms(p["id_acc"]),
+                     ms(p["id_brier"]), ms(p["sh_acc"]), ms(p["sh_nll"], "{:.3f}"), ms(p["sh_ece"], "{:.3f}"),
+                     ms(p["auroc"], "{:.3f}"), ms(p["sigma1"], "{:.2g}")])
+    return [header] + rows
+
+
+def table_init(runs: Runs) -> list[list[str]]:
+    """PBN Fig. 6: convergence from the MAP network vs from a random initialisation (r 5 %) and
+    full VI: the training NLL (last mini-batch) and mean sigma after each epoch, mean over seeds."""
+    choice = pbn_choice(runs)
+    lr = choice["chosen"]["lr"] if choice else None
+    cands = [("PBN 5 %, MAP init (proposed)", runs.configs("pbn", r_bayes=0.05, criterion="gradient", init="map", lr=lr)),
+             ("PBN 5 %, random init", runs.configs("pbn", r_bayes=0.05, criterion="gradient", init="random", lr=lr)),
+             ("full VI (mfvi)", runs.configs("mfvi", sigma_init=METHODS.get("mfvi").defaults["sigma_init"], epochs=None))]
+    rows, width = [], 0
+    for label, found in cands:
+        if not found:
+            continue
+        g = runs.df[(runs.df["config_hash"] == found[0][0]) & (runs.df["kind"] == "id")]
+        per_epoch = [[st.get("nll") for st in (d or {}).get("train", {}).get("epoch_stats", [])] for d in g["diagnostics"]]
+        per_epoch = [e for e in per_epoch if e and None not in e]
+        if not per_epoch:
+            continue
+        width = max(width, len(per_epoch[0]))
+        means = [statistics.mean(v) for v in zip(*per_epoch)]
+        acc = ms(g["metrics.accuracy"])
+        rows.append([label, str(len(per_epoch))] + [f"{m:.3f}" for m in means] + [acc])
+    header = ["run", "seeds"] + [f"NLL after epoch {i + 1}" for i in range(width)] + ["final ID acc"]
+    return [header] + rows
+
+
+def table_rho(runs: Runs) -> list[list[str]]:
+    """How rho is optimised decides whether sigma moves (mfvi, one epoch, seed 0)."""
+    header = ["rho optimiser", "rho lr", "sigma median init", "sigma median after 1 epoch", "sigma mean", "sigma max",
+              "ID acc", "validation NLL"]
+    rows = []
+    found = sorted(runs.configs("mfvi", epochs=1), key=lambda hc: (hc[1]["rho_optimizer"], float(hc[1]["rho_lr"])))
+    for h, cfg in found:
+        g = runs.df[(runs.df["config_hash"] == h) & (runs.df["kind"] == "id")]
+        v = runs.df[(runs.df["config_hash"] == h) & (runs.df["kind"] == "val")]
+        d = g["diagnostics"].iloc[0]
+        rows.append([cfg["rho_optimizer"], f"{float(cfg['rho_lr']):g}", f"{d['sigma_init']['median']:.3g}",
+                     f"{d['sigma_final']['median']:.3g}", f"{d['sigma_final']['mean']:.3g}", f"{d['sigma_final']['max']:.3g}",
+                     f"{g['metrics.accuracy'].iloc[0]:.4f}", f"{v['metrics.nll'].iloc[0]:.4f}" if not v.empty else "-"])
+    return [header] + rows
+
+
+TABLES = {"main": table_main, "controls": table_controls, "sigma0": table_sigma0, "selection": table_selection,
+          "rsweep": table_rsweep, "init": table_init, "rho": table_rho}
+
+
+def render(rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(rows[0]) + " |", "|" + "|".join(" --- " for _ in rows[0]) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows[1:]]
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", default="results")
+    p.add_argument("--suite", default="mnist_rotated")
+    p.add_argument("--model", default="lenet_300_100")
+    p.add_argument("--profile", default="quick")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--table", choices=sorted(TABLES), default="main")
+    a = p.parse_args(argv)
+    runs = Runs(a.results, a.suite, a.model, a.profile, [int(s) for s in a.seeds.split(",")])
+    print(render(TABLES[a.table](runs)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
