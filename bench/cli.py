@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     perf = sub.add_parser("perf", help="benchmarks that print speed ratios measured side by side")
     perf.add_argument("--repeats", type=int, default=5)
     perf.add_argument("--device", default="auto")
+    perf.add_argument("--case", dest="cases", type=_csv, default=None, help="comma-separated case names (default: all)")
     return p
 
 
@@ -164,7 +165,7 @@ def cmd_select(args) -> int:
 def cmd_perf(args) -> int:
     from bench.perf import main as perf_main
 
-    return perf_main(repeats=args.repeats, device=args.device)
+    return perf_main(repeats=args.repeats, device=args.device, cases=args.cases)
 
 
 def check_datasets_package() -> None:

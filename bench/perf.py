@@ -9,6 +9,7 @@ on the same tensors, and prints the ratio next to its target:
 * PBN (r_bayes = 1 %) training step / full mean-field VI training step, same S = 5 samples <= 1.0,
   and PBN's variational state (rho + indices) / mfvi's                                       < 0.05
 * PBN (S = 5) prediction / (S x one deterministic forward)                                   <= 1.2
+* mfvi training step speed / bayesian-torch 0.5's (``dnn_to_bnn``), S = 1 and 5               >= 1.0
 * VDP++ prediction (one moment-propagating pass) / one deterministic forward                  <= 3,
   and its peak tensor memory / the deterministic forward's                                  <= 2
 
@@ -234,6 +235,66 @@ def ssvi_vs_mfvi_train_step(model_name, in_shape, device, repeats, tmp, batch=12
     ]
 
 
+def _vi_optimizer(mean_params, rho_params):
+    """The VI plugins' optimiser: the means with the profile's SGD, rho with Adam (methods/pbn.py)."""
+    from bench.training import make_optimizer
+
+    return make_optimizer([{"params": list(mean_params)},
+                           {"params": list(rho_params), "optimizer": "adam", "lr": 0.01, "weight_decay": 0.0}],
+                          TrainConfig(optimizer="sgd", lr=1e-3, momentum=0.9))
+
+
+@case
+def mfvi_vs_bayesian_torch_train_step(model_name, in_shape, device, repeats, tmp, batch=128, steps=3):
+    """Full mean-field VI training step against the peer a user would pick instead: bayesian-torch
+    0.5's ``dnn_to_bnn`` (Reparameterization layers) on the same network, same optimiser split
+    (SGD means, Adam rho), same ELBO (mean cross-entropy over S weight draws + KL / N), at S = 1
+    and S = 5 (bayesian-torch: S forward passes; mfvi: one batched pass). Needs the ``perf``
+    extra (``pip install -e .[perf]``); reported as skipped without it."""
+    try:
+        from bayesian_torch.models.dnn_to_bnn import dnn_to_bnn, get_kl_loss
+    except ImportError:
+        return [("mfvi train step / bayesian-torch (not installed: pip install -e .[perf])", float("nan"), "skip",
+                 1.0, "")]
+    import copy
+
+    import torch.nn.functional as F
+
+    task = classification(10)
+    x = torch.randn(batch, *in_shape, device=device)
+    y = torch.randint(0, 10, (batch,), device=device)
+    rows = []
+    for samples in (1, 5):
+        mf = _partial_vi(model_name, in_shape, device, None).train()
+        mf_opt = _vi_optimizer(mf.net.parameters(), [mf.rho])
+        mf_loss = elbo_loss(task, 60_000, samples=samples)
+        torch.manual_seed(0)
+        bnn = copy.deepcopy(build_model(model_name, in_shape, 10, dropout=0.0))
+        dnn_to_bnn(bnn, {"prior_mu": 0.0, "prior_sigma": 1.0, "posterior_mu_init": 0.0, "posterior_rho_init": -6.9,
+                         "type": "Reparameterization", "moped_enable": False})
+        bnn = bnn.to(device).train()
+        rho = [p for n, p in bnn.named_parameters() if "rho" in n]
+        bt_opt = _vi_optimizer([p for n, p in bnn.named_parameters() if "rho" not in n], rho)
+
+        def run_mf(mf=mf, opt=mf_opt, loss_fn=mf_loss):
+            for _ in range(steps):
+                opt.zero_grad(set_to_none=True)
+                loss_fn(mf, x, y, 0.5).backward()
+                opt.step()
+
+        def run_bt(bnn=bnn, opt=bt_opt, samples=samples):
+            for _ in range(steps):
+                opt.zero_grad(set_to_none=True)
+                nll = sum(F.cross_entropy(bnn(x), y) for _ in range(samples)) / samples
+                (nll + 0.1 * get_kl_loss(bnn) / 60_000).backward()
+                opt.step()
+
+        c, r = side_by_side(run_bt, run_mf, repeats, device)
+        rows.append((f"mfvi train step speed / bayesian-torch's (S={samples})", c / r, ">=", 1.0,
+                     f"{r / steps * 1e3:.1f} ms vs {c / steps * 1e3:.1f} ms per step, batch {batch}"))
+    return rows
+
+
 @case
 def pbn_predict_vs_single(model_name, in_shape, device, repeats, tmp, n=2000, samples=5, r_bayes=0.01):
     """The pbn method's own predict path on a posterior set up without training."""
@@ -288,19 +349,25 @@ def vdp_predict_vs_single(model_name, in_shape, device, repeats, tmp, n=2000):
              f"{mem_c / 2**20:.1f} MiB vs {mem_r / 2**20:.1f} MiB (parameters and input included)")]
 
 MODELS = [("lenet_300_100", (1, 28, 28)), ("lenet5", (1, 28, 28))]
-OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b, ">": lambda a, b: a > b}
+OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b, ">": lambda a, b: a > b,
+       "skip": lambda a, b: True}
 
 
-def main(repeats: int = 5, device: str = "auto") -> int:
+def main(repeats: int = 5, device: str = "auto", cases: list[str] | None = None) -> int:
     import tempfile
 
+    from bench.errors import BenchError
+
+    unknown = set(cases or []) - {f.__name__ for f in _registered}
+    if unknown:
+        raise BenchError(f"unknown perf case(s) {sorted(unknown)}; valid: {', '.join(f.__name__ for f in _registered)}")
     dev = resolve_device(device)
     print(f"device {dev}, torch {torch.__version__}, {torch.get_num_threads()} threads, {repeats} repeats (median)")
     print(f"{'model':14s} {'measure':48s} {'ratio':>7s}  target   {'':6s} detail")
     missed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for model_name, shape in MODELS:
-            for fn in _registered:
+            for fn in [f for f in _registered if not cases or f.__name__ in cases]:
                 rows = fn(model_name, shape, dev, repeats, tmp)
                 for label, ratio, op, target, detail in (rows if isinstance(rows, list) else [rows]):
                     ok = OPS[op](ratio, target)

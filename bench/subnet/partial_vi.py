@@ -85,16 +85,17 @@ class _Draw:
     mu: torch.Tensor
     local: torch.Tensor | None = None  # flat positions of the stochastic entries in this tensor
     delta: torch.Tensor | None = None  # (S, k_p): sigma * eps for those entries
+    full: bool = False  # every entry stochastic (sorted unique indices: the offsets are 0..numel-1)
 
     @property
     def stochastic(self) -> bool:
-        return self.local is not None
+        return self.full or self.local is not None
 
     def dense(self, samples: int) -> torch.Tensor:
         """(S, *shape) sampled tensor, or the mean tensor itself when deterministic."""
-        if self.local is None:
+        if not self.stochastic:
             return self.mu
-        if self.local.numel() == self.mu.numel():  # fully stochastic tensor (sorted indices: all of it)
+        if self.full:  # the dense path of full mean-field VI: no index arithmetic at all
             return self.mu.unsqueeze(0) + self.delta.view(samples, *self.mu.shape)
         flat = self.mu.reshape(1, -1).repeat(samples, 1).index_add_(1, self.local, self.delta)
         return flat.view(samples, *self.mu.shape)
@@ -178,6 +179,11 @@ class _Slot:
     numel: int
     start: int  # its entries are indices[start:end] / rho[start:end]
     end: int
+
+    @property
+    def full(self) -> bool:
+        """Every entry of the tensor is stochastic (full mean-field VI on it: the dense path)."""
+        return self.end - self.start == self.numel
 
 
 class PartialVI(nn.Module):
@@ -271,6 +277,10 @@ class PartialVI(nn.Module):
     def _local(self, slot: _Slot) -> torch.Tensor:
         return self.indices[slot.start:slot.end] - slot.offset
 
+    def _locals(self) -> list[torch.Tensor | None]:
+        """Per slot, its entries' flat positions in the tensor (None where the tensor is full)."""
+        return [None if s.full else self._local(s) for s in self._slots]
+
     def _param(self, slot: _Slot) -> torch.Tensor:
         return self.net.get_parameter(slot.name)
 
@@ -278,7 +288,8 @@ class PartialVI(nn.Module):
         """Posterior means of the selected entries (length k, aligned with ``rho``)."""
         if not self._slots:
             return self.rho.new_zeros(0)
-        return torch.cat([self._param(s).reshape(-1)[self._local(s)] for s in self._slots])
+        return torch.cat([self._param(s).reshape(-1) if s.full else self._param(s).reshape(-1)[self._local(s)]
+                          for s in self._slots])
 
     def named_sigmas(self) -> dict[str, torch.Tensor]:
         """``{parameter name: sigma of its stochastic entries}`` (for per-layer summaries)."""
@@ -313,17 +324,21 @@ class PartialVI(nn.Module):
         """Standard-normal noise (S, k) for ``samples`` weight draws."""
         return _randn((int(samples), self.num_stochastic), generator, self.rho.detach())
 
-    def _delta(self, samples: int, eps: torch.Tensor) -> torch.Tensor:
-        """sigma * eps, (S, k): the offsets of the selected entries from their means."""
+    def _delta(self, samples: int, eps: torch.Tensor) -> list[torch.Tensor]:
+        """sigma * eps per slot, each (S, k_slot): the offsets of the selected entries from their
+        means. Split, not sliced: the backward of a split concatenates the slots' gradients,
+        where S slices of one (S, k) tensor would each allocate and zero an (S, k) gradient."""
         if eps.shape != (samples, self.num_stochastic):
             raise BenchError(f"eps has shape {tuple(eps.shape)}, expected {(samples, self.num_stochastic)}")
-        return self.sigma().unsqueeze(0) * eps.to(self.rho.device, self.rho.dtype)
+        sizes = [s.end - s.start for s in self._slots]
+        eps = eps.to(self.rho.device, self.rho.dtype)
+        return [sig.unsqueeze(0) * e for sig, e in zip(self.sigma().split(sizes), eps.split(sizes, dim=1))]
 
-    def _draws(self, delta: torch.Tensor, local: list[torch.Tensor]) -> dict[str, dict[str, _Draw]]:
-        """Per stochastic module, its weight / bias as mean + sparse offsets ``delta`` (S, k)."""
+    def _draws(self, delta: list[torch.Tensor], local: list[torch.Tensor | None]) -> dict[str, dict[str, _Draw]]:
+        """Per stochastic module, its weight / bias as mean + sparse offsets (per slot (S, k_slot))."""
         draws: dict[str, dict[str, _Draw]] = {}
-        for s, loc in zip(self._slots, local):
-            draws.setdefault(s.module_name, {})[s.param_name] = _Draw(self._param(s), loc, delta[:, s.start:s.end])
+        for s, loc, d in zip(self._slots, local, delta):
+            draws.setdefault(s.module_name, {})[s.param_name] = _Draw(self._param(s), loc, d, full=s.full)
         for name, d in draws.items():
             module = self.net.get_submodule(name)
             d.setdefault("weight", _Draw(module.weight))
@@ -335,7 +350,7 @@ class PartialVI(nn.Module):
                       generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """``{param name: (S, *shape)}`` for every parameter of ``net`` (deterministic ones repeat mu)."""
         eps = self.sample_eps(samples, generator) if eps is None else eps
-        draws = self._draws(self._delta(samples, eps), [self._local(s) for s in self._slots])
+        draws = self._draws(self._delta(samples, eps), self._locals())
         sampled = {f"{m}.{p}" if m else p: d.dense(samples) for m, ds in draws.items() for p, d in ds.items()
                    if d.stochastic}
         return {name: sampled.get(name, p.unsqueeze(0).expand(samples, *p.shape))
@@ -347,7 +362,8 @@ class PartialVI(nn.Module):
         out: dict[str, dict[str, torch.Tensor]] = {}
         for s in self._slots:
             p = self._param(s)
-            dense = p.new_zeros(p.numel()).index_put((self._local(s),), sigma2[s.start:s.end])
+            dense = (sigma2[s.start:s.end] if s.full
+                     else p.new_zeros(p.numel()).index_put((self._local(s),), sigma2[s.start:s.end]))
             out.setdefault(s.module_name, {})[s.param_name] = dense.view(p.shape)
         return out
 
@@ -409,14 +425,15 @@ class PartialVI(nn.Module):
         if local_reparam:
             variances = self._lrt_variances()
         else:  # sigma and the per-tensor index offsets once, for every chunk
-            delta, local = self._delta(S, eps), [self._local(s) for s in self._slots]
+            delta, local = self._delta(S, eps), self._locals()
         outs = []
         for c0 in range(0, S, chunk):
             c = min(chunk, S - c0)
             if local_reparam:
                 fns = self._module_fns(c, variances=variances, generator=generator)
             else:
-                fns = self._module_fns(c, draws=self._draws(delta[c0:c0 + c], local))
+                part = delta if c == S else [d[c0:c0 + c] for d in delta]  # (a full-range slice would still
+                fns = self._module_fns(c, draws=self._draws(part, local))  # zero-fill its gradient)
             outs.append(self._rest(h, i0, c, fns))
         out = outs[0] if len(outs) == 1 else torch.cat(outs)  # sample-major (S*N, ...)
         return out.reshape(S, n, *out.shape[1:])
