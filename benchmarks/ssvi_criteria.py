@@ -88,8 +88,8 @@ def criteria_table(runs: list[dict], density: float) -> str:
            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for c in CRITERIA:
         g = [r for r in runs if r["method"] == "ssvi" and r["config"]["criterion"] == c
-             and float(r["config"]["density"]) == density and _is_default(r["config"], SSVI.defaults, ("criterion", "density"))
-             and r["seed"] == 0]
+             and float(r["config"]["density"]) == density and _is_default(r["config"], SSVI.defaults, ("criterion", "density"))]
+        g = sorted(g, key=lambda r: r["seed"])
         if not g:
             continue
         out.append(f"| {CRITERION_LABELS[c]}{' (default)' if c == SSVI.defaults['criterion'] else ''} | "
@@ -178,7 +178,7 @@ def main(argv=None) -> int:
     runs = load_runs(args.results, args.suite, args.model, args.profile)
     text = "\n\n".join([
         f"# SSVI tables: {args.suite}, {args.model}, profile {args.profile}",
-        "## Density sweep against dense mfvi (equal epochs)", density_table(runs),
+        "## Density sweep: SSVI against its own dense model (density 1) and mfvi (equal epochs)", density_table(runs),
         f"## Removal criteria at density {args.density:g}", criteria_table(runs, args.density),
         "## Other variants (density 0.1 unless listed)", variants_table(runs),
         f"## IoU between the removal sets of the criteria (default run, density {args.density:g}, seed 0)",

@@ -10,7 +10,9 @@ Tables (markdown on stdout), each from ``results/<suite>/records`` of one model:
   selection the validation choice of PBN's fine-tuning rate (bench/selection.py);
   rsweep    PBN Fig. 4a / 4d: the r_bayes sweep beside MAP, full VI and the deep ensemble;
   init      PBN Fig. 6: convergence from the MAP network vs a random initialisation;
-  rho       how rho's optimiser decides whether sigma moves at all (one-epoch mfvi runs).
+  rho       how rho's optimiser decides whether sigma moves at all (one-epoch mfvi runs);
+  ssvi      SSVI Table 1: 10 % and 5 % density against SSVI's own dense model, paired;
+  criteria  SSVI's removal-criteria ablation at 10 %, paired against SNR(|theta|).
 
 Run from the repository root:
   .venv/bin/python benchmarks/vi_tables.py --model lenet_300_100 --table main
@@ -143,9 +145,13 @@ def table_main(runs: Runs) -> list[list[str]]:
 
 
 def paired(a: pd.DataFrame, b: pd.DataFrame, col: str, fmt: str) -> str:
-    m = a.set_index("seed")[col] - b.set_index("seed")[col]
-    m = m.dropna()
-    return ms(m, fmt) if len(m) else "-"
+    """Mean ± std over seeds of the per-seed difference a - b (seeds both have), signed mean."""
+    m = (a.set_index("seed")[col] - b.set_index("seed")[col]).dropna()
+    if not len(m):
+        return "-"
+    if len(m) == 1:
+        return fmt.format(float(m.iloc[0]))
+    return f"{fmt.format(statistics.mean(m))} ± {fmt.replace('+', '').format(statistics.stdev(m))} (n {len(m)})"
 
 
 def table_controls(runs: Runs) -> list[list[str]]:
@@ -154,13 +160,19 @@ def table_controls(runs: Runs) -> list[list[str]]:
     choice = pbn_choice(runs)
     lr = choice["chosen"]["lr"] if choice else None
     rows = []
+    ft = runs.configs("pbn", n_bayes=0, lr=lr)
+    if ft:  # the same pipeline with no stochastic weight: what the extra fine-tuning alone does
+        p = runs.per_seed(ft[0][0])
+        rows.append(["0 (n_bayes 0)", "none: MAP fine-tuned by the same pipeline", ",".join(map(str, p["seed"])),
+                     ms(p["id_acc"]), ms(p["id_brier"]), ms(p["sh_nll"], "{:.3f}"), ms(p["sh_ece"], "{:.3f}"),
+                     ms(p["auroc"], "{:.3f}"), "-", "-", "-", "-"])
     for r in (0.01, 0.05, 0.1):
-        base = runs.configs("pbn", r_bayes=r, criterion="gradient", init="map", lr=lr)
+        base = runs.configs("pbn", r_bayes=r, criterion="gradient", init="map", lr=lr, n_bayes=None)
         if not base:
             continue
         bp = runs.per_seed(base[0][0])
         for crit, init in (("gradient", "map"), ("random", "map"), ("magnitude", "map"), ("gradient", "random")):
-            found = runs.configs("pbn", r_bayes=r, criterion=crit, init=init, lr=lr)
+            found = runs.configs("pbn", r_bayes=r, criterion=crit, init=init, lr=lr, n_bayes=None)
             if not found:
                 continue
             p = runs.per_seed(found[0][0])
@@ -212,13 +224,15 @@ def table_rsweep(runs: Runs) -> list[list[str]]:
     rows = []
     for label, method, match in (("MAP (deterministic)", "deterministic", {}), ("deep ensemble (M 5)", "deep_ensemble", {}),
                                  ("full VI (mfvi)", "mfvi", {"sigma_init": METHODS.get("mfvi").defaults["sigma_init"],
-                                                             "epochs": None})):
+                                                             "epochs": None}),
+                                 ("PBN pipeline, no stochastic weight", "pbn", {"n_bayes": 0, "lr": lr})):
         for h, _ in runs.configs(method, **match):
             p = runs.per_seed(h)
             rows.append([label, ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["id_brier"]), ms(p["sh_acc"]),
                          ms(p["sh_nll"], "{:.3f}"), ms(p["sh_ece"], "{:.3f}"), ms(p["auroc"], "{:.3f}"),
                          ms(p["sigma1"], "{:.2g}") if p["sigma1"].notna().any() else "-"])
-    found = sorted(runs.configs("pbn", criterion="gradient", init="map", lr=lr), key=lambda hc: float(hc[1]["r_bayes"]))
+    found = sorted(runs.configs("pbn", criterion="gradient", init="map", lr=lr, n_bayes=None),
+                   key=lambda hc: float(hc[1]["r_bayes"]))
     for h, cfg in found:
         p = runs.per_seed(h)
         rows.append([f"PBN r = {float(cfg['r_bayes']):.1%}", ",".join(map(str, p["seed"])), ms(p["id_acc"]),
@@ -268,7 +282,59 @@ def table_rho(runs: Runs) -> list[list[str]]:
     return [header] + rows
 
 
-TABLES = {"main": table_main, "controls": table_controls, "sigma0": table_sigma0, "selection": table_selection,
+def table_ssvi(runs: Runs) -> list[list[str]]:
+    """SSVI Table 1 at this scale: 10 % and 5 % density against SSVI's own dense model (density
+    1, same estimator, prior, initialisation and optimiser), paired over seeds."""
+    header = ["density", "seeds", "ID acc", "Δ ID acc vs density 1", "ID NLL", "rotation NLL", "Δ rotation NLL vs density 1",
+              "OOD AUROC", "stochastic params", "train FLOPs vs density 1", "sigma median: init -> final"]
+    d = METHODS.get("ssvi").defaults
+    base = runs.configs("ssvi", density=1.0, sigma_init_mean=d["sigma_init_mean"], criterion=d["criterion"])
+    if not base:
+        return [header]
+    bp = runs.per_seed(base[0][0])
+    rows = []
+    for dens in (1.0, 0.1, 0.05):
+        found = runs.configs("ssvi", density=dens, sigma_init_mean=d["sigma_init_mean"], criterion=d["criterion"])
+        if not found:
+            continue
+        h = found[0][0]
+        p = runs.per_seed(h)
+        g = runs.df[(runs.df["config_hash"] == h) & (runs.df["kind"] == "id")]
+        flops = g["cost.train_flops_ratio_vs_dense_vi"].iloc[0] if "cost.train_flops_ratio_vs_dense_vi" in g else None
+        same = dens == 1.0
+        rows.append([f"{dens:g}", ",".join(map(str, p["seed"])), ms(p["id_acc"]), "-" if same else paired(p, bp, "id_acc", "{:+.4f}"),
+                     ms(p["id_nll"]), ms(p["sh_nll"], "{:.3f}"), "-" if same else paired(p, bp, "sh_nll", "{:+.3f}"),
+                     ms(p["auroc"], "{:.3f}"), f"{int(p['k'].iloc[0]):,}",
+                     "-" if flops is None or pd.isna(flops) else f"{flops:.3f}",
+                     f"{statistics.mean(p['sigma0']):.2g} -> {ms(p['sigma1'], '{:.2g}')}"])
+    return [header] + rows
+
+
+def table_criteria(runs: Runs) -> list[list[str]]:
+    """SSVI's removal-criteria ablation at 10 % (Sec. 3.3.1, Fig. 2), paired against the default."""
+    header = ["removal criterion", "seeds", "ID acc", "Δ ID acc vs SNR(|theta|)", "rotation NLL", "Δ rotation NLL",
+              "OOD AUROC"]
+    from bench.subnet.ssvi import CRITERIA, CRITERION_LABELS
+
+    d = METHODS.get("ssvi").defaults
+    base = runs.configs("ssvi", density=0.1, criterion=d["criterion"], sigma_init_mean=d["sigma_init_mean"])
+    if not base:
+        return [header]
+    bp = runs.per_seed(base[0][0])
+    rows = []
+    for c in CRITERIA:
+        found = runs.configs("ssvi", density=0.1, criterion=c, sigma_init_mean=d["sigma_init_mean"])
+        if not found:
+            continue
+        p = runs.per_seed(found[0][0])
+        same = c == d["criterion"]
+        rows.append([CRITERION_LABELS[c] + (" (default)" if same else ""), ",".join(map(str, p["seed"])), ms(p["id_acc"]),
+                     "-" if same else paired(p, bp, "id_acc", "{:+.4f}"), ms(p["sh_nll"], "{:.3f}"),
+                     "-" if same else paired(p, bp, "sh_nll", "{:+.3f}"), ms(p["auroc"], "{:.3f}")])
+    return [header] + rows
+
+
+TABLES = {"main": table_main, "ssvi": table_ssvi, "criteria": table_criteria, "controls": table_controls, "sigma0": table_sigma0, "selection": table_selection,
           "rsweep": table_rsweep, "init": table_init, "rho": table_rho}
 
 

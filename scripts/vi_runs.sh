@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The runs behind the variational-inference tables of README.md, docs/pbn.md and docs/ssvi.md
+# (rotated MNIST, quick profile, seeds 0-2). Resumable: finished cells are skipped. On 2 cores run
+# two of the blocks at a time (each with OMP_NUM_THREADS=1); the tables then come from
+#   .venv/bin/python benchmarks/refresh_tables.py
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/ensure_venv.sh
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMP_WAIT_POLICY=PASSIVE
+B=".venv/bin/python -m bench run --suite mnist_rotated --profile quick --data-root ${DATA_ROOT:-data} --no-report"
+for model in lenet_300_100 lenet5; do
+  R="$B --set models=$model"
+  # MAP networks, PBN's fine-tuning rate swept for the validation choice, full VI, SSVI and its dense baseline
+  $R --methods deterministic,pbn,mfvi --set pbn.lr=0.05,0.005
+  $R --methods ssvi --set ssvi.density=0.1,1.0
+done
+R="$B --set models=lenet_300_100"
+.venv/bin/python -m bench select --suite mnist_rotated --method pbn --tune lr     # -> 0.05 (docs/pbn.md)
+# PBN controls and the r_bayes sweep at the chosen rate; the fine-tuning-only control
+$R --methods pbn --set pbn.lr=0.05 --set pbn.r_bayes=0.01,0.05,0.1 --set pbn.criterion=gradient,random,magnitude
+$R --methods pbn --set pbn.lr=0.05 --set pbn.r_bayes=0.01,0.05,0.1 --set pbn.init=random
+$R --methods pbn --set pbn.lr=0.05 --set pbn.r_bayes=0.001,0.2,0.4
+$R --methods pbn --set pbn.lr=0.05 --set pbn.n_bayes=0
+$R --methods deep_ensemble
+# SSVI: 5 % (Table 1), the removal criteria, the sigma0 sweep (Fig. 2 right) with dense VI
+$R --methods ssvi --set ssvi.density=0.05
+$R --methods ssvi --set ssvi.criterion=mu_abs,snr,e_abs,e_exp,snr_exp
+$R --methods ssvi --set ssvi.density=0.1,1.0 --set ssvi.sigma_init_mean=0.003,0.01
+$R --methods mfvi --set mfvi.sigma_init=0.003,0.01
+# how rho's optimiser decides whether sigma moves (one epoch, seed 0)
+$R --methods mfvi --seeds 0 --set mfvi.epochs=1 --set mfvi.rho_optimizer=sgd --set mfvi.rho_lr=0.01,1,100
+$R --methods mfvi --seeds 0 --set mfvi.epochs=1 --set mfvi.rho_optimizer=adam --set mfvi.rho_lr=0.001,0.01,0.1
