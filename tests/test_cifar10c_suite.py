@@ -407,7 +407,7 @@ def test_smoke_run_end_to_end_with_report(tmp_path, monkeypatch):
     assert failed.empty, failed[["method", "error"]].to_string()
     assert set(df["method"]) == methods
     per_method = df.groupby("method").size()
-    assert (per_method == 1 + 2 * 3).all()  # clean + 2 corruptions x 3 severities, no OOD set
+    assert (per_method == 1 + 2 * 3 + 1).all()  # clean + 2 corruptions x 3 severities + validation, no OOD set
     shift = df[df["kind"] == "shift"]
     assert set(shift["shift"]) == {"gaussian_noise", "contrast"} and set(shift["severity"]) == {1.0, 3.0, 5.0}
     assert shift["metrics.entropy_correct"].notna().any() and "metrics.entropy_incorrect" in df.columns

@@ -24,7 +24,7 @@ def test_toy_run_writes_records_and_resumes(tmp_path):
     methods = set(SUITES.get("toy").default_methods)
     assert {"deterministic", "mc_dropout", "deep_ensemble", "pbn", "mfvi"} <= methods
     assert set(df["method"]) == methods
-    assert len(df) == len(methods) * 2 and (df["status"] == "ok").all()
+    assert len(df) == len(methods) * 3 and (df["status"] == "ok").all()  # id, shift, validation per method
     for col in ("git_commit", "versions.torch", "device", "started_at", "finished_at", "config_hash",
                 "cost.total_params", "cost.flops_per_example", "cost.train_time_s", "metrics.nll"):
         assert col in df.columns and df[col].notna().all(), col
@@ -110,7 +110,7 @@ def test_mnist_pipeline_on_fixture_with_report(fake_mnist, tmp_path):
             "--set", "data.n_test=100", "--set", "data.n_ood=100", "--set", "train.epochs=3"]
     assert main(args) == 0
     df = load_records(out)
-    assert set(df["kind"]) == {"id", "shift", "ood"}
+    assert set(df["kind"]) == {"id", "shift", "ood", "val"}
     assert sorted(df.loc[df["method"] == "deterministic", "severity"].dropna()) == [0, 60, 120, 180]
     det = df[(df["method"] == "deterministic") & (df["kind"] == "id")].iloc[0]
     assert det["metrics.accuracy"] > 0.5  # the fake digits are learnable
