@@ -138,7 +138,7 @@ def table_main(runs: Runs) -> list[list[str]]:
         rows.append(main_row("mfvi", runs.per_seed(h)))
     d = METHODS.get("ssvi").defaults
     for dens in (0.1, 0.05, 1.0):
-        for h, cfg in runs.configs("ssvi", density=dens, sigma_init_mean=d["sigma_init_mean"]):
+        for h, cfg in runs.configs("ssvi", density=dens, sigma_init_mean=d["sigma_init_mean"], criterion=d["criterion"]):
             rows.append(main_row(f"ssvi (density {dens:g})" + (" = its dense baseline" if dens == 1.0 else ""),
                                  runs.per_seed(h)))
     return [MAIN_HEADER] + rows
@@ -189,8 +189,10 @@ def table_controls(runs: Runs) -> list[list[str]]:
 def table_sigma0(runs: Runs) -> list[list[str]]:
     header = ["method", "sigma0", "seeds", "ID acc", "ID NLL", "rotation NLL", "rotation ECE", "sigma median final"]
     rows = []
-    for method, key, extra in (("mfvi", "sigma_init", {"epochs": None}), ("ssvi", "sigma_init_mean", {"density": 1.0}),
-                               ("ssvi", "sigma_init_mean", {"density": 0.1})):
+    crit = METHODS.get("ssvi").defaults["criterion"]
+    for method, key, extra in (("mfvi", "sigma_init", {"epochs": None}),
+                               ("ssvi", "sigma_init_mean", {"density": 1.0, "criterion": crit}),
+                               ("ssvi", "sigma_init_mean", {"density": 0.1, "criterion": crit})):
         found = sorted(runs.configs(method, **extra), key=lambda hc: float(hc[1][key]))
         for h, cfg in found:
             p = runs.per_seed(h)
@@ -338,9 +340,13 @@ TABLES = {"main": table_main, "ssvi": table_ssvi, "criteria": table_criteria, "c
           "rsweep": table_rsweep, "init": table_init, "rho": table_rho}
 
 
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|")  # a literal | (e.g. |mu|) must not split a markdown cell
+
+
 def render(rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(rows[0]) + " |", "|" + "|".join(" --- " for _ in rows[0]) + "|"]
-    out += ["| " + " | ".join(r) + " |" for r in rows[1:]]
+    out = ["| " + " | ".join(map(_cell, rows[0])) + " |", "|" + "|".join(" --- " for _ in rows[0]) + "|"]
+    out += ["| " + " | ".join(map(_cell, r)) + " |" for r in rows[1:]]
     return "\n".join(out)
 
 
