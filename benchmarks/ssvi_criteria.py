@@ -49,6 +49,11 @@ def load_runs(results: str, suite: str, model: str, profile: str) -> list[dict]:
     return runs
 
 
+def _lab(c: str) -> str:
+    """A criterion's label for a markdown cell (its |...| must not split the cell)."""
+    return CRITERION_LABELS[c].replace("|", "\\|")
+
+
 def _is_default(cfg: dict, defaults: dict, free: tuple[str, ...]) -> bool:
     return all(cfg.get(k) == v for k, v in defaults.items() if k not in free)
 
@@ -92,7 +97,7 @@ def criteria_table(runs: list[dict], density: float) -> str:
         g = sorted(g, key=lambda r: r["seed"])
         if not g:
             continue
-        out.append(f"| {CRITERION_LABELS[c]}{' (default)' if c == SSVI.defaults['criterion'] else ''} | "
+        out.append(f"| {_lab(c)}{' (default)' if c == SSVI.defaults['criterion'] else ''} | "
                    f"{','.join(str(r['seed']) for r in g)} | {_ms([r['id_acc'] for r in g], '.4f')} | "
                    f"{_ms([r['id_nll'] for r in g], '.4f')} | {_ms([r['rot_acc'] for r in g], '.4f')} | "
                    f"{_ms([r['rot_nll'] for r in g], '.3f')} | {_ms([r['rot_ece'] for r in g], '.3f')} | "
@@ -123,13 +128,13 @@ def variants_table(runs: list[dict]) -> str:
 
 def iou_matrix(iou: dict) -> str:
     names = list(CRITERIA)
-    out = ["| | " + " | ".join(CRITERION_LABELS[n] for n in names) + " |", "| --- |" + " ---: |" * len(names)]
+    out = ["| | " + " | ".join(_lab(n) for n in names) + " |", "| --- |" + " ---: |" * len(names)]
     for a in names:
         cells = []
         for b in names:
             v = 1.0 if a == b else iou.get(f"{a}|{b}", iou.get(f"{b}|{a}"))
             cells.append("" if v is None else f"{v:.4f}")
-        out.append(f"| {CRITERION_LABELS[a]} | " + " | ".join(cells) + " |")
+        out.append(f"| {_lab(a)} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 

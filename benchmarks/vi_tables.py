@@ -220,9 +220,11 @@ def table_rsweep(runs: Runs) -> list[list[str]]:
     """PBN Fig. 4a / 4d: ID Brier, rotation NLL / ECE and OOD AUROC against r_bayes, with the
     MAP network, full VI and the deep ensemble as reference rows."""
     header = ["method", "seeds", "ID acc", "ID Brier", "rotation acc", "rotation NLL", "rotation ECE", "OOD AUROC",
-              "sigma median final"]
+              "sigma median final", "Δ rotation NLL vs the same pipeline without VI"]
     choice = pbn_choice(runs)
     lr = choice["chosen"]["lr"] if choice else None
+    ft = runs.configs("pbn", n_bayes=0, lr=lr)
+    ftp = runs.per_seed(ft[0][0]) if ft else None
     rows = []
     for label, method, match in (("MAP (deterministic)", "deterministic", {}), ("deep ensemble (M 5)", "deep_ensemble", {}),
                                  ("full VI (mfvi)", "mfvi", {"sigma_init": METHODS.get("mfvi").defaults["sigma_init"],
@@ -232,14 +234,15 @@ def table_rsweep(runs: Runs) -> list[list[str]]:
             p = runs.per_seed(h)
             rows.append([label, ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["id_brier"]), ms(p["sh_acc"]),
                          ms(p["sh_nll"], "{:.3f}"), ms(p["sh_ece"], "{:.3f}"), ms(p["auroc"], "{:.3f}"),
-                         ms(p["sigma1"], "{:.2g}") if p["sigma1"].notna().any() else "-"])
+                         ms(p["sigma1"], "{:.2g}") if p["sigma1"].notna().any() else "-", "-"])
     found = sorted(runs.configs("pbn", criterion="gradient", init="map", lr=lr, n_bayes=None),
                    key=lambda hc: float(hc[1]["r_bayes"]))
     for h, cfg in found:
         p = runs.per_seed(h)
         rows.append([f"PBN r = {float(cfg['r_bayes']):.1%}", ",".join(map(str, p["seed"])), ms(p["id_acc"]),
                      ms(p["id_brier"]), ms(p["sh_acc"]), ms(p["sh_nll"], "{:.3f}"), ms(p["sh_ece"], "{:.3f}"),
-                     ms(p["auroc"], "{:.3f}"), ms(p["sigma1"], "{:.2g}")])
+                     ms(p["auroc"], "{:.3f}"), ms(p["sigma1"], "{:.2g}"),
+                     "-" if ftp is None else paired(p, ftp, "sh_nll", "{:+.3f}")])
     return [header] + rows
 
 
