@@ -116,6 +116,8 @@ def _sampled_linear(h, samples, shared, wd: _Draw, bd: _Draw | None):
         return expand_samples(y, S) if shared else y
     W, b = _per_sample(wd, S), _per_sample(bd, S)  # (S, out, in), (S, out)
     out_f, in_f = W.shape[1], W.shape[2]
+    if S == 1:  # one draw: a plain addmm (a batched matmul of one is slower on CPU)
+        return F.linear(h, W[0], None if b is None else b[0])
     if shared:  # one matmul against the S weight sets side by side
         y = F.linear(h, W.reshape(S * out_f, in_f), None if b is None else b.reshape(-1))  # (N, ..., S*out)
         y = y.reshape(*h.shape[:-1], S, out_f).movedim(-2, 0)
