@@ -236,11 +236,12 @@ def ssvi_vs_mfvi_train_step(model_name, in_shape, device, repeats, tmp, batch=12
 
 
 def _vi_optimizer(mean_params, rho_params):
-    """The VI plugins' optimiser: the means with the profile's SGD, rho with Adam (methods/pbn.py)."""
-    from bench.training import make_optimizer
+    """The VI plugins' optimiser: the means with the profile's SGD, rho in its own group with
+    ``mfvi``'s default optimiser and rate (methods/pbn.py)."""
+    from bench.training import make_optimizer, own_group
 
-    return make_optimizer([{"params": list(mean_params)},
-                           {"params": list(rho_params), "optimizer": "adam", "lr": 0.01, "weight_decay": 0.0}],
+    d = METHODS.get("mfvi").defaults
+    return make_optimizer([{"params": list(mean_params)}, own_group(rho_params, d["rho_optimizer"], d["rho_lr"])],
                           TrainConfig(optimizer="sgd", lr=1e-3, momentum=0.9))
 
 

@@ -93,6 +93,12 @@ class OptimizerChain:
             o.load_state_dict(st)
 
 
+def own_group(params, optimizer: str, lr: float) -> dict:
+    """A parameter group with its own optimiser kind and rate and no weight decay, for
+    :func:`make_optimizer` (the variational ``rho`` of the VI methods)."""
+    return {"params": list(params), "optimizer": str(optimizer), "lr": float(lr), "weight_decay": 0.0}
+
+
 def make_optimizer(params, cfg: TrainConfig):
     """The profile's optimiser over ``params`` (tensors, or parameter-group dicts).
 

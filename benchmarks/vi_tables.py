@@ -287,16 +287,22 @@ def table_rho(runs: Runs) -> list[list[str]]:
     return [header] + rows
 
 
+def _ssvi_reference(runs: Runs, density: float) -> pd.DataFrame | None:
+    """Per-seed rows of SSVI with its default criterion and sigma0 at ``density`` (None if not run)."""
+    d = METHODS.get("ssvi").defaults
+    found = runs.configs("ssvi", density=density, criterion=d["criterion"], sigma_init_mean=d["sigma_init_mean"])
+    return runs.per_seed(found[0][0]) if found else None
+
+
 def table_ssvi(runs: Runs) -> list[list[str]]:
     """SSVI Table 1 at this scale: 10 % and 5 % density against SSVI's own dense model (density
     1, same estimator, prior, initialisation and optimiser), paired over seeds."""
     header = ["density", "seeds", "ID acc", "Δ ID acc vs density 1", "ID NLL", "rotation NLL", "Δ rotation NLL vs density 1",
               "OOD AUROC", "stochastic params", "train FLOPs vs density 1", "sigma median: init -> final"]
-    d = METHODS.get("ssvi").defaults
-    base = runs.configs("ssvi", density=1.0, sigma_init_mean=d["sigma_init_mean"], criterion=d["criterion"])
-    if not base:
+    bp = _ssvi_reference(runs, density=1.0)
+    if bp is None:
         return [header]
-    bp = runs.per_seed(base[0][0])
+    d = METHODS.get("ssvi").defaults
     rows = []
     for dens in (1.0, 0.1, 0.05):
         found = runs.configs("ssvi", density=dens, sigma_init_mean=d["sigma_init_mean"], criterion=d["criterion"])
@@ -321,11 +327,10 @@ def table_criteria(runs: Runs) -> list[list[str]]:
               "OOD AUROC"]
     from bench.subnet.ssvi import CRITERIA, CRITERION_LABELS
 
-    d = METHODS.get("ssvi").defaults
-    base = runs.configs("ssvi", density=0.1, criterion=d["criterion"], sigma_init_mean=d["sigma_init_mean"])
-    if not base:
+    bp = _ssvi_reference(runs, density=0.1)
+    if bp is None:
         return [header]
-    bp = runs.per_seed(base[0][0])
+    d = METHODS.get("ssvi").defaults
     rows = []
     for c in CRITERIA:
         found = runs.configs("ssvi", density=0.1, criterion=c, sigma_init_mean=d["sigma_init_mean"])

@@ -21,7 +21,6 @@ The shared machinery (:class:`VIMethod`) also backs ``mfvi`` (methods/mfvi.py).
 from __future__ import annotations
 
 import copy
-import math
 import time
 
 import torch
@@ -32,12 +31,14 @@ from bench.seeding import derive_seed
 from bench.subnet.partial_vi import PartialVI, elbo_loss, forward_flops
 from bench.subnet.selection import (candidate_indices, layer_distribution, make_criterion, param_layout)
 from bench.subnet.sigma_stats import last_rel_change, sigma_change, sigma_summary
-from bench.training import OPTIMIZERS, train_model
+from bench.subnet.ssvi import softplus_inv
+from bench.training import OPTIMIZERS, own_group, train_model
 from methods.base import Method, register_method
 
+
 def softplus_inv_float(sigma: float) -> float:
-    """rho with softplus(rho) = sigma."""
-    return sigma if sigma > 20 else math.log(math.expm1(sigma))
+    """rho with softplus(rho) = sigma (a float; :func:`bench.subnet.ssvi.softplus_inv` does the work)."""
+    return float(softplus_inv(torch.tensor(float(sigma), dtype=torch.float64)))
 
 
 #: first-layer sigma tensors up to this many entries are stored whole in the diagnostics
@@ -99,8 +100,7 @@ class VIMethod(Method):
     def param_groups(self) -> list[dict]:
         """The means with the profile's optimiser; rho with its own optimiser and rate, no decay."""
         return [{"params": list(self.vi.net.parameters())},
-                {"params": [self.vi.rho], "lr": float(self.config["rho_lr"]),
-                 "optimizer": str(self.config["rho_optimizer"]), "weight_decay": 0.0}]
+                own_group([self.vi.rho], self.config["rho_optimizer"], self.config["rho_lr"])]
 
     def fresh_network(self, tag: str) -> nn.Module:
         """A randomly initialised network, seeded per method / seed, leaving the global RNG as it was."""

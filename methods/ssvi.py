@@ -41,7 +41,7 @@ from bench.errors import BenchError
 from bench.seeding import derive_seed
 from bench.subnet.ssvi import (CRITERIA, GROW_MODES, SSVINet, as_float, kl_warmup_beta, update_fraction)
 from bench.subnet.sigma_stats import last_rel_change, sigma_change, sigma_summary
-from bench.training import OPTIMIZERS, make_optimizer
+from bench.training import OPTIMIZERS, make_optimizer, own_group
 from methods.base import Method, register_method
 
 #: The official code's values (train_cifar.py / scripts/ssvi_cifar.sh) that are not already the
@@ -125,8 +125,7 @@ class SSVI(Method):
 
     def _optimizer(self, cfg):
         groups = [{"params": self.model.mean_params(), "lr": cfg.lr, "weight_decay": cfg.weight_decay},
-                  {"params": self.model.rho_params(), "lr": float(self.config["rho_lr"]),
-                   "optimizer": str(self.config["rho_optimizer"]), "weight_decay": 0.0}]
+                  own_group(self.model.rho_params(), self.config["rho_optimizer"], self.config["rho_lr"])]
         return make_optimizer(groups, cfg)
 
     def named_sigmas(self) -> dict:
@@ -373,6 +372,7 @@ class SSVI(Method):
         counts, sizes = self.model.active_counts(), self.model.num_weights()
         sig = torch.cat([m.w_sigma().detach().cpu() for _, m in self.model.layers()])
         hist = self.meta.get("history", [])
+        final = sigma_summary(self.named_sigmas())
         return {
             "criterion": self.config["criterion"], "density": float(self.config["density"]),
             "active_per_layer": counts, "weights_per_layer": sizes,
@@ -384,7 +384,7 @@ class SSVI(Method):
             "sigma": {"mean": float(sig.mean()), "median": float(sig.median()), "min": float(sig.min()),
                       "max": float(sig.max())},
             "sigma_init": self.meta.get("sigma_init", {}),
-            "sigma_final": sigma_summary(self.named_sigmas()),
-            "sigma_change": sigma_change(self.meta.get("sigma_init", {}), sigma_summary(self.named_sigmas())),
+            "sigma_final": final,
+            "sigma_change": sigma_change(self.meta.get("sigma_init", {}), final),
             "train": self.meta.get("train", {}),
         }

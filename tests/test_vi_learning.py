@@ -82,13 +82,18 @@ def _pinned_and_blind_data(n=200):
     return x, y
 
 
+def _fit_dense_at_sigma(method, ctx, x, y, sigma0):
+    """mfvi, or SSVI at density 1 with mfvi's N(0, 1) prior, every sigma starting at ``sigma0``."""
+    opts = ({"sigma_init": sigma0, "rho_init_std": 0.0} if method == "mfvi"
+            else {"sigma_init_mean": sigma0, "sigma_init_std": 0.0, "density": 1.0, "prior_scale": 1.0})
+    return METHODS.get(method)(ctx, **opts).fit(TensorLoader(x, y, 50, seed=0), (x, y))
+
+
 @pytest.mark.parametrize("method", ["mfvi", "ssvi"])
 def test_sigma_shrinks_where_the_data_pins_a_weight_and_grows_where_it_cannot(method):
     x, y = _pinned_and_blind_data()
     ctx = _linear_ctx(x, y, epochs=100)
-    opts = {"sigma_init": 0.3, "rho_init_std": 0.0} if method == "mfvi" else {"sigma_init_mean": 0.3, "sigma_init_std": 0.0,
-                                                       "density": 1.0, "prior_scale": 1.0}
-    m = METHODS.get(method)(ctx, **opts).fit(TensorLoader(x, y, 50, seed=0), (x, y))
+    m = _fit_dense_at_sigma(method, ctx, x, y, 0.3)
     if method == "mfvi":
         sig = m.vi.sigma_of("1.weight")
     else:
@@ -136,9 +141,7 @@ def test_ssvi_kl_warmup_at_step_t():
 def test_predictions_sample_the_posterior_and_tend_to_the_mean_network(method):
     x, y = _pinned_and_blind_data()
     ctx = _linear_ctx(x, y, epochs=5)
-    opts = {"sigma_init": 0.3, "rho_init_std": 0.0} if method == "mfvi" else {"sigma_init_mean": 0.3, "sigma_init_std": 0.0,
-                                                       "density": 1.0, "prior_scale": 1.0}
-    m = METHODS.get(method)(ctx, **opts).fit(TensorLoader(x, y, 50, seed=0), (x, y))
+    m = _fit_dense_at_sigma(method, ctx, x, y, 0.3)
     xt = torch.linspace(-2, 2, 41).view(-1, 1, 1).expand(-1, 1, 2).clone()
     xt[:, 0, 1] = 1.0  # the blind input is on at test time: its learned (large) sigma shows
     net = m.vi.net if method == "mfvi" else m.model
