@@ -16,3 +16,9 @@ class UnknownNameError(BenchError, KeyError):
 
 class DivergedError(RuntimeError):
     """Training produced a non-finite loss; the harness records the run as failed."""
+
+
+class MethodFailedError(BenchError):
+    """A method cannot produce a posterior on this data (e.g. a degenerate subnetwork); the
+    harness records the cell as failed and goes on with the grid. Outside the harness it is a
+    user-facing error like any other :class:`BenchError`."""

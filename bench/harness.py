@@ -21,7 +21,7 @@ from bench.checkpoints import MapCache, load_torch, save_torch
 from bench.config import RunPlan, method_label
 from bench.cost import PeakMemory, Timer, flops_per_example
 from bench.data import EvalSet, SuiteData, TensorLoader
-from bench.errors import DivergedError
+from bench.errors import DivergedError, MethodFailedError
 from bench.models import build_model
 from bench.predictive import concat
 from bench.provenance import device_description, git_commit, now, versions
@@ -178,7 +178,7 @@ class Harness:
                 save_torch({"method": method.state_dict(), "fit_cost": fit_cost}, ckpt)
                 self.summary.fitted += 1
                 self.say(f"{tag}: fitted in {timer.seconds:.1f} s")
-        except (DivergedError, FloatingPointError, torch.linalg.LinAlgError) as exc:
+        except (DivergedError, MethodFailedError, FloatingPointError, torch.linalg.LinAlgError) as exc:
             self.record_failure(run_dir, base, started, exc, tag)
             return
         cost = self.measure_cost(method, fit_cost)

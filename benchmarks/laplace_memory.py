@@ -8,12 +8,12 @@ Side by side, on LeNet-300-100 (267k weights) and MNIST-shaped inputs:
   a subnet entry is frozen and the indices re-mapped, so laplace-torch's torch.func Jacobian
   (Curvlinops' subnet path) covers only the touched tensors (BackPACK / ASDL refuse frozen
   parameters). It saves nothing when the subnet touches the big first-layer matrix;
-* ``subnet``: :class:`methods.subnet_laplace.SubnetJacobianGGN`, a laplace-torch backend that
+* ``subnet``: :class:`bench.laplace.subnet_jacobians.SubnetJacobianGGN`, a laplace-torch backend that
   builds only the s subnet columns.
 
 Each configuration runs in its own subprocess so that its peak resident memory (sampled by
 :class:`bench.cost.PeakMemory`) is not hidden by memory an earlier one left to the allocator.
-The estimate of the memory guard (:func:`methods.subnet_laplace.estimate_memory`) is printed
+The estimate of the memory guard (:func:`bench.laplace.memory.estimate_memory`) is printed
 next to the measured peak.
 
     .venv/bin/python benchmarks/laplace_memory.py                 # s = 100, 1000; N = 256
@@ -100,7 +100,8 @@ def run_one(backend: str, kind: str, s: int, n: int, threads: int = 1) -> dict:
     from torch.utils.data import DataLoader, TensorDataset
 
     from laplace import Laplace
-    from methods.subnet_laplace import activation_numel, backend_class, estimate_memory
+    from bench.laplace.memory import activation_numel, estimate_memory
+    from bench.laplace.subnet_jacobians import backend_class
 
     torch.set_num_threads(threads)
     net, x, y, source = network_and_data(n)

@@ -1,21 +1,24 @@
 """Diagonal Laplace over all weights (laplace-torch), the subnetwork-Laplace paper's
-"diagonal Laplace over all 11M weights" baseline (Experiment 2) and the approximation its
-Wasserstein criterion uses for selection (Q3).
+"diagonal Laplace over all 11M weights" baseline (Experiment 2) and the approximation behind the
+``wasserstein_diag_laplace`` criterion.
 
-The curvature is the same diagonal GGN the ``largest_variance_diag_laplace`` criterion fits
+The curvature is the same diagonal GGN that criterion fits
 (:func:`bench.subnet.selection.fit_diag_laplace`, BackPACK then ASDL; cached per MAP network
-within a process), the prior precision is tuned on the validation NLL (grid search), and the
-default predictive samples the network (``pred_type="nn"``, 30 samples): the linearised
-predictive needs per-example Jacobians of all P weights (B x K x P floats, ~4.7 s per 200
-test images on LeNet-300-100), too slow for the 140k-image evaluation on 2 CPU cores. Set
-``pred_type=glm`` (with a small ``predict_batch_size``) to use it anyway.
+within a process); the prior precision and the predictive are those of every Laplace variant
+(:class:`methods._laplace_base.LaplaceMethod`: validation-NLL grid search; linearised predictive
+with the probit approximation). The linearised predictive's functional variance
+``J diag(v) J^T`` is computed layer by layer without the per-example Jacobian of every weight
+(:mod:`bench.laplace.diag_glm`; laplace-torch's needs B x K x P floats, ~4.7 s per 200 test
+images on LeNet-300-100); networks with other parameterised layers fall back to laplace-torch.
+``pred_type=nn`` samples networks instead.
 """
 from __future__ import annotations
 
-from bench.subnet.selection import DIAG_BACKENDS, fit_diag_laplace
 from bench.errors import BenchError
+from bench.laplace.diag_glm import diag_glm_moments, unsupported_modules
+from methods._laplace_base import LaplaceMethod
+from bench.subnet.selection import DIAG_BACKENDS, fit_diag_laplace
 from methods.base import register_method
-from methods.subnet_laplace import LaplaceMethod
 
 
 @register_method("laplace_diag")
@@ -23,7 +26,7 @@ class LaplaceDiag(LaplaceMethod):
     description = "diagonal GGN Laplace over all weights of the MAP network (laplace-torch), prior tuned on validation"
     subset_of_weights = "all"
     hessian_structure = "diag"
-    defaults = {**LaplaceMethod.common_defaults, "pred_type": "nn", "link_approx": "mc", "n_samples": 30}
+    defaults = {**LaplaceMethod.common_defaults}
 
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)
@@ -43,8 +46,10 @@ class LaplaceDiag(LaplaceMethod):
     def backend_name(self, model):
         return self.config["backend"]
 
-    def load_state_dict(self, state):
-        super().load_state_dict(state)
+    def glm_moments(self, x):
+        if unsupported_modules(self.model):
+            return super().glm_moments(x)
+        return diag_glm_moments(self.model, x, self.la.posterior_variance.detach())
 
     def num_stochastic_params(self):
         return 0 if self.la is None else int(self.la.n_params)

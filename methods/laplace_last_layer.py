@@ -1,24 +1,25 @@
 """Last-layer KFAC Laplace (laplace-torch's default approximation, Daxberger et al. 2021,
-"Laplace Redux"): Kronecker-factored GGN of the last Linear layer, prior precision by
-maximising the Laplace marginal likelihood, linearised predictive with the probit
-approximation. A natural comparison for the subnetwork Laplace: a structured, fixed
+"Laplace Redux"): Kronecker-factored GGN of the last Linear layer, with the prior precision and
+the predictive of every Laplace variant (validation-NLL grid search, linearised predictive with
+the probit approximation; laplace-torch's own default, the marginal likelihood, is
+``prior_precision_method=marglik``). A natural comparison for the subnetwork Laplace: a structured, fixed
 "subnetwork" (the last layer) instead of a selected one.
 """
 from __future__ import annotations
 
 from bench.errors import BenchError
 from methods.base import register_method
-from methods.subnet_laplace import LaplaceMethod
+from methods._laplace_base import LaplaceMethod
 
 LL_BACKENDS = ("auto", "backpack", "asdl", "curvlinops")
 
 
 @register_method("laplace_last_layer")
 class LaplaceLastLayer(LaplaceMethod):
-    description = "last-layer KFAC Laplace of the MAP network (laplace-torch), prior precision by marginal likelihood"
+    description = "last-layer KFAC Laplace of the MAP network (laplace-torch), prior tuned on validation"
     subset_of_weights = "last_layer"
     hessian_structure = "kron"
-    defaults = {**LaplaceMethod.common_defaults, "prior_precision_method": "marglik"}
+    defaults = {**LaplaceMethod.common_defaults}
 
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)

@@ -154,3 +154,23 @@ def test_non_finite_predictive_is_recorded_as_failed(tmp_path, monkeypatch):
     assert list(failed["method"]) == ["deterministic"]
     assert failed["error"].str.contains("non-finite predictive mean").all()
     assert (df.loc[df["method"] == "mc_dropout", "status"] == "ok").all()
+
+
+def test_a_method_that_cannot_form_its_posterior_is_a_failed_cell(tmp_path, monkeypatch):
+    """A MethodFailedError in fit (e.g. a subnetwork the data never touches) is recorded as a
+    failed cell; the grid goes on to the next method."""
+    from bench.subnet.selection import DegenerateSubnetError
+    from methods.deterministic import Deterministic
+
+    def degenerate_fit(self, train, val):
+        raise DegenerateSubnetError("all subnet weights have zero curvature")
+
+    monkeypatch.setattr(Deterministic, "fit", degenerate_fit)
+    out = tmp_path / "r"
+    args = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--out", str(out),
+            "--methods", "deterministic,mc_dropout"]
+    assert main(args) == 0
+    df = load_records(out)
+    failed = df[df["status"] == "failed"]
+    assert list(failed["method"]) == ["deterministic"] and failed["error"].str.contains("zero curvature").all()
+    assert (df.loc[df["method"] == "mc_dropout", "status"] == "ok").all()

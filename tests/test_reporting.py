@@ -372,6 +372,7 @@ def _pbn_diagnostics(r, seed):
     return {"criterion": {"name": "gradient", "size": r, "squared": False, "per_layer": False, "n_batches": None},
             "k": k, "n_params": 267_410, "n_candidates": 266_610, "r_bayes_effective": k / 266_610,
             "init": "map", "sigma": {"mean": 0.05, "median": 0.05, "min": 0.04, "max": 0.06},
+            "warnings": [f"a warning for r {r:g} seed {seed}"] if (r, seed) == (SWEEP_R[-1], 1) else [],
             "train": {"epochs": 2, "epoch_loss": [0.1, 0.05], "final_nll": 0.01, "final_kl": 100.0,
                       "final_beta": 0.01, "num_train": 1000},
             "layer_distribution": layers,
@@ -587,11 +588,18 @@ def test_no_diagnostic_sections_without_diagnostics(report):
     _, out, _ = report
     for suite in ("mnist_rotated", "toy", "cifar10c"):
         html = (out / suite / "index.html").read_text()
-        for title in ("Sweeps", "Weight uncertainty of the first layer", "Subnetwork layer distribution"):
+        for title in ("Sweeps", "Weight uncertainty of the first layer", "Subnetwork layer distribution", "Warnings"):
             assert f">{title}</h" not in html
         assert "Paper cost formulas" not in html
         names = {f.name for f in (out / suite / "figures").glob("*.png")}
         assert not any(("sweep" in n or "sigma" in n or "layer-distribution" in n) for n in names)
+
+
+def test_recorded_warnings_are_listed_per_run(sweep_report):
+    _, path = sweep_report
+    html = path.read_text()
+    assert ">Warnings</h" in html
+    assert f"a warning for r {SWEEP_R[-1]:g} seed 1" in html and f"r {SWEEP_R[0]:g} seed" not in html
 
 
 def test_sigma_images():

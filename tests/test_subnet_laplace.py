@@ -24,8 +24,9 @@ pytest.importorskip("laplace")
 
 from methods.laplace_diag import LaplaceDiag  # noqa: E402
 from methods.laplace_last_layer import LaplaceLastLayer  # noqa: E402
-from methods.subnet_laplace import (MemoryGuardError, SubnetLaplace, check_memory, estimate_memory,  # noqa: E402
-                                    subnet_jacobian_backend)
+from bench.laplace.memory import MemoryGuardError, check_memory, estimate_memory  # noqa: E402
+from bench.laplace.subnet_jacobians import subnet_jacobian_backend  # noqa: E402
+from methods.subnet_laplace import SubnetLaplace  # noqa: E402
 
 D_IN, N_CLASSES = 5, 3
 
@@ -327,7 +328,7 @@ def test_grid_search_loss_is_infinite_for_a_non_finite_predictive():
     """numpy's argmin returns the index of a NaN: a NaN validation NLL must count as +inf."""
     import math
 
-    from methods.subnet_laplace import _nll
+    from bench.laplace.predictive import nll as _nll
 
     y = torch.tensor([0, 1])
     good = torch.tensor([[0.75, 0.25], [0.5, 0.5]])

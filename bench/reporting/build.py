@@ -192,6 +192,7 @@ def _model_section(sec: SectionData, palette: dict) -> Section:
     _sweep_blocks(s, sec, pal, sweeps)
     _ablation_blocks(s, sec, find_ablations(df))
     _subnetwork_blocks(s, sec, sweeps)
+    _warning_blocks(s, sec)
     cost = cost_table(df)
     paper = paper_cost_table(df)
     if cost is not None or paper is not None:
@@ -323,6 +324,20 @@ def _subnetwork_blocks(parent: Section, sec: SectionData, sweeps: list[Sweep]) -
         sub.add(t)
         s.add(sub)
     parent.add(s)
+
+
+def _warning_blocks(parent: Section, sec: SectionData) -> None:
+    """The warnings methods put in their records' diagnostics (e.g. a Laplace prior precision
+    on the edge of its search grid), one bullet per run."""
+    items = []
+    for lab, runs in diagnostics_by_label(sec.records).items():
+        for seed, d in runs:
+            items += [f"{lab}, seed {seed}: {w}" for w in d.get("warnings") or []]
+    if items:
+        s = Section("Warnings")
+        s.add(Paragraph("Recorded by the methods themselves; the numbers above include these runs."))
+        s.add(Bullets(items))
+        parent.add(s)
 
 
 def _shift_blocks(parent: Section, sec: SectionData, pal: dict, metrics: list[str]) -> None:

@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench.errors import BenchError
+from bench.errors import BenchError, MethodFailedError
 from bench.registry import Registry
 
 #: ``param_filter(module_name, module, param_name) -> bool``: may this parameter be selected?
@@ -350,7 +350,7 @@ class RandomCriterion(SubnetCriterion):
 # :meth:`SubnetCriterion.select`, whose ``param_filter`` then removes BatchNorm & co.
 
 
-class DegenerateSubnetError(BenchError):
+class DegenerateSubnetError(MethodFailedError):
     """The requested subnetwork would make the Laplace posterior a point estimate on the data."""
 
 
@@ -491,24 +491,76 @@ def fit_diag_laplace(model: nn.Module, loader, *, likelihood: str = "classificat
 
 
 class VarianceCriterion(SubnetCriterion):
-    """Shared part of the largest-marginal-variance criteria: score = variance, with a
-    guard against weights the data never touches."""
+    """Shared part of the largest-marginal-variance criteria: score = marginal variance under a
+    diagonal posterior estimate (subclasses: :meth:`variances`), restricted to weights the data
+    can identify.
+
+    Two guards, both stored in ``info``: the estimator's own (a weight with zero curvature /
+    zero SWAG spread has no variance to offer) and, with ``exclude_non_identifiable`` (default),
+    the training-mode gradient test of :mod:`bench.subnet.identifiability` (weights whose
+    mini-batch gradient vanishes in training mode, e.g. constant inputs cancelled by batch
+    norm). :class:`DegenerateSubnetError` if fewer than ``size`` candidates remain."""
 
     needs_data = True
 
     def __init__(self, size, *, likelihood: str = "classification", batch_size: int = 256,
                  max_examples: int | None = None, seed: int = 0, per_layer: bool = False,
+                 exclude_non_identifiable: bool = True, identifiability_rtol: float = 1e-8,
                  param_filter: ParamFilter | None = None):
         super().__init__(size, per_layer=per_layer, param_filter=param_filter)
         self.likelihood = likelihood
         self.batch_size, self.seed = int(batch_size), int(seed)
         self.max_examples = None if max_examples is None else int(max_examples)
+        self.exclude_non_identifiable = bool(exclude_non_identifiable)
+        self.identifiability_rtol = float(identifiability_rtol)
         self.info: dict = {}
         self._scores: torch.Tensor | None = None
 
     def loader(self, train_loader, shuffle: bool = False):
         return as_torch_loader(train_loader, self.batch_size, shuffle=shuffle, seed=self.seed,
                                max_examples=self.max_examples)
+
+    def default_loss(self):
+        return F.cross_entropy if self.likelihood == "classification" else F.mse_loss
+
+    @abc.abstractmethod
+    def variances(self, model, loader, loss_fn) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """``(variance, valid, info)`` over the flat parameter vector; ``valid`` False where the
+        estimator itself has nothing to offer."""
+
+    def compute_param_scores(self, model, train_loader=None, loss_fn=None, **kwargs):
+        from bench.subnet.identifiability import non_identifiable
+        from bench.laplace.swag import epoch_batches
+
+        loss_fn = loss_fn or self.default_loss()
+        loader = self.loader(train_loader)
+        var, valid, info = self.variances(model, loader, loss_fn)
+        var, valid = var.detach().float().cpu(), valid.cpu()
+        layout = param_layout(model, self.param_filter)
+        cand = _slot_range([s for s in layout if s.candidate])
+        info = {**info, "n_examples": len(loader.dataset),
+                "n_invalid_candidates": int((~valid[cand]).sum()),
+                "exclude_non_identifiable": self.exclude_non_identifiable}
+        if self.exclude_non_identifiable:
+            x, y = loader.dataset.tensors
+            gen = torch.Generator().manual_seed(self.seed)
+            bad, ident = non_identifiable(model, epoch_batches(x, y, self.batch_size, gen), loss_fn, cand,
+                                          rtol=self.identifiability_rtol)
+            info["identifiability"] = ident
+            info["n_non_identifiable"] = ident["n_non_identifiable"]
+            info["n_non_identifiable_in_top"] = None
+            valid = valid & ~bad
+        if cand.numel():
+            info.update(variance_max=float(var[cand].max()), variance_min=float(var[cand].min()))
+        scores = torch.where(valid, var, torch.full_like(var, -math.inf))
+        if self.exclude_non_identifiable and cand.numel():
+            # how many of the weights the unguarded ranking would have picked were excluded
+            k = resolve_subnet_size(self.size, cand.numel())
+            top = cand[torch.topk(var[cand], k).indices]
+            info["n_non_identifiable_in_top"] = int((~valid[top]).sum())
+        self.info = info
+        self._scores = scores
+        return scores
 
     def select(self, model, train_loader=None, **kwargs):
         idx = super().select(model, train_loader, **kwargs)
@@ -519,92 +571,99 @@ class VarianceCriterion(SubnetCriterion):
             n_valid = int(torch.isfinite(self._scores[cand]).sum())
             raise DegenerateSubnetError(
                 f"subnet criterion {self.name!r}: {int(bad.sum())} of the {idx.numel()} requested weights have "
-                f"zero curvature on the training data (diag GGN = 0: their Jacobian vanishes on every example, "
-                f"e.g. weights into or out of dead ReLU units); a Laplace posterior over them is the prior and "
-                f"adds no predictive variance. Only {n_valid} of {cand.numel()} candidate weights have non-zero "
-                f"curvature{' in some layer' if self.per_layer else ''}: use a subnetwork of at most {n_valid} "
-                f"weights{' or per_layer=False' if self.per_layer else ''}.")
+                f"no variance to offer (zero curvature or SWAG spread on the training data, or a vanishing "
+                f"training-mode gradient: weights into or out of dead ReLU units, constant inputs cancelled by "
+                f"batch norm); a posterior over them adds no predictive variance. Only {n_valid} of "
+                f"{cand.numel()} candidate weights qualify{' in some layer' if self.per_layer else ''}: use a "
+                f"subnetwork of at most {n_valid} weights{' or per_layer=False' if self.per_layer else ''}.")
         return idx
 
 
 @register_criterion("largest_variance_diag_laplace")
 class LargestVarianceDiagLaplaceCriterion(VarianceCriterion):
-    """Largest marginal variance under a diagonal GGN Laplace over all weights (the
-    Wasserstein criterion of the subnetwork-Laplace paper, Q3), through laplace-torch's
-    ``LargestVarianceDiagLaplaceSubnetMask``.
+    """Largest marginal variance under a diagonal GGN Laplace over all weights, through
+    laplace-torch's ``LargestVarianceDiagLaplaceSubnetMask``: the subnetwork-Laplace paper's
+    Wasserstein criterion with the diagonal-Laplace estimate of the marginal variances (the
+    paper's text; its authors' code uses diagonal SWAG, :class:`LargestVarianceSWAGCriterion`).
 
-    Degenerate-subnet guard: on ReLU networks a weight whose Jacobian is zero on every
-    training example has diag GGN = 0, so its variance is the prior variance -- the largest
-    of all -- and the criterion would pick exactly the weights that cannot produce
-    predictive variance. Only weights with ``diag GGN > curvature_rtol * max(diag GGN)``
-    are candidates; :class:`DegenerateSubnetError` if fewer than ``size`` remain.
-    The ranking does not depend on the (scalar) prior precision: var = 1 / (h + tau).
+    var = 1 / (h + tau) is monotone in the curvature h, so this criterion picks the least
+    constrained weights; the ranking does not depend on the scalar prior precision. Weights with
+    ``diag GGN <= curvature_rtol * max(diag GGN)`` are invalid (their variance is the prior's).
     """
 
     def __init__(self, size, *, backend: str = "auto", prior_precision: float = 1.0,
                  curvature_rtol: float = 1e-12, likelihood: str = "classification", batch_size: int = 256,
                  max_examples: int | None = None, seed: int = 0, per_layer: bool = False,
+                 exclude_non_identifiable: bool = True, identifiability_rtol: float = 1e-8,
                  param_filter: ParamFilter | None = None):
         super().__init__(size, likelihood=likelihood, batch_size=batch_size, max_examples=max_examples,
-                         seed=seed, per_layer=per_layer, param_filter=param_filter)
+                         seed=seed, per_layer=per_layer, exclude_non_identifiable=exclude_non_identifiable,
+                         identifiability_rtol=identifiability_rtol, param_filter=param_filter)
         if backend not in DIAG_BACKENDS:
             raise BenchError(f"unknown diagonal-Laplace backend {backend!r}; valid: {', '.join(DIAG_BACKENDS)}")
         self.backend, self.prior_precision = backend, float(prior_precision)
         self.curvature_rtol = float(curvature_rtol)
 
-    def compute_param_scores(self, model, train_loader=None, **kwargs):
-        loader = self.loader(train_loader)
+    def variances(self, model, loader, loss_fn):
         la, info = fit_diag_laplace(model, loader, likelihood=self.likelihood, backend=self.backend,
                                     prior_precision=self.prior_precision)
         var = la.posterior_variance  # = the scores of laplace-torch's LargestVarianceDiagLaplaceSubnetMask
         h = la.H.detach().float().cpu()
-        var = var.detach().float().cpu()
         valid = h > self.curvature_rtol * float(h.max().clamp_min(0.0))
-        scores = torch.where(valid, var, torch.full_like(var, -math.inf))
-        layout = param_layout(model, self.param_filter)
-        cand = _slot_range([s for s in layout if s.candidate])
-        self.info = {**info, "n_examples": len(loader.dataset), "prior_precision": self.prior_precision,
-                     "n_zero_curvature_candidates": int((~valid[cand]).sum()),
-                     "variance_max": float(var[cand].max()) if cand.numel() else None,
-                     "variance_min": float(var[cand].min()) if cand.numel() else None}
-        self._scores = scores
+        info = {**info, "estimator": "diag_laplace", "prior_precision": self.prior_precision,
+                "n_zero_curvature_candidates": None}
+        return var, valid, info
+
+    def compute_param_scores(self, model, train_loader=None, loss_fn=None, **kwargs):
+        scores = super().compute_param_scores(model, train_loader, loss_fn=loss_fn, **kwargs)
+        self.info["n_zero_curvature_candidates"] = self.info["n_invalid_candidates"]
         return scores
 
 
 @register_criterion("largest_variance_swag")
 class LargestVarianceSWAGCriterion(VarianceCriterion):
-    """Largest marginal variance under diagonal SWAG (laplace-torch's
-    ``LargestVarianceSWAGSubnetMask``, as in the authors' code): SGD at a constant learning
-    rate from the MAP weights, ``n_snapshots`` snapshots every ``snapshot_freq`` epochs, the
-    variance of the iterates. Defaults are laplace-torch's (40 snapshots, lr 0.01)."""
+    """Largest marginal variance under diagonal SWAG (:func:`bench.laplace.swag.fit_diagonal_swag`,
+    the estimator of laplace-torch's ``LargestVarianceSWAGSubnetMask`` and of the subnetwork-Laplace
+    authors' code): SGD (momentum 0.9, weight decay 3e-4) at a constant learning rate from the MAP
+    weights, the variance of ``n_snapshots`` iterates. Defaults are the authors' settings (256
+    snapshots, lr 1e-2, one snapshot per epoch); ``snapshot_every`` (SGD steps) shortens the run."""
 
-    def __init__(self, size, *, n_snapshots: int = 40, snapshot_freq: int = 1, lr: float = 0.01,
+    def __init__(self, size, *, n_snapshots: int = 256, snapshot_every: int | None = None, lr: float = 0.01,
+                 momentum: float = 0.9, weight_decay: float = 3e-4,
                  likelihood: str = "classification", batch_size: int = 128, max_examples: int | None = None,
-                 seed: int = 0, per_layer: bool = False, param_filter: ParamFilter | None = None):
+                 seed: int = 0, per_layer: bool = False, exclude_non_identifiable: bool = True,
+                 identifiability_rtol: float = 1e-8, param_filter: ParamFilter | None = None):
         super().__init__(size, likelihood=likelihood, batch_size=batch_size, max_examples=max_examples,
-                         seed=seed, per_layer=per_layer, param_filter=param_filter)
-        self.n_snapshots, self.snapshot_freq, self.lr = int(n_snapshots), int(snapshot_freq), float(lr)
+                         seed=seed, per_layer=per_layer, exclude_non_identifiable=exclude_non_identifiable,
+                         identifiability_rtol=identifiability_rtol, param_filter=param_filter)
+        self.n_snapshots, self.lr = int(n_snapshots), float(lr)
+        self.snapshot_every = None if snapshot_every is None else int(snapshot_every)
+        self.momentum, self.weight_decay = float(momentum), float(weight_decay)
 
-    def compute_param_scores(self, model, train_loader=None, **kwargs):
-        import time
+    def variances(self, model, loader, loss_fn):
+        from bench.laplace.swag import fit_diagonal_swag
 
-        from laplace.utils import LargestVarianceSWAGSubnetMask
-
-        loader = self.loader(train_loader, shuffle=True)
-        net = _trainable_copy(model)  # SWAG trains (a copy of) the network: never touch the MAP net
-        mask = LargestVarianceSWAGSubnetMask(net, n_params_subnet=1, likelihood=self.likelihood,
-                                             swag_n_snapshots=self.n_snapshots,
-                                             swag_snapshot_freq=self.snapshot_freq, swag_lr=self.lr)
-        t0 = time.perf_counter()
+        x, y = loader.dataset.tensors
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            var = mask.compute_param_scores(loader).detach().float().cpu()
-        self.info = {"fit_time_s": time.perf_counter() - t0, "n_examples": len(loader.dataset),
-                     "epochs": self.n_snapshots * self.snapshot_freq, "lr": self.lr}
+            var, info = fit_diagonal_swag(model, x, y, loss_fn, n_snapshots=self.n_snapshots,
+                                          snapshot_every=self.snapshot_every, lr=self.lr, momentum=self.momentum,
+                                          weight_decay=self.weight_decay, batch_size=self.batch_size,
+                                          seed=self.seed)
         # SWAG clamps variances at 1e-30; a weight SGD never moved has no spread to offer
-        scores = torch.where(var > 1e-30, var, torch.full_like(var, -math.inf))
-        self._scores = scores
-        return scores
+        return var, var > 1e-30, {**info, "estimator": "swag"}
+
+
+@register_criterion("wasserstein")
+class WassersteinCriterion(LargestVarianceSWAGCriterion):
+    """The subnetwork-Laplace paper's Wasserstein criterion as its authors ran it: largest
+    marginal variance under diagonal SWAG (256 snapshots, lr 1e-2)."""
+
+
+@register_criterion("wasserstein_diag_laplace")
+class WassersteinDiagLaplaceCriterion(LargestVarianceDiagLaplaceCriterion):
+    """The Wasserstein criterion with the marginal variances of a diagonal Laplace (the paper's
+    text) instead of SWAG (its authors' code)."""
 
 
 def make_criterion(name: str, size: int | float, **options) -> SubnetCriterion:

@@ -1,0 +1,123 @@
+"""Memory estimate and guard of a full-covariance (subnetwork) Laplace approximation.
+
+Before fitting, the memory a configuration needs (Jacobian batch, the s x s precision /
+Cholesky / covariance, prediction chunks) is estimated per backend and the fit is refused
+with :class:`MemoryGuardError` when it exceeds the limit (default 25 % of the available
+memory), naming a subnet size that fits. benchmarks/laplace_memory.py prints the estimate
+beside the measured peak.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from bench.errors import BenchError
+
+FLOAT_BYTES = 4
+
+
+class MemoryGuardError(BenchError):
+    """A Laplace configuration would need more memory than the configured limit."""
+
+
+def activation_numel(model: nn.Module, x1: torch.Tensor) -> int:
+    """Floats of every module output for one example (what a backward pass keeps alive)."""
+    total = [0]
+
+    def hook(_m, _i, out):
+        if isinstance(out, torch.Tensor):
+            total[0] += out[:1].numel()
+
+    handles = [m.register_forward_hook(hook) for m in model.modules() if not list(m.children())]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(x1[:1])
+    finally:
+        model.train(was_training)
+        for h in handles:
+            h.remove()
+    return int(total[0]) + int(x1[:1].numel())
+
+
+def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batch_size: int, predict_batch: int,
+                    activations: int, pred_type: str = "glm", dtype_bytes: int = FLOAT_BYTES) -> dict:
+    """Bytes a full-covariance subnet Laplace needs at its peak, by term.
+
+    Calibrated on LeNet-300-100 (benchmarks/laplace_memory.py prints estimate and measured
+    peak side by side). laplace-torch's backends materialise per-example gradients of all
+    P weights and slice: BackPACK / ASDL per output (B x P, x3 / x3.5 for gradient,
+    concatenation and slice), the torch.func path (Curvlinops; ASDL's predictive falls back to it) all K
+    outputs at once (B x K x P, x3). SubnetJacobianGGN needs ~6 B x K x s plus activations.
+    The s x s terms: the GGN H, the posterior precision, its Cholesky factor / scale and
+    the covariance (4 s^2).
+    """
+    B, Bp, K, P = int(batch_size), int(predict_batch), int(n_outputs), int(n_params)
+    act = 3 * activations  # forward activations + the gradients at the layer outputs
+
+    def jac(b: int, phase: str) -> int:
+        if backend == "subnet":  # J, the gathered g and a entries, their product, GGN intermediates
+            return 6 * b * K * s + b * act
+        if backend == "backpack":
+            return 3 * b * P + 2 * b * K * s + b * act
+        if backend == "asdl" and phase == "fit":
+            return int(3.5 * b * P) + 2 * b * K * s + b * act
+        return 3 * b * K * P + 2 * b * K * s + b * act  # torch.func (curvlinops; asdl predictive)
+
+    fit = jac(B, "fit")
+    predict = jac(Bp, "predict") if pred_type == "glm" else Bp * act * 2
+    cov = 4 * s * s
+    terms = {"jacobian_fit": fit * dtype_bytes, "jacobian_predict": predict * dtype_bytes,
+             "covariance": cov * dtype_bytes, "params": 3 * P * dtype_bytes}
+    terms["total"] = max(terms["jacobian_fit"], terms["jacobian_predict"]) + terms["covariance"] + terms["params"]
+    return terms
+
+
+def default_memory_limit(device: torch.device, fraction: float = 0.25) -> int:
+    if torch.device(device).type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(fraction * free)
+    import psutil
+
+    return int(fraction * psutil.virtual_memory().available)
+
+
+def largest_fitting(limit: int, s_max: int, **kw) -> int:
+    """Largest subnet size <= s_max whose estimate stays within ``limit`` (0 if none)."""
+    lo, hi = 0, int(s_max)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if estimate_memory(s=mid, **kw)["total"] <= limit:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _fmt_bytes(b: float) -> str:
+    for unit, size in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if b >= 0.1 * size:
+            return f"{b / size:.2f} {unit}"
+    return f"{int(b)} B"
+
+
+def check_memory(*, limit: int, what: str, **kw) -> dict:
+    """The estimate; :class:`MemoryGuardError` with a smaller size that fits when above ``limit``."""
+    est = estimate_memory(**kw)
+    if est["total"] <= limit:
+        return est
+    gb = _fmt_bytes
+    s_ok = largest_fitting(limit, kw["s"], **{k: v for k, v in kw.items() if k != "s"})
+    parts = ", ".join(f"{k} {gb(v)}" for k, v in est.items() if k != "total")
+    hint = (f"a subnetwork of at most {s_ok} weights fits (n_subnet={s_ok})" if s_ok > 0 else
+            "no subnetwork size fits with this backend and these batch sizes")
+    jac = max(est["jacobian_fit"], est["jacobian_predict"])
+    if jac > est["covariance"]:
+        which = "batch_size" if est["jacobian_fit"] >= est["jacobian_predict"] else "predict_batch_size"
+        hint += f"; the Jacobian term dominates: a smaller {which} helps"
+        if kw["backend"] != "subnet":
+            hint += ", and backend='subnet' computes only the subnet's Jacobian columns"
+    raise MemoryGuardError(
+        f"{what}: estimated peak memory {gb(est['total'])} ({parts}) exceeds the limit {gb(limit)} "
+        f"(memory_limit_gb; default 25% of available memory); {hint}.")

@@ -1,0 +1,273 @@
+"""The Laplace family's shared method machinery: a laplace-torch approximation around the cached
+MAP network, its prior precision chosen by one procedure for every variant
+(:mod:`bench.laplace.prior`), one default predictive (linearised, probit) for every variant,
+prediction in chunks, save / load without refitting.
+
+Plugins (methods/subnet_laplace.py, laplace_diag.py, laplace_last_layer.py) subclass
+:class:`LaplaceMethod` and set which weights and which Hessian structure. The machinery it uses
+lives in :mod:`bench.laplace` (curvature backend, memory guard, prior search, predictive helpers,
+SWAG, the diagonal GLM predictive); this module only holds the plugin base class (a module of
+``methods/`` whose name starts with ``_`` registers nothing).
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+import warnings
+from typing import Any
+
+import torch
+from torch import nn
+
+from bench.errors import BenchError
+from bench.laplace.prior import grid_search_prior_precision
+from bench.laplace.subnet_jacobians import backend_class
+from bench.laplace.predictive import glm_mc_probs, nll, probit_probs
+from bench.predictive import ClassificationPredictive
+from bench.seeding import derive_seed
+from bench.subnet.selection import as_torch_loader
+from methods.base import Method
+
+
+class LaplaceMethod(Method):
+    """A laplace-torch approximation around the cached MAP network: fit, tune the prior
+    precision, predict in chunks, save / load without refitting."""
+
+    tasks = ("classification",)
+    #: laplace.Laplace(subset_of_weights=..., hessian_structure=...)
+    subset_of_weights = "all"
+    hessian_structure = "full"
+    common_defaults: dict[str, Any] = {
+        "pred_type": "glm",  # "glm" (linearised) | "nn" (sample the network)
+        "link_approx": "probit",  # "probit" | "mc" (glm); nn is always MC
+        "n_samples": 100,  # MC samples (laplace-torch's default)
+        # one procedure for every Laplace variant: validation NLL of the method's own predictive
+        # over a log10 grid, extended past an edge optimum (bench/laplace/prior.py)
+        "prior_precision_method": "gridsearch",  # "gridsearch" (val NLL) | "marglik" | "none" (or None)
+        "prior_precision": 1.0,  # used by "none", the start of "marglik"
+        "grid_min": -4.0,  # log10 grid of the grid search (laplace-torch's range) ...
+        "grid_max": 4.0,
+        "grid_size": 21,  # ... with 21 points instead of 100: each point is one pass over val
+        "grid_extend_decades": 4.0,  # an edge optimum extends the grid by this much ...
+        "grid_max_extensions": 2,  # ... at most this often (1e-12 .. 1e12)
+        "val_examples": None,  # None: the whole validation split for the grid search
+        "batch_size": 128,  # curvature batch
+        "predict_batch_size": 1000,  # chunk inside predict (and the grid search)
+        "backend": "auto",
+    }
+
+    def __init__(self, ctx, **config):
+        super().__init__(ctx, **config)
+        c = self.config
+        if c["pred_type"] not in ("glm", "nn"):
+            raise BenchError(f"{self.name}: pred_type must be 'glm' or 'nn', got {c['pred_type']!r}")
+        if c["link_approx"] not in ("probit", "mc"):
+            raise BenchError(f"{self.name}: link_approx must be 'probit' or 'mc', got {c['link_approx']!r}")
+        if c["pred_type"] == "nn" and c["link_approx"] != "mc":
+            self.config["link_approx"] = "mc"  # laplace-torch: the nn predictive is Monte Carlo only
+        if c["prior_precision_method"] is None:  # `--set ...prior_precision_method=none` parses to None
+            self.config["prior_precision_method"] = "none"
+        if c["prior_precision_method"] not in ("gridsearch", "marglik", "none"):
+            raise BenchError(f"{self.name}: prior_precision_method must be gridsearch, marglik or none")
+        if int(c["n_samples"]) < 1:
+            raise BenchError(f"{self.name}: n_samples must be >= 1")
+        self.la = None
+        self.meta: dict = {}
+        self.model = ctx.build_model(dropout=0.0).to(ctx.device).eval()
+
+    # -- hooks ----------------------------------------------------------------------------------
+    def laplace_kwargs(self) -> dict:
+        return {}
+
+    def backend_name(self, model: nn.Module) -> str:
+        b = self.config["backend"]
+        return "backpack" if b == "auto" else b
+
+    def fit_laplace(self, model: nn.Module, loader, backend: str):
+        """A laplace-torch approximation fitted on ``loader`` (the curvature step)."""
+        la = self.make_laplace(model, backend)
+        la.fit(loader)
+        return la
+
+    def before_fit(self, model: nn.Module, train) -> None:
+        """Selection, memory checks, ... (fills ``self.meta``)."""
+
+    def after_fit(self) -> None:
+        pass
+
+    # -- helpers --------------------------------------------------------------------------------
+    def map_network(self) -> nn.Module:
+        if self.ctx.map_cache is None:
+            raise BenchError(f"{self.name} needs the MAP network cache (ctx.map_cache)")
+        return copy.deepcopy(self.ctx.map_cache.get(self.ctx.seed)).to(self.ctx.device).eval()
+
+    def make_laplace(self, model: nn.Module, backend: str):
+        from laplace import Laplace
+
+        net = copy.deepcopy(model).eval()  # BackPACK / ASDL hook into the model: its own copy
+        for p in net.parameters():
+            p.requires_grad_(True)
+        return Laplace(net, "classification", subset_of_weights=self.subset_of_weights,
+                       hessian_structure=self.hessian_structure, backend=backend_class(backend),
+                       prior_precision=float(self.config["prior_precision"]), **self.laplace_kwargs())
+
+    def _val_chunks(self, val):
+        """The validation split (or a fixed, seeded subset of ``val_examples``) in chunks."""
+        x, y = val
+        n = self.config["val_examples"]
+        if n is not None and int(n) < len(x):
+            gen = torch.Generator().manual_seed(derive_seed(self.name, "val-subset", self.ctx.seed))
+            keep = torch.randperm(len(x), generator=gen)[:int(n)].sort().values
+            x, y = x[keep], y[keep]
+        chunk = int(self.config["predict_batch_size"])
+        return [(x[i:i + chunk], y[i:i + chunk]) for i in range(0, len(x), chunk)]
+
+    def val_nll_function(self, chunks):
+        """``tau -> mean validation NLL`` of this method's predictive. The generic path sets the
+        prior precision and predicts every chunk; subclasses may cache what does not depend on
+        tau (the subnetwork Laplace: the validation Jacobians)."""
+        dev = self.ctx.device
+        n = sum(len(y) for _, y in chunks)
+
+        def val_nll(tau: float) -> float:
+            self.la.prior_precision = float(tau)
+            total = 0.0
+            try:
+                with torch.no_grad():
+                    for x, y in chunks:
+                        probs = self._predict_chunk(x.to(dev)).probs
+                        total += float(nll(probs, y)) * len(y)
+            except torch.linalg.LinAlgError:  # a posterior that cannot be formed at this tau
+                return math.inf
+            return total / n
+
+        return val_nll
+
+    def tune_prior(self, val) -> None:
+        c = self.config
+        method = c["prior_precision_method"]
+        self.meta["prior_precision_method"] = method
+        if method == "none":
+            return
+        if method == "marglik":
+            kw = {"pred_type": c["pred_type"], "link_approx": c["link_approx"], "n_samples": int(c["n_samples"])}
+            self.la.optimize_prior_precision(method="marglik", init_prior_prec=float(c["prior_precision"]),
+                                             prior_structure="scalar", **kw)
+            return
+        result = grid_search_prior_precision(
+            self.val_nll_function(self._val_chunks(val)), log_min=float(c["grid_min"]), log_max=float(c["grid_max"]),
+            size=int(c["grid_size"]), extend_decades=float(c["grid_extend_decades"]),
+            max_extensions=int(c["grid_max_extensions"]))
+        self.la.prior_precision = float(result["prior_precision"])
+        self.meta["prior_search"] = result
+        if result["at_grid_edge"]:
+            lo, hi = result["log10_grid"][0], result["log10_grid"][-1]
+            meaning = ("the validation data prefer the posterior collapsed onto the MAP network"
+                       if result["at_grid_edge"] == "upper" else "the validation data prefer the widest posterior")
+            self.meta.setdefault("warnings", []).append(
+                f"prior precision {result['prior_precision']:.3g} is at the {result['at_grid_edge']} edge of the "
+                f"searched grid 1e{lo:g} .. 1e{hi:g} (after {result['n_extensions']} extension(s)): {meaning}")
+
+    # -- the contract -----------------------------------------------------------------------------
+    def fit(self, train, val):
+        c = self.config
+        model = self.map_network()
+        self.model = model
+        self.meta = {"predict_seed": derive_seed(self.name, "predict", self.ctx.seed)}
+        self.before_fit(model, train)
+        backend = self.meta.get("backend") or self.backend_name(model)
+        self.meta["backend"] = backend
+        loader = as_torch_loader(train, int(c["batch_size"]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t0 = time.perf_counter()
+            self.la = self.fit_laplace(model, loader, backend)
+            self.meta["curvature_time_s"] = time.perf_counter() - t0
+            self.after_fit()
+            t0 = time.perf_counter()
+            self.tune_prior(val)
+            self.meta["prior_time_s"] = time.perf_counter() - t0
+        self.meta["prior_precision"] = self.la.prior_precision.detach().cpu().flatten().tolist()
+        try:
+            self.meta["log_marginal_likelihood"] = float(self.la.log_marginal_likelihood().detach())
+        except Exception:  # noqa: BLE001 - a diagnostic only
+            self.meta["log_marginal_likelihood"] = None
+        return self
+
+    def _generator(self):
+        return torch.Generator(device=self.ctx.device).manual_seed(int(self.meta["predict_seed"]))
+
+    def glm_moments(self, x):
+        """``(f_mu, f_var)`` of the linearised predictive at ``x`` (laplace-torch's; subclasses
+        may compute them faster)."""
+        return self.la._glm_predictive_distribution(x)
+
+    def _predict_chunk(self, x):
+        c = self.config
+        S = int(c["n_samples"])
+        if c["pred_type"] == "glm":
+            f_mu, f_var = self.glm_moments(x)
+            if c["link_approx"] == "probit":
+                return ClassificationPredictive(probit_probs(f_mu, f_var).float())
+            return ClassificationPredictive.from_samples(glm_mc_probs(f_mu, f_var, S, self._generator()).float())
+        # A fresh generator seeded the same way for every chunk: the same weight samples, so
+        # predictions do not depend on how the harness batches.
+        probs = self.la.predictive_samples(x, pred_type="nn", n_samples=S, generator=self._generator())
+        return ClassificationPredictive.from_samples(probs.float())
+
+    def predict(self, x):
+        if self.la is None:
+            raise BenchError(f"{self.name}: predict before fit / load_state_dict")
+        chunk = int(self.config["predict_batch_size"])
+        parts = [self._predict_chunk(x[i:i + chunk]) for i in range(0, len(x), chunk)]
+        return parts[0] if len(parts) == 1 else ClassificationPredictive.cat(parts)
+
+    def state_dict(self):
+        # laplace-torch's state: MAP vector, curvature (H: the s x s GGN, a diagonal, or
+        # Kronecker factors), prior precision, n_data, loss, ...; plus the MAP network's own
+        # state (BatchNorm statistics) and our metadata (backend, selection, ...)
+        return {"laplace": _to_device(self.la.state_dict(), "cpu"), "model": self.model.state_dict(),
+                "meta": copy.deepcopy(self.meta)}
+
+    def load_state_dict(self, state):
+        self.meta = copy.deepcopy(state["meta"])
+        model = self.ctx.build_model(dropout=0.0)
+        model.load_state_dict({k: v.cpu() for k, v in state["model"].items()})
+        self.model = model.to(self.ctx.device).eval()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.la = self.make_laplace(self.model, self.meta["backend"])
+            self.la.load_state_dict(_to_device(state["laplace"], self.ctx.device))
+        # laplace-torch restores the posterior but not the network's weights: they come from
+        # the saved MAP state (laplace's copy is made from it) -- nothing is refitted
+
+    def modules(self):
+        return [self.model]
+
+    def extra_cost(self):
+        out = {k: self.meta[k] for k in ("select_time_s", "curvature_time_s", "prior_time_s") if k in self.meta}
+        out["laplace_fit_time_s"] = sum(out.values())
+        if self.ctx.map_cache is not None:
+            out["upstream_train_time_s"] = self.ctx.map_cache.upstream_time([self.ctx.seed])
+        return out
+
+    def diagnostics(self):
+        keep = ("backend", "backend_reason", "criterion", "prior_precision", "prior_precision_method",
+                "prior_search", "warnings", "log_marginal_likelihood", "memory_estimate_bytes",
+                "memory_limit_bytes", "n_zero_curvature", "n_non_identifiable", "select_info", "subnet_size",
+                "layer_distribution", "select_time_s", "curvature_time_s", "prior_time_s")
+        out = {k: self.meta[k] for k in keep if k in self.meta}
+        out.update({k: self.config[k] for k in ("pred_type", "link_approx")})
+        return out
+
+
+def _to_device(obj, device):
+    """Every tensor of a nested dict / list / tuple moved to ``device`` (detached)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to(device)
+    if isinstance(obj, dict):
+        return {k: _to_device(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_device(v, device) for v in obj)
+    return obj

@@ -1,0 +1,247 @@
+"""The Laplace machinery of bench/laplace and the subnetwork-Laplace paper's criterion as its
+authors ran it: diagonal SWAG against laplace-torch's independent implementation, the exclusion
+of weights the data cannot identify, the prior-precision grid search against a brute-force
+argmin, the diagonal linearised predictive against laplace-torch's, and a tuned subnetwork
+Laplace that must differ from the MAP network. Tiny networks: seconds."""
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from bench.data import TensorLoader
+from bench.laplace.prior import grid_search_prior_precision
+from bench.laplace.swag import fit_diagonal_swag
+from bench.subnet.identifiability import non_identifiable
+from bench.subnet.selection import candidate_indices, make_criterion, param_layout
+
+warnings.filterwarnings("ignore")
+pytest.importorskip("laplace")
+
+from bench.laplace.diag_glm import diag_glm_moments  # noqa: E402
+from bench.laplace.predictive import nll as _nll, probit_probs  # noqa: E402
+from methods.laplace_diag import LaplaceDiag  # noqa: E402
+from methods.subnet_laplace import SubnetLaplace  # noqa: E402
+from tests.test_subnet_laplace import D_IN, N_CLASSES, ctx_for, data  # noqa: E402
+
+
+def constant_input_net(seed: int = 0) -> nn.Module:
+    """Linear-BN-ReLU-Linear; fed inputs whose feature 0 is constant (see constant_input_data)."""
+    torch.manual_seed(seed)
+    net = nn.Sequential(nn.Linear(D_IN, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, N_CLASSES))
+    net.train()
+    with torch.no_grad():
+        net(constant_input_data(256, 5)[0])
+    return net.eval()
+
+
+def constant_input_data(n: int = 96, seed: int = 0):
+    x, y = data(n, seed)
+    x[:, 0] = -0.42  # a never-inked pixel after normalisation
+    return x, y
+
+
+# -- diagonal SWAG -----------------------------------------------------------------------------
+def test_swag_variances_equal_laplace_torch_fit_diagonal_swag_var_on_the_same_batches():
+    from laplace.utils.swag import fit_diagonal_swag_var
+
+    net = nn.Sequential(nn.Linear(D_IN, 6), nn.Tanh(), nn.Linear(6, N_CLASSES))
+    x, y = data(64)
+    dl = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=False)
+    torch.manual_seed(0)
+    ref = fit_diagonal_swag_var(net, dl, nn.CrossEntropyLoss(), n_snapshots_total=7, lr=0.05)
+    var, info = fit_diagonal_swag(net, x, y, F.cross_entropy, n_snapshots=7, lr=0.05, batches=lambda epoch: dl)
+    assert info["n_snapshots"] == 7 and info["steps"] == 7 * 4
+    torch.testing.assert_close(var, ref, rtol=1e-4, atol=1e-12)
+    assert float(var.max()) > 1e-6  # SGD moved the weights: a real spread, not the clamp
+
+
+def test_swag_snapshot_every_steps_counts_snapshots_and_steps():
+    net = nn.Sequential(nn.Linear(D_IN, 6), nn.Tanh(), nn.Linear(6, N_CLASSES))
+    x, y = data(64)
+    _, info = fit_diagonal_swag(net, x, y, F.cross_entropy, n_snapshots=5, snapshot_every=3, batch_size=16)
+    assert info["n_snapshots"] == 5 and info["steps"] == 15 and info["snapshot_unit"] == "steps"
+
+
+def test_wasserstein_criterion_ranks_by_swag_variance_of_an_independent_computation():
+    from laplace.utils.swag import fit_diagonal_swag_var
+
+    net = nn.Sequential(nn.Linear(D_IN, 6), nn.Tanh(), nn.Linear(6, N_CLASSES)).eval()
+    x, y = data(64)
+    k = 11
+    crit = make_criterion("wasserstein", k, n_snapshots=6, lr=0.05, batch_size=16, seed=3)
+    idx = crit.select(net, TensorLoader(x, y, 16, shuffle=False), loss_fn=F.cross_entropy)
+    # the same SGD trajectory through laplace-torch: the criterion's seeded shuffling, replayed
+    gen = torch.Generator().manual_seed(3)
+    perms = [torch.randperm(64, generator=gen) for _ in range(6)]
+    batches = [[(x[p[i:i + 16]], y[p[i:i + 16]]) for i in range(0, 64, 16)] for p in perms]
+
+    class Replay:
+        epoch = 0
+
+        def __iter__(self):
+            b = batches[Replay.epoch]
+            Replay.epoch += 1
+            return iter(b)
+
+    torch.manual_seed(3)
+    ref = fit_diagonal_swag_var(copy.deepcopy(net), Replay(), nn.CrossEntropyLoss(), n_snapshots_total=6, lr=0.05)
+    cand = candidate_indices(net)
+    expected = cand[torch.topk(ref[cand], k).indices].sort().values
+    assert idx.tolist() == expected.tolist()
+    assert crit.info["estimator"] == "swag" and crit.info["n_non_identifiable"] == 0
+
+
+# -- weights the data cannot identify ----------------------------------------------------------
+def test_constant_input_weights_and_pre_bn_biases_are_non_identifiable():
+    net = constant_input_net()
+    x, y = constant_input_data()
+    cand = candidate_indices(net)
+    bad, info = non_identifiable(net, [(x[i:i + 32], y[i:i + 32]) for i in range(0, 96, 32)], F.cross_entropy, cand)
+    lay = {s.name: s for s in param_layout(net)}
+    w, b = lay["0.weight"], lay["0.bias"]
+    expected = {w.offset + o * D_IN for o in range(8)} | set(range(b.offset, b.end))
+    assert set(bad.nonzero().flatten().tolist()) == expected
+    assert info["n_non_identifiable"] == 16
+
+
+@pytest.mark.parametrize("name", ["wasserstein_diag_laplace", "wasserstein"])
+def test_variance_criteria_skip_non_identifiable_weights_that_they_would_otherwise_pick(name):
+    net = constant_input_net()
+    x, y = constant_input_data()
+    lay = {s.name: s for s in param_layout(net)}
+    w, b = lay["0.weight"], lay["0.bias"]
+    dead = {w.offset + o * D_IN for o in range(8)} | set(range(b.offset, b.end))
+    opts = {"n_snapshots": 20, "lr": 0.1} if name == "wasserstein" else {}
+    k = 16
+    tl = TensorLoader(x, y, 32, shuffle=False)
+    unguarded = make_criterion(name, k, exclude_non_identifiable=False, batch_size=32, **opts).select(net, tl)
+    guarded = make_criterion(name, k, batch_size=32, **opts)
+    idx = guarded.select(net, tl)
+    if name == "wasserstein_diag_laplace":
+        # eval-mode curvature of the BN-cancelled weights is small, so 1 / (h + tau) ranks them first
+        assert len(set(unguarded.tolist()) & dead) >= 8
+    assert not set(idx.tolist()) & dead
+    assert guarded.info["n_non_identifiable"] == 16
+    assert guarded.info["n_non_identifiable_in_top"] == len(set(unguarded.tolist()) & dead)
+
+
+# -- prior precision -----------------------------------------------------------------------------
+def test_grid_search_returns_the_argmin_and_extends_past_an_edge():
+    calls = []
+
+    def f(tau):
+        calls.append(tau)
+        return (math.log10(tau) - 5.3) ** 2  # minimum beyond the default grid's upper edge 1e4
+
+    r = grid_search_prior_precision(f, log_min=-4, log_max=4, size=21)
+    grid = r["log10_grid"]
+    assert r["n_extensions"] == 1 and r["at_grid_edge"] is None
+    assert r["log10_prior_precision"] == min(grid, key=lambda g: (g - 5.3) ** 2)
+    assert r["val_nll"] == pytest.approx([(g - 5.3) ** 2 for g in grid])
+    assert len(calls) == len(grid) == 21 + 10  # one extension of 4 decades at the grid's 0.4-decade spacing
+    assert r["log10_prior_precision"] == pytest.approx(5.2)
+
+
+def test_grid_search_flags_an_edge_and_a_plateau_towards_the_map_limit():
+    r = grid_search_prior_precision(lambda tau: -math.log10(tau), max_extensions=1)
+    assert r["at_grid_edge"] == "upper" and r["n_extensions"] == 1 and r["log10_grid"][-1] == pytest.approx(8)
+    plateau = grid_search_prior_precision(lambda tau: 1.0 + 1.0 / (1.0 + tau ** 2))  # flat once tau >> 1
+    assert plateau["at_grid_edge"] == "upper"
+    assert grid_search_prior_precision(lambda tau: math.log10(tau) ** 2 + 0.5)["at_grid_edge"] is None
+
+
+def overconfident_net(seed: int = 0) -> nn.Module:
+    """A small MLP whose logits are scaled up 20x: confidently wrong on noisy labels."""
+    torch.manual_seed(seed)
+    net = nn.Sequential(nn.Linear(D_IN, 16), nn.Tanh(), nn.Linear(16, N_CLASSES))
+    x, y = data(96, 7)
+    opt = torch.optim.Adam(net.parameters(), lr=0.05)
+    for _ in range(150):
+        opt.zero_grad()
+        F.cross_entropy(net(x), y).backward()
+        opt.step()
+    with torch.no_grad():
+        net[2].weight.mul_(20.0)
+        net[2].bias.mul_(20.0)
+    return net.eval()
+
+
+def test_tuned_subnet_laplace_is_the_brute_force_argmin_and_beats_an_overconfident_map():
+    ctx = ctx_for(overconfident_net)
+    val = data(60, 11)  # labels unrelated to the training labels: the MAP network is confidently wrong
+    m = SubnetLaplace(ctx, criterion="random", n_subnet=40, grid_size=9, backend="subnet").fit(
+        TensorLoader(*data(96, 7), 32, shuffle=False), val)
+    search = m.meta["prior_search"]
+    # brute force: the validation NLL of laplace-torch's own predictive at every grid point
+    brute = []
+    for lg in search["log10_grid"]:
+        m.la.prior_precision = 10.0 ** lg
+        brute.append(float(_nll(m.la(val[0], pred_type="glm", link_approx="probit"), val[1])))
+    m.la.prior_precision = search["prior_precision"]
+    torch.testing.assert_close(torch.tensor(search["val_nll"]), torch.tensor(brute), rtol=1e-4, atol=1e-6)
+    assert search["log10_prior_precision"] == search["log10_grid"][min(range(len(brute)), key=brute.__getitem__)]
+    assert search["at_grid_edge"] != "upper"
+    with torch.no_grad():
+        map_probs = torch.softmax(ctx.map_cache.get(0)(val[0]), -1)
+        la_probs = m.predict(val[0]).probs
+    assert float(_nll(la_probs, val[1])) < float(_nll(map_probs, val[1])) - 0.5
+    assert float((la_probs - map_probs).abs().max()) > 0.1
+
+
+# -- the diagonal linearised predictive ------------------------------------------------------------
+def conv_bn_net() -> nn.Module:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 3, 3, padding=1), nn.BatchNorm2d(3), nn.ReLU(), nn.Conv2d(3, 2, 3, stride=2),
+                        nn.Flatten(), nn.Linear(18, 5), nn.BatchNorm1d(5), nn.ReLU(), nn.Linear(5, 4))
+    net.train()
+    net(torch.randn(32, 1, 7, 7) * 2 + 0.5)
+    return net.eval()
+
+
+def test_diag_glm_moments_equal_laplace_torch_functional_variance():
+    from laplace import Laplace
+    from laplace.curvature import BackPackGGN
+
+    net = conv_bn_net()
+    x, y = torch.randn(40, 1, 7, 7), torch.randint(0, 4, (40,))
+    la = Laplace(net, "classification", subset_of_weights="all", hessian_structure="diag", backend=BackPackGGN,
+                 prior_precision=0.7)
+    la.fit(DataLoader(TensorDataset(x, y), batch_size=10))
+    xt = torch.randn(6, 1, 7, 7)
+    f_mu, f_var = la._glm_predictive_distribution(xt)
+    mu, var = diag_glm_moments(net, xt, la.posterior_variance)
+    torch.testing.assert_close(mu, f_mu)
+    torch.testing.assert_close(var, f_var, rtol=1e-4, atol=1e-6)
+    assert float(var.diagonal(dim1=1, dim2=2).min()) > 0
+
+
+def test_laplace_diag_predicts_with_the_linearised_probit_predictive_by_default():
+    ctx = ctx_for(overconfident_net)
+    val = data(60, 11)
+    m = LaplaceDiag(ctx, grid_size=5).fit(TensorLoader(*data(96, 7), 32, shuffle=False), val)
+    assert m.config["pred_type"] == "glm" and m.config["link_approx"] == "probit"
+    with torch.no_grad():
+        ref = m.la(val[0], pred_type="glm", link_approx="probit")
+        got = m.predict(val[0]).probs
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-6)
+
+
+def test_subnet_fast_grid_path_equals_the_generic_predictive():
+    ctx = ctx_for(overconfident_net)
+    val = data(60, 11)
+    m = SubnetLaplace(ctx, criterion="magnitude", n_subnet=30, prior_precision_method="none",
+                      predict_batch_size=25).fit(TensorLoader(*data(96, 7), 32, shuffle=False), val)
+    chunks = m._val_chunks(val)
+    fast = m.val_nll_function(chunks)
+    generic = super(SubnetLaplace, m).val_nll_function(chunks)
+    for tau in (0.01, 1.0, 100.0):
+        assert fast(tau) == pytest.approx(generic(tau), rel=1e-5)
+    f_mu, f_var = m.la._glm_predictive_distribution(val[0][:5])
+    torch.testing.assert_close(probit_probs(f_mu, f_var), m.la(val[0][:5], pred_type="glm", link_approx="probit"))
