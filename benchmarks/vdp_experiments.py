@@ -13,11 +13,11 @@ Run from the repository root (``datasets`` must be this repository's package)::
   correlation between SNR and that variance (per seed, and pooled over seeds with its p-value),
   next to the same correlation for the predictive entropy of every method; and the effect of
   ``kl_weight`` when the records hold a sweep of it.
-* ``prune`` (Fig. 2): global L1 unstructured pruning (``torch.nn.utils.prune.global_unstructured``)
-  of the Linear / Conv weight means of the fitted ``deterministic``, ``vdp`` and ``mfvi``
-  checkpoints in the results store, at 0-99 %, accuracy on the clean test set. A pruned
-  weight is removed: its mean and its standard deviation become 0 (``rho`` -> -30). Biases and
-  batch-norm parameters are not pruned.
+* ``prune`` (Fig. 2): magnitude pruning (:mod:`bench.pruning`: the paper's global L1 unstructured
+  pruning, and as controls layer-wise and batch-norm-folded magnitude) of the Linear / Conv weight
+  means of the fitted ``deterministic``, ``vdp`` and ``mfvi`` checkpoints in the results store, at
+  0-99 %, accuracy on the clean test set. A pruned weight is removed: its mean and its variance
+  become 0. Biases and batch-norm parameters are not pruned.
 * ``cost`` (Fig. 1a-b): time and memory of a training step of each method at batch size 512
   (the paper's), interleaved in one process on the same batches, reported per epoch of the
   suite's training images. Memory = parameters + gradients + optimiser state + the
@@ -52,7 +52,6 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
-from torch.nn.utils import prune  # noqa: E402
 
 PRUNE_FRACTIONS = [0.0, 0.5, 0.8, 0.9, 0.95, 0.99]
 PRUNED_RHO = -30.0  # softplus(-30) ~ 1e-13: a removed weight has no variance either
@@ -293,26 +292,17 @@ def _fitted_methods(results: Path, suite_name: str, model: str, methods: list[st
     return suite, out, (data_cfgs[0] if data_cfgs else {})
 
 
-def _prune_method(method, name: str, amount: float):
-    """A pruned copy of a fitted method: global L1 over all Linear / Conv weight means."""
-    from bench.vdp import VDPWeightLayer
+def _prune_method(method, name: str, amount: float, scheme: str = "global"):
+    """A pruned copy of a fitted method (:func:`bench.pruning.prune_`): the Linear / Conv weight
+    means by ``scheme`` (the paper's global L1, layer-wise, or batch-norm-folded magnitude)."""
+    from bench.pruning import prune_
 
     m = copy.deepcopy(method)
-    if name == "deterministic":
-        mods = [x for x in m.model.modules() if isinstance(x, (nn.Linear, nn.Conv2d))]
-    elif name == "vdp":
-        mods = [x for x in m.net.modules() if isinstance(x, VDPWeightLayer)]
-    else:  # mfvi / pbn: PartialVI over the mean network
-        mods = [x for x in m.vi.net.modules() if isinstance(x, (nn.Linear, nn.Conv2d))]
-    if amount > 0:
-        prune.global_unstructured([(x, "weight") for x in mods], pruning_method=prune.L1Unstructured, amount=amount)
-        for x in mods:
-            prune.remove(x, "weight")
+    net = m.model if name == "deterministic" else m.net if name == "vdp" else m.vi.net
+    n_zero, n_total = prune_(net, amount, scheme) if amount > 0 else (0, sum(
+        x.weight.numel() for x in net.modules() if isinstance(x, (nn.Linear, nn.Conv2d)) or hasattr(x, "weight_rho")))
     with torch.no_grad():
-        if name == "vdp":
-            for x in mods:
-                x.weight_rho[x.weight == 0] = PRUNED_RHO
-        elif name != "deterministic":
+        if name not in ("deterministic", "vdp"):  # mfvi / pbn: a removed weight has no variance either
             vi = m.vi
             for slot in vi._slots:
                 if slot.param_name != "weight":
@@ -320,7 +310,7 @@ def _prune_method(method, name: str, amount: float):
                 local = vi._local(slot).long()
                 zero = vi._param(slot).reshape(-1)[local] == 0
                 vi.rho[slot.start:slot.end][zero] = PRUNED_RHO
-    return m, sum(int((x.weight == 0).sum()) for x in mods), sum(x.weight.numel() for x in mods)
+    return m, n_zero, n_total
 
 
 def prune_experiment(args) -> str:
@@ -338,20 +328,25 @@ def prune_experiment(args) -> str:
     test = data.id_set()
     acc: dict = {}
     t0 = time.perf_counter()
+    schemes = args.prune_schemes.split(",")
     for label, name, seed, method in fitted:
-        for frac in PRUNE_FRACTIONS:
-            pruned, n_zero, n_total = _prune_method(method, name, frac)
-            pred, _ = predict_all(pruned, test.x, 1000, torch.device("cpu"))
-            a = (pred.probs.argmax(-1) == test.y).double().mean().item()
-            acc.setdefault(label, {}).setdefault(frac, []).append(a)
-            print(f"  {label} seed {seed} pruned {frac:.0%} ({n_zero}/{n_total} weights zero): acc {a:.4f}",
-                  file=sys.stderr, flush=True)
-    rows = [[label] + [mean_std(acc[label][f], "{:.4f}") for f in PRUNE_FRACTIONS] for label in sorted(acc)]
+        for scheme in schemes:
+            for frac in PRUNE_FRACTIONS:
+                pruned, n_zero, n_total = _prune_method(method, name, frac, scheme)
+                pred, _ = predict_all(pruned, test.x, 1000, torch.device("cpu"))
+                a = (pred.probs.argmax(-1) == test.y).double().mean().item()
+                acc.setdefault((label, scheme), {}).setdefault(frac, []).append(a)
+                print(f"  {label} seed {seed} {scheme} pruned {frac:.0%} ({n_zero}/{n_total} weights zero): acc {a:.4f}",
+                      file=sys.stderr, flush=True)
+    rows = [[label, scheme] + [mean_std(acc[(label, scheme)][f], "{:.4f}") for f in PRUNE_FRACTIONS]
+            for label, scheme in sorted(acc, key=lambda k: (k[0], schemes.index(k[1])))]
     seeds = sorted({s for _, _, s, _ in fitted})
-    text = (f"Clean-test accuracy after global L1 unstructured pruning of the Linear / Conv weight means "
+    text = (f"Clean-test accuracy after magnitude pruning of the Linear / Conv weight means: `global` = the "
+            f"paper's global L1 unstructured pruning, `layerwise` = the same fraction in every layer, `bn_folded` = "
+            f"global on |w| x |gamma| / sqrt(running var + eps) of the batch norm after the layer (bench/pruning.py) "
             f"(suite `{args.suite}`, model `{args.model}`, seeds {seeds}; mean ± std over seeds; "
             f"{time.perf_counter() - t0:.0f} s)\n\n"
-            + md_table(["method"] + [f"{f:.0%} pruned" for f in PRUNE_FRACTIONS], rows))
+            + md_table(["method", "pruning"] + [f"{f:.0%} pruned" for f in PRUNE_FRACTIONS], rows))
     print(text)
     return text
 
@@ -488,6 +483,7 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="", help="cost: architectures (default: the suite's profile's)")
     ap.add_argument("--methods", default="deterministic,vdp,mfvi", help="prune: methods")
     ap.add_argument("--seeds", default="", help="prune: seeds (default: all found)")
+    ap.add_argument("--prune-schemes", default="global,layerwise,bn_folded", help="prune: bench/pruning.py schemes")
     ap.add_argument("--data-root", default="data")
     ap.add_argument("--batch-size", type=int, default=512)
     ap.add_argument("--rounds", type=int, default=5)

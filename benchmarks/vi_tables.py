@@ -128,7 +128,7 @@ def pbn_choice(runs: Runs) -> dict | None:
 
 def table_main(runs: Runs) -> list[list[str]]:
     rows = []
-    for h, _ in runs.configs("deterministic"):
+    for h, _ in runs.configs("deterministic", optimizer=None, lr=None, weight_decay=None, epochs=None):
         rows.append(main_row("deterministic (MAP)", runs.per_seed(h)))
     choice = pbn_choice(runs)
     if choice:

@@ -1,23 +1,54 @@
-"""Deterministic network trained by maximum likelihood with weight decay (the MAP baseline)."""
+"""Deterministic network trained by maximum likelihood with weight decay (the MAP baseline).
+
+By default the network is the shared MAP network of the profile (``ctx.map_cache``: PBN, the
+Laplace methods and the ensembles start from it). Setting any of ``optimizer``, ``lr``,
+``weight_decay`` or ``epochs`` trains a network of its own with those settings instead, from a
+fresh seeded initialisation: the like-for-like control of a method trained with another recipe
+(e.g. ``deterministic[optimizer=adam,lr=0.001,weight_decay=0]`` beside VDP++, which trains its
+means with Adam at 1e-3 and no weight decay).
+"""
 from __future__ import annotations
+
+import time
 
 import torch
 
+from bench.seeding import derive_seed
+from bench.training import nll_loss, train_model
 from methods.base import Method, register_method
 
 
 @register_method("deterministic")
 class Deterministic(Method):
     description = "MAP point estimate (SGD with weight decay); the network other methods start from"
-    defaults = {}
+    defaults = {"optimizer": None, "lr": None, "weight_decay": None, "epochs": None}  # None: the profile's (MAP cache)
 
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)
         self.model = ctx.build_model(dropout=0.0).to(ctx.device)
+        self.meta: dict = {}
+
+    @property
+    def own_recipe(self) -> bool:
+        return any(self.config.get(k) is not None for k in self.TRAIN_OVERRIDES)
 
     def fit(self, train, val):
-        # Trained through the shared MAP cache so PBN, Laplace and ensembles reuse it.
-        self.model = self.ctx.map_cache.get(self.ctx.seed)
+        if not self.own_recipe:
+            # Trained through the shared MAP cache so PBN, Laplace and ensembles reuse it.
+            self.model = self.ctx.map_cache.get(self.ctx.seed)
+            return self
+        cfg = self.train_config()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(self.name, "init", self.ctx.seed))
+            self.model = self.ctx.build_model(dropout=0.0).to(self.ctx.device)
+        t0 = time.perf_counter()
+        log = train_model(self.model, train, cfg, nll_loss(self.ctx.task), desc=self.name, progress=self.ctx.progress,
+                          resume_path=self.ctx.resume_path(self.name))
+        self.meta = {"train": {"optimizer": cfg.optimizer, "lr": cfg.lr, "weight_decay": cfg.weight_decay,
+                               "epochs": cfg.epochs, "schedule": cfg.schedule,
+                               "epoch_loss": [float(v) for v in log.get("epoch_loss", [])]},
+                     "train_time_s": time.perf_counter() - t0}
+        self.model.eval()
         return self
 
     @torch.no_grad()
@@ -25,14 +56,20 @@ class Deterministic(Method):
         return self.ctx.task.predictive(self.model(x))
 
     def state_dict(self):
-        return {"model": self.model.state_dict()}
+        return {"model": self.model.state_dict(), "meta": dict(self.meta)}
 
     def load_state_dict(self, state):
         self.model.load_state_dict(state["model"])
         self.model.eval()
+        self.meta = dict(state.get("meta") or {})
 
     def extra_cost(self):
+        if self.own_recipe:
+            return {"train_time_s": self.meta.get("train_time_s")}
         return {"upstream_train_time_s": self.ctx.map_cache.upstream_time([self.ctx.seed])}
+
+    def diagnostics(self):
+        return dict(self.meta)
 
     def modules(self):
         return [self.model]

@@ -127,3 +127,19 @@ def test_regression_mixture_moments():
     p = RegressionPredictive.from_samples(means, variances)
     assert p.mean.item() == pytest.approx(1.0)
     assert p.var.item() == pytest.approx(2.0)  # 1 + Var(means) = 1 + 1
+
+
+def test_deterministic_with_its_own_recipe_trains_its_own_network(tmp_path):
+    """``deterministic[optimizer=adam, lr=...]`` is the like-for-like control of a method with
+    another recipe: a network of its own, trained with those settings, not the shared MAP one."""
+    ctx, x, y = make_ctx(tmp_path, epochs=3)
+    shared = METHODS.get("deterministic")(ctx).fit(TensorLoader(x, y, 32, shuffle=True, seed=1), None)
+    own = METHODS.get("deterministic")(ctx, optimizer="adam", lr=0.01, weight_decay=0.0)
+    own.fit(TensorLoader(x, y, 32, shuffle=True, seed=1), None)
+    assert own.meta["train"]["optimizer"] == "adam" and own.meta["train"]["lr"] == 0.01
+    assert own.meta["train"]["epoch_loss"][-1] < own.meta["train"]["epoch_loss"][0]  # it trained
+    with torch.no_grad():
+        assert not torch.allclose(shared.predict(x).probs, own.predict(x).probs)
+        acc = (own.predict(x).probs.argmax(-1) == y).float().mean()
+    assert acc > 0.8
+    assert list(ctx.map_cache.dir.glob("seed*.pt")) == [ctx.map_cache.path(0)]  # only the shared one is cached

@@ -449,7 +449,10 @@ def test_vdp_fit_predict_and_state_dict_round_trip(ctx, tmp_path, likelihood):
     assert not (ctx.work_dir / "vdp.partial").exists()
     k = method.num_stochastic_params()
     assert k == sum(p.numel() for m in ctx.build_model() if isinstance(m, nn.Linear) for p in m.parameters())
-    assert method.num_params() == k + sum(p.numel() for p in ctx.build_model().parameters())
+    # eq. 12: one sigma per output unit of every weight matrix, one per bias entry
+    n_var = sum(m.out_features * (2 if m.bias is not None else 1) for m in ctx.build_model() if isinstance(m, nn.Linear))
+    assert method.net.num_variance_params == n_var
+    assert method.num_params() == n_var + sum(p.numel() for p in ctx.build_model().parameters())
 
     x_test, y_test = synthetic(40, 7)
     pred = method.predict(x_test)

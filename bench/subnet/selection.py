@@ -644,14 +644,30 @@ class LargestVarianceSWAGCriterion(VarianceCriterion):
         from bench.laplace.swag import fit_diagonal_swag
 
         x, y = loader.dataset.tensors
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
-            var, info = fit_diagonal_swag(model, x, y, loss_fn, n_snapshots=self.n_snapshots,
-                                          snapshot_every=self.snapshot_every, lr=self.lr, momentum=self.momentum,
-                                          weight_decay=self.weight_decay, batch_size=self.batch_size,
-                                          seed=self.seed)
+        settings = (self.n_snapshots, self.snapshot_every, self.lr, self.momentum, self.weight_decay,
+                    self.batch_size, self.seed, getattr(loss_fn, "__name__", repr(loss_fn)))
+        key = (_fingerprint(model, loader), settings)
+        if key in _SWAG_CACHE:  # a size sweep on one MAP network runs SWAG once per process
+            var, info = _SWAG_CACHE[key]
+            info = {**info, "cached": True}
+        else:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.seed)
+                var, info = fit_diagonal_swag(model, x, y, loss_fn, n_snapshots=self.n_snapshots,
+                                              snapshot_every=self.snapshot_every, lr=self.lr, momentum=self.momentum,
+                                              weight_decay=self.weight_decay, batch_size=self.batch_size,
+                                              seed=self.seed)
+            while len(_SWAG_CACHE) >= _SWAG_CACHE_SIZE:
+                _SWAG_CACHE.pop(next(iter(_SWAG_CACHE)))
+            _SWAG_CACHE[key] = (var, info)
+            info = {**info, "cached": False}
         # SWAG clamps variances at 1e-30; a weight SGD never moved has no spread to offer
         return var, var > 1e-30, {**info, "estimator": "swag"}
+
+
+#: SWAG variances already computed in this process, by (network, data, settings)
+_SWAG_CACHE: "dict[tuple, tuple]" = {}
+_SWAG_CACHE_SIZE = 8
 
 
 @register_criterion("wasserstein")

@@ -159,21 +159,33 @@ class VDPNetwork(nn.Module):
     @property
     def num_stochastic(self) -> int:
         """Weights and biases that have a variance."""
+        return sum(mu.numel() for mu, _ in self.gaussian_params())
+
+    @property
+    def num_variance_params(self) -> int:
+        """``rho`` entries: one per output unit (eq. 12) or one per weight."""
         return sum(rho.numel() for _, rho in self.gaussian_params())
 
+    def set_sigma_per(self, sigma_per: str, rho_init: float) -> "VDPNetwork":
+        """Re-parameterise every weight layer's variance (``"unit"``: eq. 12, ``"weight"``), rho = rho_init."""
+        for m in self.gaussian_layers():
+            m._init_rho(rho_init, sigma_per)
+        return self
+
     def kl(self, prior_scale: float = 1.0) -> torch.Tensor:
-        """KL[q || p] (eq. 12) for per-weight variances and the prior ``N(0, prior_scale^2)``.
+        """KL[q || p] (eq. 12) for the prior ``N(0, prior_scale^2)`` per weight.
 
         Eq. 12 is ``-1/2 sum_n (j log sigma_n^2 - ||mu_n||^2 - j sigma_n^2)`` for one variance per
-        output unit n (j inputs) and a N(0, I) prior; with a variance per weight the same
-        closed form is ``1/2 sum_i (sigma_i^2 / s^2 + mu_i^2 / s^2 - 1 - log(sigma_i^2 / s^2))``,
-        which also includes the constant ``-1/2`` per weight so that the KL is >= 0 and exactly 0
-        at the prior (the constant does not change the gradients).
+        output unit n (j inputs) and a N(0, I) prior. Summed per weight with sigma_i = the
+        sigma of its unit (or its own, with a variance per weight) it is
+        ``1/2 sum_i (sigma_i^2 / s^2 + mu_i^2 / s^2 - 1 - log(sigma_i^2 / s^2))``, which adds the
+        constant ``-1/2`` per weight so that the KL is >= 0 and exactly 0 at the prior (the
+        constant does not change the gradients).
         """
         s2 = float(prior_scale) ** 2
         total = None
         for mu, rho in self.gaussian_params():
-            sigma2 = torch.nn.functional.softplus(rho).square()
+            sigma2 = torch.nn.functional.softplus(rho).square().expand_as(mu)
             term = 0.5 * (sigma2 / s2 + mu.square() / s2 - 1.0 - torch.log(sigma2 / s2)).sum()
             total = term if total is None else total + term
         if total is None:
@@ -200,13 +212,17 @@ def check_mean_path(net: nn.Module, vdp: VDPNetwork, example: torch.Tensor, atol
         raise BenchError("VDP conversion produced negative or non-finite variances")
 
 
-def to_vdp(net: nn.Module, rho_init: float = -5.0, example: torch.Tensor | None = None) -> VDPNetwork:
-    """VDP++ network with ``net``'s weights as means and ``rho = rho_init`` everywhere.
+def to_vdp(net: nn.Module, rho_init: float = -5.0, example: torch.Tensor | None = None,
+           sigma_per: str = "weight") -> VDPNetwork:
+    """VDP++ network with ``net``'s weights as means and ``rho = rho_init`` everywhere; one weight
+    sigma per output unit (``sigma_per="unit"``, eq. 12) or per weight.
 
     ``net`` is not modified, but batch-norm / layer-norm modules are shared with it (deep-copy
     ``net`` first if it must stay independent). With ``example`` the mean path is checked.
     """
     vdp = VDPNetwork(convert_module(net, rho_init))
+    if sigma_per != "weight":
+        vdp.set_sigma_per(sigma_per, rho_init)
     if example is not None:
         check_mean_path(net, vdp, example)
     return vdp

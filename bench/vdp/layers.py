@@ -19,6 +19,9 @@ from torch import nn
 
 Moments = tuple[torch.Tensor, "torch.Tensor | None"]
 
+#: the variance parameterisations of a weight layer: eq. 12's one sigma per output unit, or one per weight
+SIGMA_PER = ("unit", "weight")
+
 
 class VDPModule(nn.Module):
     """Base class: ``forward(mu, var) -> (mu, var)``; ``var`` may be None (deterministic).
@@ -54,12 +57,32 @@ class VDPWeightLayer(VDPModule):
     weight: nn.Parameter
     bias: nn.Parameter | None
 
-    def _init_rho(self, rho_init: float) -> None:
-        self.weight_rho = nn.Parameter(torch.full_like(self.weight.detach(), float(rho_init)))
+    def _init_rho(self, rho_init: float, sigma_per: str = "weight") -> None:
+        """``rho = rho_init``; ``sigma_per="unit"``: one weight sigma per output unit (eq. 12's
+        ``sigma_{v_n}``, shape (out, 1, ...) broadcast over the unit's j inputs), ``"weight"``:
+        one per weight. Biases: one per entry (every bias entry is its own unit)."""
+        if sigma_per not in SIGMA_PER:
+            raise ValueError(f"sigma_per must be one of {SIGMA_PER}, got {sigma_per!r}")
+        w = self.weight.detach()
+        shape = w.shape if sigma_per == "weight" else (w.shape[0],) + (1,) * (w.dim() - 1)
+        self.weight_rho = nn.Parameter(torch.full(shape, float(rho_init), dtype=w.dtype, device=w.device))
+        self.sigma_per = sigma_per
         self.bias_rho = None if self.bias is None else nn.Parameter(torch.full_like(self.bias.detach(), float(rho_init)))
 
     def weight_var(self) -> torch.Tensor:
-        return F.softplus(self.weight_rho).square()
+        """sigma_w^2 with the weight's shape (a per-unit sigma broadcast over its inputs), zero
+        where a pruning mask (:meth:`set_weight_mask`) removed the weight."""
+        v = F.softplus(self.weight_rho).square().expand_as(self.weight)
+        mask = getattr(self, "weight_mask", None)
+        return v if mask is None else v * mask
+
+    def set_weight_mask(self, mask: torch.Tensor | None) -> None:
+        """Remove weights: a boolean ``mask`` (False = removed) zeroes their variance; the caller
+        zeroes their means (``weight``). None restores every variance."""
+        if mask is None:
+            self.weight_mask = None
+            return
+        self.register_buffer("weight_mask", mask.to(self.weight.device, self.weight.dtype), persistent=False)
 
     def bias_var(self) -> torch.Tensor | None:
         return None if self.bias_rho is None else F.softplus(self.bias_rho).square()
@@ -80,12 +103,14 @@ class VDPWeightLayer(VDPModule):
         optimiser step, ``load_state_dict`` or pruning (which recomputes ``weight``) refreshes them."""
         grad = torch.is_grad_enabled() and (self.weight.requires_grad or self.weight_rho.requires_grad)
         tensors = [self.weight, self.weight_rho] + ([] if self.bias_rho is None else [self.bias_rho])
+        if getattr(self, "weight_mask", None) is not None:
+            tensors.append(self.weight_mask)
         versions = [t._version for t in tensors]
         cache = getattr(self, "_cache", None)
         if (not grad and cache is not None and len(cache[0]) == len(tensors)
                 and all(a is b for a, b in zip(cache[0], tensors)) and cache[1] == versions):
             return cache[2]
-        s2w = self.weight_var()
+        s2w = self.weight_var().contiguous()
         out = (s2w, s2w + self.weight * self.weight, self.bias_var())
         if grad:
             self._cache = None

@@ -1,0 +1,211 @@
+"""The Laplace tables of README.md and docs/subnet_laplace.md, generated from the results store
+(issue: "Subnetwork Laplace as its authors ran it").
+
+Tables (markdown on stdout), each from ``results/<suite>/records`` of one model:
+  criteria  subnetwork Laplace at the paper's size (~0.4 % of the weights) per selection
+            criterion -- Wasserstein with diagonal SWAG (the authors' estimator, default), with a
+            diagonal Laplace (the paper's text), magnitude, random, PBN's gradient -- beside MAP,
+            the diagonal and the last-layer Laplace; prior precision per seed, excluded weights,
+            and paired differences over seeds against MAP and against the random subnet;
+  overlap   how much the criteria's subnets share (IoU, per seed, from the fitted checkpoints)
+            and where they sit (fraction of the subnet per layer);
+  swag      SWAG with one snapshot per epoch (the authors') against one every 20 SGD steps (the
+            cheaper estimate the larger networks use here): subnet overlap and paired differences;
+  size      the subnet-size sweep, Wasserstein (SWAG) against a random subnet of the same size.
+
+Run from the repository root:
+  .venv/bin/python benchmarks/laplace_tables.py --model lenet_300_100 --seeds 0,1,2,3,4 --table criteria
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+
+from vi_tables import Runs, ms, paired, render  # noqa: E402
+
+CRITERIA = [("wasserstein", "Wasserstein, diagonal SWAG (authors' code; default)"),
+            ("wasserstein_diag_laplace", "Wasserstein, diagonal Laplace (paper's text)"),
+            ("magnitude", "largest |w|"), ("random", "random (control)"), ("gradient", "PBN gradient")]
+LABELS = dict(CRITERIA)
+
+
+def laplace_rows(runs: Runs, h: str) -> pd.DataFrame:
+    """:meth:`Runs.per_seed` plus the Laplace diagnostics of each seed."""
+    p = runs.per_seed(h)
+    g = runs.df[(runs.df["config_hash"] == h) & (runs.df["kind"] == "id")].set_index("seed")
+    extra = []
+    for seed in p["seed"]:
+        d = g.loc[seed, "diagnostics"] or {}
+        search = d.get("prior_search") or {}
+        extra.append({"seed": seed, "log10_tau": search.get("log10_prior_precision"),
+                      "edge": search.get("at_grid_edge"), "excluded": d.get("n_non_identifiable"),
+                      "layers": d.get("layer_distribution")})
+    return p.merge(pd.DataFrame(extra), on="seed") if extra else p
+
+
+def subnet_config(runs: Runs, criterion: str, n_subnet=None, fraction=None, every=None) -> str | None:
+    match = {"criterion": criterion, "n_subnet": n_subnet, "subnet_fraction": fraction, "swag_snapshot_every": every}
+    found = runs.configs("subnet_laplace", **match)
+    return found[0][0] if found else None
+
+
+def tau_text(p: pd.DataFrame) -> str:
+    if "log10_tau" not in p or p["log10_tau"].isna().all():
+        return "-"
+    taus = ", ".join(f"{v:g}" for v in p["log10_tau"])
+    edges = int(p["edge"].notna().sum())
+    return f"{taus}" + (f" ({edges} at an edge)" if edges else "")
+
+
+def excluded_text(p: pd.DataFrame) -> str:
+    if "excluded" not in p or p["excluded"].isna().all():
+        return "-"
+    return ms(p["excluded"], "{:,.0f}")
+
+
+def _size_args(a):
+    return {"n_subnet": a.n_subnet, "fraction": a.subnet_fraction}
+
+
+def table_criteria(runs: Runs, a) -> list[list[str]]:
+    header = ["method", "seeds", "ID acc", "ID NLL", "shift NLL", "shift ECE", "OOD AUROC", "log10 prior precision per seed",
+              "excluded weights", "Δ shift NLL vs MAP", "Δ shift NLL vs random", "Δ ID acc vs MAP"]
+    det = runs.configs("deterministic", optimizer=None, lr=None, weight_decay=None, epochs=None)  # the shared MAP
+    base = laplace_rows(runs, det[0][0]) if det else None
+    h_rand = subnet_config(runs, "random", **_size_args(a))
+    rand = laplace_rows(runs, h_rand) if h_rand else None
+    rows = []
+
+    def row(label, p, vs_random=True):
+        rows.append([label, ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["id_nll"]), ms(p["sh_nll"], "{:.3f}"),
+                     ms(p["sh_ece"], "{:.3f}"), ms(p["auroc"], "{:.3f}"), tau_text(p), excluded_text(p),
+                     "-" if base is None else paired(p, base, "sh_nll", "{:+.3f}"),
+                     "-" if rand is None or not vs_random else paired(p, rand, "sh_nll", "{:+.3f}"),
+                     "-" if base is None else paired(p, base, "id_acc", "{:+.4f}")])
+
+    if base is not None:
+        rows.append(["MAP (deterministic)", ",".join(map(str, base["seed"])), ms(base["id_acc"]), ms(base["id_nll"]),
+                     ms(base["sh_nll"], "{:.3f}"), ms(base["sh_ece"], "{:.3f}"), ms(base["auroc"], "{:.3f}"), "-", "-",
+                     "-", "-", "-"])
+    for crit, label in CRITERIA:
+        h = subnet_config(runs, crit, **_size_args(a))
+        if h:
+            row(f"subnet Laplace: {label}", laplace_rows(runs, h), vs_random=crit != "random")
+    for method, label in (("laplace_diag", "diagonal Laplace, all weights"), ("laplace_last_layer", "last-layer KFAC Laplace")):
+        found = runs.configs(method)
+        if found:
+            row(label, laplace_rows(runs, found[0][0]))
+    return [header] + rows
+
+
+def fitted_indices(results: str, suite: str, model: str, h: str, seed: int) -> set[int] | None:
+    path = Path(results) / suite / "checkpoints" / "fitted" / model / f"subnet_laplace-{h}" / f"seed{seed}.pt"
+    if not path.exists():
+        return None
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    return set(torch.as_tensor(state["method"]["indices"]).tolist())
+
+
+def iou(a: set, b: set) -> float:
+    return len(a & b) / max(1, len(a | b))
+
+
+def table_overlap(runs: Runs, a) -> list[list[str]]:
+    hashes = {c: subnet_config(runs, c, **_size_args(a)) for c, _ in CRITERIA}
+    hashes = {c: h for c, h in hashes.items() if h}
+    idx = {c: {s: fitted_indices(a.results, a.suite, runs.model, h, s) for s in runs.seeds} for c, h in hashes.items()}
+    names = list(hashes)
+    header = ["criterion"] + [f"IoU with {c}" for c in names] + ["subnet fraction per layer (mean over seeds)"]
+    rows = []
+    for c in names:
+        cells = []
+        for d in names:
+            vals = [iou(idx[c][s], idx[d][s]) for s in runs.seeds if idx[c][s] is not None and idx[d][s] is not None]
+            cells.append(ms(vals, "{:.3f}") if vals else "-")
+        p = laplace_rows(runs, hashes[c])
+        layers: dict[str, list[float]] = {}
+        for dist in p["layers"]:
+            for entry in dist or []:
+                layers.setdefault(entry["layer"], []).append(entry["fraction_of_subnet"])
+        frac = " / ".join(f"{k} {statistics.mean(v):.2f}" for k, v in layers.items() if statistics.mean(v) >= 0.005)
+        rows.append([LABELS[c]] + cells + [frac or "-"])
+    return [header] + rows
+
+
+def table_swag(runs: Runs, a) -> list[list[str]]:
+    header = ["SWAG snapshots", "seeds", "ID acc", "shift NLL", "OOD AUROC", "SWAG time (s)", "IoU with per-epoch subnet",
+              "Δ shift NLL vs per-epoch"]
+    ref_h = subnet_config(runs, "wasserstein", **_size_args(a))
+    if not ref_h:
+        return [header]
+    ref = laplace_rows(runs, ref_h)
+    rows = []
+    for every in (None, 20):
+        h = subnet_config(runs, "wasserstein", every=every, **_size_args(a))
+        if not h:
+            continue
+        p = laplace_rows(runs, h)
+        g = runs.df[(runs.df["config_hash"] == h) & (runs.df["kind"] == "id")]
+        secs = [((d or {}).get("select_info") or {}).get("fit_time_s") for d in g["diagnostics"]]
+        ious = []
+        for s in p["seed"]:
+            i, j = fitted_indices(a.results, a.suite, runs.model, h, s), fitted_indices(a.results, a.suite, runs.model, ref_h, s)
+            if i is not None and j is not None:
+                ious.append(iou(i, j))
+        rows.append(["256, one per epoch (authors')" if every is None else f"256, one every {every} SGD steps",
+                     ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["sh_nll"], "{:.3f}"), ms(p["auroc"], "{:.3f}"),
+                     ms([v for v in secs if v is not None], "{:.0f}"), ms(ious, "{:.3f}") if every else "-",
+                     "-" if every is None else paired(p, ref, "sh_nll", "{:+.3f}")])
+    return [header] + rows
+
+
+def table_size(runs: Runs, a) -> list[list[str]]:
+    header = ["subnet size", "criterion", "seeds", "ID acc", "shift NLL", "OOD AUROC", "Δ shift NLL vs random"]
+    sizes = sorted({int(c.get("n_subnet") or 1000) for _, c in runs.configs("subnet_laplace")
+                    if c.get("subnet_fraction") is None and c.get("swag_snapshot_every") is None})
+    rows = []
+    for n in sizes:
+        n_arg = None if n == 1000 else n
+        hr = subnet_config(runs, "random", n_subnet=n_arg)
+        rand = laplace_rows(runs, hr) if hr else None
+        for crit in ("wasserstein", "random"):
+            h = subnet_config(runs, crit, n_subnet=n_arg)
+            if not h:
+                continue
+            p = laplace_rows(runs, h)
+            rows.append([f"{n:,}", LABELS[crit], ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["sh_nll"], "{:.3f}"),
+                         ms(p["auroc"], "{:.3f}"),
+                         "-" if rand is None or crit == "random" else paired(p, rand, "sh_nll", "{:+.3f}")])
+    return [header] + rows
+
+
+TABLES = {"criteria": table_criteria, "overlap": table_overlap, "swag": table_swag, "size": table_size}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", default="results")
+    p.add_argument("--suite", default="mnist_rotated")
+    p.add_argument("--model", default="lenet_300_100")
+    p.add_argument("--profile", default="quick")
+    p.add_argument("--seeds", default="0,1,2,3,4")
+    p.add_argument("--n-subnet", type=int, default=None, help="the subnet size of the rows (None: the default)")
+    p.add_argument("--subnet-fraction", type=float, default=None, help="... or the fraction that was set")
+    p.add_argument("--table", choices=sorted(TABLES), default="criteria")
+    a = p.parse_args(argv)
+    runs = Runs(a.results, a.suite, a.model, a.profile, [int(s) for s in a.seeds.split(",")])
+    runs.seeds = [int(s) for s in a.seeds.split(",")]
+    print(render(TABLES[a.table](runs, a)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
