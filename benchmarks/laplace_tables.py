@@ -18,7 +18,6 @@ Run from the repository root:
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -29,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from vi_tables import Runs, ms, paired, render  # noqa: E402
+from vi_tables import Runs, ms, paired, render, table_cli  # noqa: E402
 
 CRITERIA = [("wasserstein", "Wasserstein, diagonal SWAG (authors' code; default)"),
             ("wasserstein_diag_laplace", "Wasserstein, diagonal Laplace (paper's text)"),
@@ -39,16 +38,12 @@ LABELS = dict(CRITERIA)
 
 def laplace_rows(runs: Runs, h: str) -> pd.DataFrame:
     """:meth:`Runs.per_seed` plus the Laplace diagnostics of each seed."""
-    p = runs.per_seed(h)
-    g = runs.df[(runs.df["config_hash"] == h) & (runs.df["kind"] == "id")].set_index("seed")
-    extra = []
-    for seed in p["seed"]:
-        d = g.loc[seed, "diagnostics"] or {}
+    def extract(d, seed):
         search = d.get("prior_search") or {}
-        extra.append({"seed": seed, "log10_tau": search.get("log10_prior_precision"),
-                      "edge": search.get("at_grid_edge"), "excluded": d.get("n_non_identifiable"),
-                      "layers": d.get("layer_distribution")})
-    return p.merge(pd.DataFrame(extra), on="seed") if extra else p
+        return {"log10_tau": search.get("log10_prior_precision"), "edge": search.get("at_grid_edge"),
+                "excluded": d.get("n_non_identifiable"), "layers": d.get("layer_distribution")}
+
+    return runs.per_seed_with(h, extract)
 
 
 def subnet_config(runs: Runs, criterion: str, n_subnet=None, fraction=None, every=None) -> str | None:
@@ -190,20 +185,15 @@ def table_size(runs: Runs, a) -> list[list[str]]:
 TABLES = {"criteria": table_criteria, "overlap": table_overlap, "swag": table_swag, "size": table_size}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--results", default="results")
-    p.add_argument("--suite", default="mnist_rotated")
-    p.add_argument("--model", default="lenet_300_100")
-    p.add_argument("--profile", default="quick")
-    p.add_argument("--seeds", default="0,1,2,3,4")
+def _size_arguments(p):
     p.add_argument("--n-subnet", type=int, default=None, help="the subnet size of the rows (None: the default)")
     p.add_argument("--subnet-fraction", type=float, default=None, help="... or the fraction that was set")
-    p.add_argument("--table", choices=sorted(TABLES), default="criteria")
-    a = p.parse_args(argv)
-    runs = Runs(a.results, a.suite, a.model, a.profile, [int(s) for s in a.seeds.split(",")])
-    runs.seeds = [int(s) for s in a.seeds.split(",")]
-    print(render(TABLES[a.table](runs, a)))
+
+
+def main(argv=None) -> int:
+    runs, a, table = table_cli(argv, __doc__, TABLES, seeds="0,1,2,3,4", default="criteria",
+                               add_arguments=_size_arguments)
+    print(render(table(runs, a)))
     return 0
 
 

@@ -321,6 +321,9 @@ def prune_experiment(args) -> str:
     results = Path(args.results)
     suite, fitted, data_cfg = _fitted_methods(results, args.suite, args.model, args.methods.split(","),
                                               [int(s) for s in args.seeds.split(",")] if args.seeds else None)
+    if args.labels:  # only these method labels (e.g. one KL weight of a sweep)
+        keep = args.labels.split(";")
+        fitted = [f for f in fitted if f[0] in keep]
     if not fitted:
         raise SystemExit("no fitted checkpoints found: run e.g. `python -m bench run --suite mnist_noise --profile quick "
                          "--data-root data --methods deterministic,vdp,mfvi --set models=lenet_300_100` first")
@@ -484,6 +487,7 @@ def main(argv=None) -> int:
     ap.add_argument("--methods", default="deterministic,vdp,mfvi", help="prune: methods")
     ap.add_argument("--seeds", default="", help="prune: seeds (default: all found)")
     ap.add_argument("--prune-schemes", default="global,layerwise,bn_folded", help="prune: bench/pruning.py schemes")
+    ap.add_argument("--labels", default="", help="prune: only these method labels, separated by ';'")
     ap.add_argument("--data-root", default="data")
     ap.add_argument("--batch-size", type=int, default=512)
     ap.add_argument("--rounds", type=int, default=5)

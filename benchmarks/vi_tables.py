@@ -91,6 +91,14 @@ class Runs:
         return pd.DataFrame(rows)
 
 
+    def per_seed_with(self, h: str, extract) -> pd.DataFrame:
+        """:meth:`per_seed` plus the columns ``extract(diagnostics, seed)`` returns per seed."""
+        p = self.per_seed(h)
+        g = self.df[(self.df["config_hash"] == h) & (self.df["kind"] == "id")].set_index("seed")
+        extra = [{"seed": seed, **extract(g.loc[seed, "diagnostics"] or {}, seed)} for seed in p["seed"]]
+        return p.merge(pd.DataFrame(extra), on="seed") if extra else p
+
+
 def _eq(a, b) -> bool:
     try:
         return float(a) == float(b)
@@ -358,17 +366,30 @@ def render(rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def table_cli(argv, doc: str, tables: dict, *, suite: str = "mnist_rotated", seeds: str = "0,1,2", default: str = "main",
+              add_arguments=None):
+    """The command line every table script shares: ``(runs, args, table function)``."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--results", default="results")
-    p.add_argument("--suite", default="mnist_rotated")
+    p.add_argument("--suite", default=suite)
     p.add_argument("--model", default="lenet_300_100")
     p.add_argument("--profile", default="quick")
-    p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--table", choices=sorted(TABLES), default="main")
+    p.add_argument("--seeds", default=seeds)
+    p.add_argument("--table", choices=sorted(tables), default=default)
+    if add_arguments is not None:
+        add_arguments(p)
     a = p.parse_args(argv)
     runs = Runs(a.results, a.suite, a.model, a.profile, [int(s) for s in a.seeds.split(",")])
-    print(render(TABLES[a.table](runs)))
+    runs.seeds = [int(s) for s in a.seeds.split(",")]
+    return runs, a, tables[a.table]
+
+
+def main(argv=None) -> int:
+    runs, a, table = table_cli(argv, __doc__, TABLES)
+    rows = table(runs)
+    if a.suite != "mnist_rotated":  # the shifted sets of other suites are corruptions, not rotations
+        rows[0] = [h.replace("rotation", "shift") for h in rows[0]]
+    print(render(rows))
     return 0
 
 

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The runs behind the Laplace tables of docs/subnet_laplace.md and README.md (quick profile).
+# Resumable: finished cells are skipped. On 2 cores run two of the blocks at a time (each with
+# OMP_NUM_THREADS=1); the tables then come from
+#   .venv/bin/python benchmarks/refresh_tables.py
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/ensure_venv.sh
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMP_WAIT_POLICY=PASSIVE
+B=".venv/bin/python -m bench run --profile quick --data-root ${DATA_ROOT:-data} --no-report"
+CRITERIA="subnet_laplace.criterion=wasserstein,random,wasserstein_diag_laplace,magnitude,gradient"
+# LeNet-300-100: the criteria at 1,000 weights (0.375 %), the baselines, SWAG's snapshot interval
+$B --suite mnist_rotated --set models=lenet_300_100 --seeds 0,1,2,3,4 --methods subnet_laplace --set $CRITERIA
+$B --suite mnist_rotated --set models=lenet_300_100 --seeds 0,1,2,3,4 --methods deterministic,laplace_diag,laplace_last_layer
+$B --suite mnist_rotated --set models=lenet_300_100 --seeds 0,1,2,3,4 --methods subnet_laplace --set subnet_laplace.swag_snapshot_every=20
+# cifar10c's ResNet and LeNet-5 at the paper's fraction, SWAG with a snapshot every 20 steps
+$B --suite cifar10c --seeds 0,1,2,3,4 --methods deterministic
+$B --suite cifar10c --seeds 0,1,2,3,4 --methods subnet_laplace --set subnet_laplace.subnet_fraction=0.0038 \
+   --set subnet_laplace.swag_snapshot_every=20 --set $CRITERIA
+$B --suite mnist_rotated --set models=lenet5 --seeds 0,1,2,3,4 --methods subnet_laplace --set subnet_laplace.subnet_fraction=0.0038 \
+   --set subnet_laplace.swag_snapshot_every=20 --set $CRITERIA
+$B --suite mnist_rotated --set models=lenet5 --seeds 0,1,2,3,4 --methods deterministic,laplace_diag,laplace_last_layer
+$B --suite cifar10c --seeds 0,1,2,3,4 --methods laplace_last_layer,laplace_diag
+# the size sweep (LeNet-300-100): Wasserstein against a random subnet of the same size
+$B --suite mnist_rotated --set models=lenet_300_100 --seeds 0,1,2 --methods subnet_laplace \
+   --set subnet_laplace.n_subnet=100,300,3000 --set subnet_laplace.criterion=wasserstein,random
