@@ -37,11 +37,37 @@ DEFAULTS = {"likelihood": "cross_entropy", "var_floor": 0.0, "ce_variance_term":
 def vdp_rows(runs: Runs, h: str) -> pd.DataFrame:
     def extract(d, seed):
         t = d.get("train") or {}
+        travel = t.get("rho_adam_travel_ratio")
+        if travel is None and d.get("sigma_final"):
+            travel = travel_from_checkpoint(runs, h, seed)
         return {"s0": (d.get("sigma_init") or {}).get("median"), "s1": (d.get("sigma_final") or {}).get("median"),
                 "rel": t.get("sigma_last_epoch_rel_change"), "snr1": d.get("frac_weights_snr_below_1"),
-                "vauroc": _col(runs.df, h, seed, "ood", "metrics.auroc_vdp_variance")}
+                "travel": travel, "vauroc": _col(runs.df, h, seed, "ood", "metrics.auroc_vdp_variance")}
 
     return runs.per_seed_with(h, extract)
+
+
+def travel_from_checkpoint(runs: Runs, h: str, seed: int):
+    """``rho_adam_travel_ratio`` (bench/subnet/sigma_stats.py) of a record written before the
+    diagnostic existed, from its fitted checkpoint's rho and its training configuration."""
+    import math
+
+    import torch
+
+    from bench.subnet.sigma_stats import adam_travel_ratio
+    from bench.training import TrainConfig
+
+    rec = runs.df[(runs.df["config_hash"] == h) & (runs.df["seed"] == seed) & (runs.df["kind"] == "id")].iloc[0]
+    cfg = cfg_of("vdp", rec["method_config"])
+    path = (Path(runs.results) / runs.suite / "checkpoints" / "fitted" / runs.model / f"vdp-{h}" / f"seed{int(seed)}.pt")
+    if cfg.get("rho_optimizer") != "adam" or not path.exists():
+        return None
+    state = torch.load(path, map_location="cpu", weights_only=False)["method"]
+    rho = torch.cat([v.reshape(-1) for k, v in state["net"].items() if k.endswith("_rho")])
+    train = TrainConfig.from_dict(rec["train_config"])
+    train = train.replace(epochs=int(cfg["epochs"] or train.epochs))
+    steps = math.ceil(int(state["meta"]["num_train"]) / train.batch_size)
+    return adam_travel_ratio(float(cfg["rho_init"]), rho, float(cfg["rho_lr"]), train, steps)
 
 
 def _col(df, h, seed, kind, col):
@@ -64,7 +90,8 @@ def chosen_kl(runs: Runs):
 
 def table_main(runs: Runs) -> list[list[str]]:
     header = ["method", "seeds", "val NLL", "ID acc", "ID NLL", "ID ECE", "noise acc", "noise NLL", "OOD AUROC (entropy)",
-              "OOD AUROC (variance)", "sigma median: init -> final", "last-epoch Δsigma", "|mu| < sigma",
+              "OOD AUROC (variance)", "sigma median: init -> final", "last-epoch Δsigma", "rho travel / Adam bound",
+              "|mu| < sigma",
               "Δ noise NLL vs Adam control"]
     rows = []
     ctrl_h = runs.configs("deterministic", optimizer="adam")
@@ -75,7 +102,8 @@ def table_main(runs: Runs) -> list[list[str]]:
         rows.append([label, ",".join(map(str, p["seed"])), ms(p["val_nll"]), ms(p["id_acc"]), ms(p["id_nll"]),
                      ms(p["id_ece"], "{:.3f}"), ms(p["sh_acc"]), ms(p["sh_nll"], "{:.3f}"), ms(p["auroc"], "{:.3f}"),
                      ms(p["vauroc"], "{:.3f}") if vdp else "-", sig,
-                     ms(p["rel"], "{:.3f}") if vdp else "-", ms(p["snr1"], "{:.3f}") if vdp else "-",
+                     ms(p["rel"], "{:.3f}") if vdp else "-", ms(p["travel"], "{:.2f}") if vdp else "-",
+                     ms(p["snr1"], "{:.3f}") if vdp else "-",
                      "-" if ctrl is None or p is ctrl else paired(p, ctrl, "sh_nll", "{:+.3f}")])
 
     base = runs.configs("deterministic", optimizer=None, lr=None, weight_decay=None, epochs=None)

@@ -35,7 +35,7 @@ from methods import METHODS  # noqa: E402
 
 
 def ms(values, fmt="{:.4f}") -> str:
-    v = [float(x) for x in values]
+    v = [float(x) for x in values if x is not None and float(x) == float(x)]  # NaN: no such metric (e.g. no OOD set)
     if not v:
         return "-"
     return fmt.format(v[0]) if len(v) == 1 else f"{fmt.format(statistics.mean(v))} ± {fmt.format(statistics.stdev(v))}"
@@ -55,7 +55,7 @@ class Runs:
         self.all = df
         self.df = df[(df["status"] == "ok") & (df["model"] == model) & (df["profile"] == profile)
                      & df["seed"].isin(seeds)]
-        self.model = model
+        self.model, self.suite, self.profile, self.results = model, suite, profile, results
 
     def configs(self, method: str, **match) -> list[tuple[str, dict]]:
         """(config hash, full config) of ``method`` whose options equal ``match``."""
@@ -120,12 +120,15 @@ def main_row(label, p: pd.DataFrame) -> list[str]:
 
 
 def pbn_choice(runs: Runs) -> dict | None:
-    """The validation choice of PBN's fine-tuning rate at the default subnet (r_bayes 1 %)."""
+    """The validation choice of PBN's fine-tuning rate at the profile's PBN configuration."""
     try:
         choices = choose_on_validation(runs.all[runs.all["status"] == "ok"], "pbn", ["lr"], model=runs.model)
     except Exception:  # noqa: BLE001 - no sweep run: no choice
         return None
-    dflt = {k: v for k, v in METHODS.get("pbn").defaults.items() if k != "lr"}
+    from bench.suites import SUITES
+
+    profile = SUITES.get(runs.suite).profiles.get(runs.profile, {}).get("methods", {}).get("pbn", {})
+    dflt = {k: v for k, v in {**METHODS.get("pbn").defaults, **profile}.items() if k != "lr"}  # the profile's PBN
     for c in choices:
         cfg = cfg_of("pbn", runs.df.loc[runs.df["config_hash"] == c["chosen_config_hash"], "method_config"].iloc[0]
                      if (runs.df["config_hash"] == c["chosen_config_hash"]).any() else {})
@@ -140,7 +143,8 @@ def table_main(runs: Runs) -> list[list[str]]:
         rows.append(main_row("deterministic (MAP)", runs.per_seed(h)))
     choice = pbn_choice(runs)
     if choice:
-        rows.append(main_row(f"pbn (r 1 %, lr {choice['chosen']['lr']} chosen on validation)",
+        r = cfg_of("pbn", runs.df.loc[runs.df["config_hash"] == choice["chosen_config_hash"], "method_config"].iloc[0])
+        rows.append(main_row(f"pbn (r {float(r['r_bayes']):.0%}, lr {choice['chosen']['lr']} chosen on validation)",
                              runs.per_seed(choice["chosen_config_hash"])))
     for h, cfg in runs.configs("mfvi", sigma_init=METHODS.get("mfvi").defaults["sigma_init"], epochs=None):
         rows.append(main_row("mfvi", runs.per_seed(h)))

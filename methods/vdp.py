@@ -37,7 +37,7 @@ from torch import nn
 from bench.errors import BenchError
 from bench.predictive import ClassificationPredictive
 from bench.seeding import derive_seed
-from bench.subnet.sigma_stats import last_rel_change, sigma_change, sigma_summary
+from bench.subnet.sigma_stats import adam_travel_ratio, last_rel_change, sigma_change, sigma_summary
 from bench.training import OPTIMIZERS, own_group, train_model
 from bench.vdp import LIKELIHOODS, VDPNetwork, VDPWeightLayer, softmax_moments, to_vdp, vdp_loss
 from bench.vdp.layers import SIGMA_PER
@@ -152,12 +152,16 @@ class VDP(Method):
                           progress=self.ctx.progress, resume_path=self.ctx.resume_path("vdp"))
         self.meta["vdp_train_time_s"] = time.perf_counter() - t0
         stats = log.get("epoch_stats", [])
+        rho_final = torch.cat([p.detach().reshape(-1) for p in self.net.rho_params()])
+        travel = (adam_travel_ratio(float(self.config["rho_init"]), rho_final, float(self.config["rho_lr"]), cfg,
+                                    len(train)) if self.config["rho_optimizer"] == "adam" else None)
         self.meta["sigma_final"] = sigma_summary(self.named_sigmas())
         self.meta["sigma_change"] = sigma_change(self.meta["sigma_init"], self.meta["sigma_final"])
         self.meta["train"] = {"epochs": cfg.epochs, "optimizer": cfg.optimizer, "lr": cfg.lr,
                               "rho_optimizer": str(self.config["rho_optimizer"]), "rho_lr": float(self.config["rho_lr"]),
                               "epoch_loss": [float(v) for v in log.get("epoch_loss", [])], "epoch_stats": stats,
                               "sigma_last_epoch_rel_change": last_rel_change(stats, "sigma_mean"),
+                              "rho_adam_travel_ratio": travel,
                               "final_nll": last.get("nll"), "final_kl": last.get("kl")}
         if self.config["init"] == "map" and self.ctx.map_cache is not None:
             self.meta["upstream_seed"] = self.ctx.seed
