@@ -59,13 +59,20 @@ class Runs:
 
     def configs(self, method: str, **match) -> list[tuple[str, dict]]:
         """(config hash, full config) of ``method`` whose options equal ``match``."""
+        import json
+
         d = self.df[self.df["method"] == method]
-        out = []
+        best: dict[str, tuple[int, str, dict]] = {}
         for h, g in d.groupby("config_hash"):
             cfg = cfg_of(method, g["method_config"].iloc[0])
             if all(_eq(cfg.get(k), v) for k, v in match.items()):
-                out.append((h, cfg))
-        return out
+                # a record written before a default was added has another hash for the same full
+                # configuration: one row per configuration, the hash with the most seeds
+                key = json.dumps(cfg, sort_keys=True, default=str)
+                n = g["seed"].nunique()
+                if key not in best or n > best[key][0]:
+                    best[key] = (n, h, cfg)
+        return sorted(((h, cfg) for _, h, cfg in best.values()), key=lambda t: t[0])
 
     def per_seed(self, h: str) -> pd.DataFrame:
         """One row per seed: ID / rotation / OOD / validation metrics and diagnostics."""
