@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from bench.laplace.swag import epoch_batches  # noqa: E402
+from bench.data import TensorLoader  # noqa: E402
 from bench.models import build_model  # noqa: E402
 from bench.subnet.identifiability import train_mode_grad_second_moment  # noqa: E402
 from bench.subnet.selection import candidate_indices, param_layout  # noqa: E402
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     data = suite.load(Path(a.data_root), suite.data_cfg({}), False)
     x, y = data.train_x, data.train_y
     net = map_network(Path(a.results), suite, a.model, a.seed)
-    g2, _ = train_mode_grad_second_moment(net, epoch_batches(x, y, a.batch_size, torch.Generator().manual_seed(0)),
+    g2, _ = train_mode_grad_second_moment(net, TensorLoader(x, y, a.batch_size, shuffle=True, seed=0),
                                           F.cross_entropy)
     cand = candidate_indices(net)
     rel = (g2[cand] / g2[cand].median()).double().numpy()

@@ -123,11 +123,17 @@ class LaplaceMethod(Method):
         chunk = int(self.config["predict_batch_size"])
         return [(x[i:i + chunk], y[i:i + chunk]) for i in range(0, len(x), chunk)]
 
-    def val_nll_function(self, chunks):
-        """``tau -> mean validation NLL`` of this method's predictive. The generic path sets the
-        prior precision and predicts every chunk; subclasses may cache what does not depend on
-        tau (the subnetwork Laplace: the validation Jacobians)."""
+    def val_predictors(self, chunks):
+        """``[(probs(), y)]`` per validation chunk, ``probs()`` = this method's predictive at the
+        current prior precision. Subclasses may cache what does not depend on it (the
+        subnetwork Laplace: the validation Jacobians)."""
         dev = self.ctx.device
+        return [(lambda x=x: self._predict_chunk(x.to(dev)).probs, y) for x, y in chunks]
+
+    def val_nll_function(self, chunks):
+        """``tau -> mean validation NLL`` of :meth:`val_predictors`; ``inf`` where the posterior
+        cannot be formed (a failed Cholesky factor at a tiny prior precision)."""
+        predictors = self.val_predictors(chunks)
         n = sum(len(y) for _, y in chunks)
 
         def val_nll(tau: float) -> float:
@@ -135,10 +141,9 @@ class LaplaceMethod(Method):
             total = 0.0
             try:
                 with torch.no_grad():
-                    for x, y in chunks:
-                        probs = self._predict_chunk(x.to(dev)).probs
-                        total += float(nll(probs, y)) * len(y)
-            except torch.linalg.LinAlgError:  # a posterior that cannot be formed at this tau
+                    for probs, y in predictors:
+                        total += float(nll(probs(), y)) * len(y)
+            except torch.linalg.LinAlgError:
                 return math.inf
             return total / n
 

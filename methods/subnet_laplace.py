@@ -25,7 +25,6 @@ fit (:mod:`bench.laplace.memory`).
 """
 from __future__ import annotations
 
-import math
 import time
 import warnings
 
@@ -34,7 +33,7 @@ from torch import nn
 
 from bench.errors import BenchError
 from bench.laplace.memory import FLOAT_BYTES, activation_numel, check_memory, default_memory_limit
-from bench.laplace.predictive import nll, probit_probs
+from bench.laplace.predictive import probit_probs
 from methods._laplace_base import LaplaceMethod
 from bench.laplace.subnet_jacobians import SUBNET_BACKENDS, subnet_jacobian_backend
 from bench.seeding import derive_seed
@@ -177,35 +176,23 @@ class SubnetLaplace(LaplaceMethod):
                 f"data, e.g. weights of dead ReLU units; the Laplace posterior would predict exactly like the MAP "
                 f"network. Choose another criterion ({self.config['criterion']!r} picked them) or subnet.")
 
-    def val_nll_function(self, chunks):
+    def val_predictors(self, chunks):
         """The linearised probit predictive with the validation Jacobians computed once: per
         prior precision only ``J Sigma J^T`` changes (laplace-torch's own functional variance and
-        probit link on the cached Jacobians; tests check it against ``la(x)``)."""
+        probit link on the cached Jacobians; tests check it against the generic path)."""
         c = self.config
         n_val = sum(len(y) for _, y in chunks)
         cache_bytes = n_val * int(self.meta.get("n_outputs", 10)) * self.num_stochastic_params() * FLOAT_BYTES
         if not (c["pred_type"] == "glm" and c["link_approx"] == "probit") or cache_bytes > self.JACOBIAN_CACHE_BYTES:
-            return super().val_nll_function(chunks)
+            return super().val_predictors(chunks)
         dev = self.ctx.device
-        cached = []
+        out = []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for x, y in chunks:
-                Js, f_mu = self.la.backend.jacobians(x.to(dev))
-                cached.append((Js.detach(), f_mu.detach(), y))
-
-        def val_nll(tau: float) -> float:
-            self.la.prior_precision = float(tau)
-            total = 0.0
-            try:
-                with torch.no_grad():
-                    for Js, f_mu, y in cached:
-                        total += float(nll(probit_probs(f_mu, self.la.functional_variance(Js)), y)) * len(y)
-            except torch.linalg.LinAlgError:  # a posterior that cannot be formed at this tau
-                return math.inf
-            return total / n_val
-
-        return val_nll
+                Js, f_mu = (t.detach() for t in self.la.backend.jacobians(x.to(dev)))
+                out.append((lambda Js=Js, f_mu=f_mu: probit_probs(f_mu, self.la.functional_variance(Js)), y))
+        return out
 
     def load_state_dict(self, state):
         self.indices = torch.as_tensor(state["indices"], dtype=torch.long)

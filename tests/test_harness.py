@@ -145,6 +145,12 @@ def test_non_finite_predictive_is_recorded_as_failed(tmp_path, monkeypatch):
         return pred
 
     monkeypatch.setattr(Deterministic, "predict", nan_predict)
+    assert_only_deterministic_failed(tmp_path, "non-finite predictive mean")
+
+
+def assert_only_deterministic_failed(tmp_path, error: str) -> None:
+    """Run the toy grid (deterministic, mc_dropout): the deterministic cell is the one failed
+    record, with ``error`` in its message, and the grid went on to mc_dropout."""
     out = tmp_path / "r"
     args = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--out", str(out),
             "--methods", "deterministic,mc_dropout"]
@@ -152,7 +158,7 @@ def test_non_finite_predictive_is_recorded_as_failed(tmp_path, monkeypatch):
     df = load_records(out)
     failed = df[df["status"] == "failed"]
     assert list(failed["method"]) == ["deterministic"]
-    assert failed["error"].str.contains("non-finite predictive mean").all()
+    assert failed["error"].str.contains(error).all()
     assert (df.loc[df["method"] == "mc_dropout", "status"] == "ok").all()
 
 
@@ -166,11 +172,4 @@ def test_a_method_that_cannot_form_its_posterior_is_a_failed_cell(tmp_path, monk
         raise DegenerateSubnetError("all subnet weights have zero curvature")
 
     monkeypatch.setattr(Deterministic, "fit", degenerate_fit)
-    out = tmp_path / "r"
-    args = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--out", str(out),
-            "--methods", "deterministic,mc_dropout"]
-    assert main(args) == 0
-    df = load_records(out)
-    failed = df[df["status"] == "failed"]
-    assert list(failed["method"]) == ["deterministic"] and failed["error"].str.contains("zero curvature").all()
-    assert (df.loc[df["method"] == "mc_dropout", "status"] == "ok").all()
+    assert_only_deterministic_failed(tmp_path, "zero curvature")

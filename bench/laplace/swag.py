@@ -8,8 +8,8 @@ weight decay 3e-4, ``Var[w] = E[w^2] - E[w]^2`` over the snapshots, clamped at 1
 authors' settings are 256 snapshots at lr 1e-2, one snapshot per epoch.
 
 :func:`fit_diagonal_swag` is the same algorithm with two differences that do not change the
-estimator: batches are drawn by indexing the training tensors with a seeded permutation (a
-``DataLoader`` over a ``TensorDataset`` collates example by example, ~10x slower on MNIST), and
+estimator: batches come from :class:`bench.data.TensorLoader` (a seeded permutation per epoch;
+a ``DataLoader`` over a ``TensorDataset`` collates example by example, ~10x slower on MNIST), and
 the snapshot interval can be given in optimiser steps (``snapshot_every``) instead of epochs.
 With ``snapshot_every=None`` (one epoch) it reproduces ``fit_diagonal_swag_var`` exactly on the
 same batches (tests/test_laplace_machinery.py). A shorter interval is a cheaper estimate of the
@@ -25,13 +25,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector
 
-
-def epoch_batches(x: torch.Tensor, y: torch.Tensor, batch_size: int, generator: torch.Generator):
-    """One shuffled pass over ``(x, y)`` in batches (the last one may be smaller)."""
-    perm = torch.randperm(len(x), generator=generator)
-    for i in range(0, len(x), batch_size):
-        idx = perm[i:i + batch_size]
-        yield x[idx], y[idx]
+from bench.data import TensorLoader
 
 
 def fit_diagonal_swag(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: Callable, *,
@@ -56,7 +50,7 @@ def fit_diagonal_swag(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_f
     opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
     steps_per_epoch = -(-len(x) // int(batch_size)) if batches is None else None
     every = snapshot_every
-    gen = torch.Generator().manual_seed(int(seed))
+    loader = TensorLoader(x, y, int(batch_size), shuffle=True, seed=int(seed))
     mean = sq_mean = None
     n, step, epoch = 0, 0, 0
     t0 = time.perf_counter()
@@ -72,7 +66,7 @@ def fit_diagonal_swag(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_f
         n += 1
 
     while n < n_snapshots:
-        it = batches(epoch) if batches is not None else epoch_batches(x, y, int(batch_size), gen)
+        it = batches(epoch) if batches is not None else loader
         for xb, yb in it:
             xb, yb = xb.to(device), yb.to(device)
             opt.zero_grad(set_to_none=True)

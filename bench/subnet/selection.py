@@ -530,7 +530,7 @@ class VarianceCriterion(SubnetCriterion):
 
     def compute_param_scores(self, model, train_loader=None, loss_fn=None, **kwargs):
         from bench.subnet.identifiability import non_identifiable
-        from bench.laplace.swag import epoch_batches
+        from bench.data import TensorLoader
 
         loss_fn = loss_fn or self.default_loss()
         loader = self.loader(train_loader)
@@ -543,8 +543,8 @@ class VarianceCriterion(SubnetCriterion):
                 "exclude_non_identifiable": self.exclude_non_identifiable}
         if self.exclude_non_identifiable:
             x, y = loader.dataset.tensors
-            gen = torch.Generator().manual_seed(self.seed)
-            bad, ident = non_identifiable(model, epoch_batches(x, y, self.batch_size, gen), loss_fn, cand,
+            batches = TensorLoader(x, y, self.batch_size, shuffle=True, seed=self.seed)
+            bad, ident = non_identifiable(model, batches, loss_fn, cand,
                                           rtol=self.identifiability_rtol)
             info["identifiability"] = ident
             info["n_non_identifiable"] = ident["n_non_identifiable"]
@@ -610,13 +610,12 @@ class LargestVarianceDiagLaplaceCriterion(VarianceCriterion):
         var = la.posterior_variance  # = the scores of laplace-torch's LargestVarianceDiagLaplaceSubnetMask
         h = la.H.detach().float().cpu()
         valid = h > self.curvature_rtol * float(h.max().clamp_min(0.0))
-        info = {**info, "estimator": "diag_laplace", "prior_precision": self.prior_precision,
-                "n_zero_curvature_candidates": None}
+        info = {**info, "estimator": "diag_laplace", "prior_precision": self.prior_precision}
         return var, valid, info
 
     def compute_param_scores(self, model, train_loader=None, loss_fn=None, **kwargs):
         scores = super().compute_param_scores(model, train_loader, loss_fn=loss_fn, **kwargs)
-        self.info["n_zero_curvature_candidates"] = self.info["n_invalid_candidates"]
+        self.info["n_zero_curvature_candidates"] = self.info["n_invalid_candidates"]  # this estimator's invalid = zero GGN
         return scores
 
 
