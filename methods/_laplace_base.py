@@ -260,7 +260,7 @@ class LaplaceMethod(Method):
     def diagnostics(self):
         keep = ("backend", "backend_reason", "criterion", "prior_precision", "prior_precision_method",
                 "prior_search", "warnings", "log_marginal_likelihood", "memory_estimate_bytes",
-                "memory_limit_bytes", "n_zero_curvature", "n_non_identifiable", "select_info", "subnet_size",
+                "memory_limit_bytes", "n_zero_curvature", "n_non_identifiable", "select_info", "subnet_size", "subnet_digest",
                 "layer_distribution", "select_time_s", "curvature_time_s", "prior_time_s")
         out = {k: self.meta[k] for k in keep if k in self.meta}
         out.update({k: self.config[k] for k in ("pred_type", "link_approx")})

@@ -29,7 +29,8 @@ from torch import nn
 from bench.errors import BenchError
 from bench.seeding import derive_seed
 from bench.subnet.partial_vi import PartialVI, elbo_loss, forward_flops
-from bench.subnet.selection import (candidate_indices, layer_distribution, make_criterion, param_layout)
+from bench.subnet.selection import (CRITERIA, VarianceCriterion, candidate_indices, data_seed, layer_distribution,
+                                    make_criterion, param_layout, subnet_digest)
 from bench.subnet.sigma_stats import last_rel_change, sigma_change, sigma_summary
 from bench.subnet.ssvi import softplus_inv
 from bench.training import OPTIMIZERS, own_group, train_model
@@ -270,7 +271,7 @@ class VIMethod(Method):
             "first_layer_sigma": self.first_layer_sigma(),
         }
         out["sigma_change"] = sigma_change(out["sigma_init"], out["sigma_final"])
-        for key in ("criterion", "select_time_s", "init", "train"):
+        for key in ("criterion", "select_time_s", "subnet_digest", "select_info", "init", "train"):
             if key in self.meta:
                 out[key] = self.meta[key]
         return out
@@ -316,12 +317,17 @@ class PBN(VIMethod):
             opts.update(squared=bool(c["squared"]), n_batches=c["n_grad_batches"], aggregate=str(c["aggregate"]))
         elif name == "random":
             opts["seed"] = derive_seed("pbn", "random-subnet", self.ctx.seed)
+        elif isinstance(CRITERIA.get(name), type) and issubclass(CRITERIA.get(name), VarianceCriterion):
+            # the subnetwork Laplace's criteria at their defaults (SWAG: the authors' 256 snapshots
+            # at lr 1e-2) and with its seed: the same mask as subnet_laplace on the same MAP network
+            opts["seed"] = data_seed(name, self.ctx.seed)
 
         criterion = make_criterion(name, size, **opts)
         t0 = time.perf_counter()
         indices = criterion.select(map_net, train, loss_fn=self.ctx.task.loss)
         meta = {"criterion": {"name": name, **{k: v for k, v in opts.items() if k != "seed"}, "size": size},
-                "select_time_s": time.perf_counter() - t0,
+                "select_time_s": time.perf_counter() - t0, "subnet_digest": subnet_digest(indices),
+                "select_info": getattr(criterion, "info", {}),
                 "n_candidates": int(candidate_indices(map_net).numel()), "init": c["init"]}
         net = map_net if c["init"] == "map" else self.fresh_network("random-init").to(self.ctx.device)
         return net, indices, meta

@@ -37,8 +37,8 @@ from bench.laplace.predictive import probit_probs
 from methods._laplace_base import LaplaceMethod
 from bench.laplace.subnet_jacobians import SUBNET_BACKENDS, subnet_jacobian_backend
 from bench.seeding import derive_seed
-from bench.subnet.selection import (DegenerateSubnetError, candidate_indices, layer_distribution, make_criterion,
-                                    resolve_subnet_size)
+from bench.subnet.selection import (DegenerateSubnetError, candidate_indices, data_seed, layer_distribution,
+                                    make_criterion, resolve_subnet_size, subnet_digest)
 from methods.base import register_method
 
 
@@ -92,14 +92,12 @@ class SubnetLaplace(LaplaceMethod):
             opts["seed"] = derive_seed("subnet_laplace", "random-subnet", self.ctx.seed)
         elif name in ("largest_variance_diag_laplace", "wasserstein_diag_laplace"):
             opts.update(backend=c["select_backend"], max_examples=c["select_max_examples"],
-                        exclude_non_identifiable=bool(c["exclude_non_identifiable"]),
-                        seed=derive_seed("subnet_laplace", "identifiability", self.ctx.seed))
+                        exclude_non_identifiable=bool(c["exclude_non_identifiable"]), seed=data_seed(name, self.ctx.seed))
         elif name in ("largest_variance_swag", "wasserstein"):
             every = c["swag_snapshot_every"]
             opts.update(n_snapshots=int(c["swag_n_snapshots"]), lr=float(c["swag_lr"]),
                         snapshot_every=None if every is None else int(every), max_examples=c["select_max_examples"],
-                        exclude_non_identifiable=bool(c["exclude_non_identifiable"]),
-                        seed=derive_seed("subnet_laplace", "swag", self.ctx.seed))
+                        exclude_non_identifiable=bool(c["exclude_non_identifiable"]), seed=data_seed(name, self.ctx.seed))
         return opts
 
     def choose_backend(self, model: nn.Module, x1: torch.Tensor) -> tuple[str, str]:
@@ -153,6 +151,7 @@ class SubnetLaplace(LaplaceMethod):
         if "n_non_identifiable" in self.meta["select_info"]:
             self.meta["n_non_identifiable"] = self.meta["select_info"]["n_non_identifiable"]
         self.meta["subnet_size"] = int(self.indices.numel())
+        self.meta["subnet_digest"] = subnet_digest(self.indices)
         self.meta["layer_distribution"] = layer_distribution(model, self.indices)
         # 3. backend, and the memory check with it
         backend, why = self.choose_backend(model, x1)

@@ -53,6 +53,7 @@ from torch import nn
 
 from bench.errors import BenchError, MethodFailedError
 from bench.registry import Registry
+from bench.seeding import derive_seed
 
 #: ``param_filter(module_name, module, param_name) -> bool``: may this parameter be selected?
 ParamFilter = Callable[[str, nn.Module, str], bool]
@@ -679,6 +680,25 @@ class WassersteinCriterion(LargestVarianceSWAGCriterion):
 class WassersteinDiagLaplaceCriterion(LargestVarianceDiagLaplaceCriterion):
     """The Wasserstein criterion with the marginal variances of a diagonal Laplace (the paper's
     text) instead of SWAG (its authors' code)."""
+
+
+def subnet_digest(indices: torch.Tensor) -> str:
+    """Short hash of a subnetwork (its sorted flat indices): equal digests = the same weights,
+    e.g. one mask under two inference schemes."""
+    import hashlib
+
+    idx = torch.as_tensor(indices).flatten().long().sort().values.cpu().numpy().astype("int64")
+    return hashlib.sha256(idx.tobytes()).hexdigest()[:12]
+
+
+def data_seed(name: str, seed: int) -> int:
+    """Seed of a variance criterion's own randomness (SWAG's SGD, the identifiability batches) in
+    run ``seed``. Shared by every method that selects a subnetwork, so one MAP network and one
+    criterion give one mask whatever inference follows (partial VI or Laplace); the namespace is
+    the subnetwork Laplace's, where these criteria first ran (its records stay reproducible)."""
+    cls = CRITERIA.get(name)
+    purpose = "swag" if issubclass(cls, LargestVarianceSWAGCriterion) else "identifiability"
+    return derive_seed("subnet_laplace", purpose, seed)
 
 
 def make_criterion(name: str, size: int | float, **options) -> SubnetCriterion:
