@@ -10,6 +10,8 @@ on the same tensors, and prints the ratio next to its target:
   and PBN's variational state (rho + indices) / mfvi's                                       < 0.05
 * PBN (S = 5) prediction / (S x one deterministic forward)                                   <= 1.2
 * mfvi training step speed / bayesian-torch 0.5's (``dnn_to_bnn``), S = 1 and 5               >= 1.0
+* MC dropout and deep-ensemble prediction speed / torch-uncertainty 0.13's wrappers            >= 1.0
+  (the peers need the ``perf`` extra; without it their rows say so and count as skipped)
 * VDP++ prediction (one moment-propagating pass) / one deterministic forward                  <= 3,
   and its peak tensor memory / the deterministic forward's                                  <= 2
 
@@ -143,6 +145,64 @@ def mc_dropout_vs_single(model_name, in_shape, device, repeats, tmp, n=2000, sam
 
     c, r = side_by_side(mc, one, repeats, device)
     return f"MC dropout S={samples} / (S x single forward)", c / (samples * r), "<=", 1.2, f"{c * 1e3:.1f} ms vs {samples} x {r * 1e3:.1f} ms"
+
+
+def _torch_uncertainty():
+    """torch-uncertainty 0.13's method wrappers, or None without the ``perf`` extra."""
+    try:
+        from torch_uncertainty.methods.deep_ensembles import deep_ensembles
+        from torch_uncertainty.methods.mc_dropout import mc_dropout
+    except ImportError:
+        return None
+    return mc_dropout, deep_ensembles
+
+
+def _tu_probs(wrapper, x, members: int) -> torch.Tensor:
+    """torch-uncertainty's wrappers return the (M x B, C) logits of every member: a user averages
+    the softmax over members (its ``ClassificationRoutine`` does the same)."""
+    with torch.no_grad():
+        logits = wrapper(x)
+        return torch.softmax(logits, -1).reshape(members, x.shape[0], -1).mean(0)
+
+
+_TU_MISSING = "(not installed: pip install -e .[perf])"
+
+
+@case
+def mc_dropout_vs_torch_uncertainty(model_name, in_shape, device, repeats, tmp, n=2000, samples=20):
+    """MC dropout prediction against the peer a user would pick instead: torch-uncertainty 0.13's
+    ``mc_dropout`` wrapper (its default: the batch repeated S times in one pass) around the same
+    trained network, to averaged probabilities. Needs the ``perf`` extra."""
+    tu = _torch_uncertainty()
+    if tu is None:
+        return (f"MC dropout predict speed / torch-uncertainty's {_TU_MISSING}", float("nan"), "skip", 1.0, "")
+    import copy
+
+    ctx = _context(model_name, in_shape, device, tmp)
+    mcd = _fitted("mc_dropout", ctx, p=0.1, samples=samples)
+    wrapper = tu[0](copy.deepcopy(mcd.model), num_estimators=samples).to(device).eval()
+    x = torch.randn(n, *in_shape, device=device)
+    c, r = side_by_side(lambda: _tu_probs(wrapper, x, samples), lambda: mcd.predict(x), repeats, device)
+    return (f"MC dropout S={samples} predict speed / torch-uncertainty's", c / r, ">=", 1.0,
+            f"{r * 1e3:.1f} ms vs {c * 1e3:.1f} ms for {n} inputs")
+
+
+@case
+def ensemble_vs_torch_uncertainty(model_name, in_shape, device, repeats, tmp, n=2000, members=5):
+    """Deep-ensemble prediction against torch-uncertainty 0.13's ``deep_ensembles`` wrapper
+    around the same members (no parameter reset), to averaged probabilities."""
+    tu = _torch_uncertainty()
+    if tu is None:
+        return (f"deep ensemble predict speed / torch-uncertainty's {_TU_MISSING}", float("nan"), "skip", 1.0, "")
+    import copy
+
+    ctx = _context(model_name, in_shape, device, tmp)
+    ens = _fitted("deep_ensemble", ctx, members=members)
+    wrapper = tu[1]([copy.deepcopy(m) for m in ens.members], reset_model_parameters=False).to(device).eval()
+    x = torch.randn(n, *in_shape, device=device)
+    c, r = side_by_side(lambda: _tu_probs(wrapper, x, members), lambda: ens.predict(x), repeats, device)
+    return (f"deep ensemble M={members} predict speed / torch-uncertainty's", c / r, ">=", 1.0,
+            f"{r * 1e3:.1f} ms vs {c * 1e3:.1f} ms for {n} inputs")
 
 
 def _partial_vi(model_name, in_shape, device, r_bayes: float | None) -> PartialVI:

@@ -11,7 +11,11 @@ Tables (markdown on stdout), each from ``results/<suite>/records`` of one model:
             and where they sit (fraction of the subnet per layer);
   swag      SWAG with one snapshot per epoch (the authors') against one every 20 SGD steps (the
             cheaper estimate the larger networks use here): subnet overlap and paired differences;
-  size      the subnet-size sweep, Wasserstein (SWAG) against a random subnet of the same size.
+  size      the subnet-size sweep, Wasserstein (SWAG) against a random subnet of the same size;
+  schemes   selection criterion x inference scheme at equal size: each criterion's subnet under
+            the subnetwork Laplace and under PBN's partial VI (``pbn[n_bayes=<size>]``, its
+            fine-tuning rate as chosen on validation), paired over seeds against MAP and
+            against each other, and whether the two schemes got the same mask.
 
 Run from the repository root:
   .venv/bin/python benchmarks/laplace_tables.py --model lenet_300_100 --seeds 0,1,2,3,4 --table criteria
@@ -182,7 +186,49 @@ def table_size(runs: Runs, a) -> list[list[str]]:
     return [header] + rows
 
 
-TABLES = {"criteria": table_criteria, "overlap": table_overlap, "swag": table_swag, "size": table_size}
+def _digest(indices) -> str | None:
+    from bench.subnet.selection import subnet_digest
+
+    return None if indices is None else subnet_digest(torch.tensor(sorted(indices)))
+
+
+def table_schemes(runs: Runs, a) -> list[list[str]]:
+    header = ["criterion", "seeds (both)", "Laplace shift NLL", "PBN shift NLL", "Laplace Δ shift NLL vs MAP",
+              "PBN Δ shift NLL vs MAP", "Δ shift NLL PBN - Laplace", "Laplace OOD AUROC", "PBN OOD AUROC",
+              "Δ ID acc PBN - Laplace", "same mask"]
+    size = a.n_subnet or 1000
+    det = runs.configs("deterministic", optimizer=None, lr=None, weight_decay=None, epochs=None)
+    base = runs.per_seed(det[0][0]) if det else None
+    rows = []
+    lrs = {c.get("lr") for _, c in runs.configs("pbn", n_bayes=size, init="map")}
+    ft = [h for lr in lrs for h, _ in runs.configs("pbn", n_bayes=0, lr=lr)]
+    if ft:  # PBN's pipeline with no stochastic weight: what its fine-tuning alone does to MAP
+        p = runs.per_seed(ft[0])
+        rows.append(["none: MAP fine-tuned by PBN's pipeline (n_bayes 0)", ",".join(map(str, p["seed"])), "-",
+                     ms(p["sh_nll"], "{:.3f}"), "-", "-" if base is None else paired(p, base, "sh_nll", "{:+.3f}"),
+                     "-", "-", ms(p["auroc"], "{:.3f}"), "-", "-"])
+    for crit, label in CRITERIA:
+        hl = subnet_config(runs, crit, **_size_args(a))
+        hp = runs.configs("pbn", criterion=crit, n_bayes=size, init="map")
+        if not hl or not hp:
+            continue
+        hp = hp[0][0]
+        lap, pbn = laplace_rows(runs, hl), runs.per_seed_with(hp, lambda d, s: {"digest": d.get("subnet_digest")})
+        both = sorted(set(lap["seed"]) & set(pbn["seed"]))
+        if not both:
+            continue
+        lap, pbn = lap[lap["seed"].isin(both)], pbn[pbn["seed"].isin(both)]
+        same = [_digest(fitted_indices(a.results, a.suite, runs.model, hl, s)) == d
+                for s, d in zip(pbn["seed"], pbn["digest"]) if d is not None]
+        rows.append([label, ",".join(map(str, both)), ms(lap["sh_nll"], "{:.3f}"), ms(pbn["sh_nll"], "{:.3f}"),
+                     "-" if base is None else paired(lap, base, "sh_nll", "{:+.3f}"),
+                     "-" if base is None else paired(pbn, base, "sh_nll", "{:+.3f}"),
+                     paired(pbn, lap, "sh_nll", "{:+.3f}"), ms(lap["auroc"], "{:.3f}"), ms(pbn["auroc"], "{:.3f}"),
+                     paired(pbn, lap, "id_acc", "{:+.4f}"), f"{sum(same)} of {len(same)} seeds" if same else "-"])
+    return [header] + rows
+
+
+TABLES = {"criteria": table_criteria, "schemes": table_schemes, "overlap": table_overlap, "swag": table_swag, "size": table_size}
 
 
 def _size_arguments(p):

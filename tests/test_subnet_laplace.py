@@ -13,7 +13,7 @@ from torch import nn
 from bench.data import TensorLoader
 from bench.errors import BenchError
 from bench.subnet.selection import (DegenerateSubnetError, candidate_indices, make_criterion, param_layout,
-                                    resolve_subnet_size)
+                                    resolve_subnet_size, subnet_digest)
 from bench.tasks import classification
 from bench.training import TrainConfig
 from methods.base import MethodContext
@@ -296,15 +296,21 @@ def test_bad_options_are_clear_errors():
     assert math.isfinite(estimate_memory(backend="asdl", s=10, **MEM)["total"])
 
 
-@pytest.mark.parametrize("name", ["largest_variance_diag_laplace", "magnitude", "gradient"])
+@pytest.mark.parametrize("name", ["wasserstein", "wasserstein_diag_laplace", "largest_variance_diag_laplace",
+                                  "magnitude", "gradient"])
 def test_pbn_and_subnet_laplace_select_the_same_subnet_at_equal_size(name):
+    """The criterion x inference-scheme table compares one mask under two schemes: PBN draws the
+    variance criteria's randomness (SWAG's SGD, identifiability batches) from the same seed."""
     from methods.pbn import PBN
 
     ctx = ctx_for(bn_net)
-    _, pbn_idx, _ = PBN(ctx, criterion=name, n_bayes=11).build_posterior(loader())
+    train = loader(n=600)  # several SGD batches per SWAG epoch: its seed matters
+    pbn = PBN(ctx, criterion=name, n_bayes=11)
+    _, pbn_idx, meta = pbn.build_posterior(train)
     sl = SubnetLaplace(ctx, criterion=name, n_subnet=11)
-    sl.before_fit(sl.map_network(), loader())
+    sl.before_fit(sl.map_network(), train)
     assert pbn_idx.tolist() == sl.indices.tolist()
+    assert meta["subnet_digest"] == sl.meta["subnet_digest"] == subnet_digest(torch.flip(sl.indices, [0]))
 
 
 def test_prior_precision_method_none_from_the_command_line_keeps_the_given_prior():

@@ -62,6 +62,16 @@ def _variance_views(model: nn.Module, variance: torch.Tensor) -> dict[int, dict[
     return views
 
 
+def _quadratic(G: torch.Tensor, w: torch.Tensor, per_example: bool = False) -> torch.Tensor:
+    """``(B, K, K)``: ``sum_n G[k, b, n] w[n] G[j, b, n]`` (``w[b, n]`` when ``per_example``) for
+    per-output gradients ``G`` (K, B, ...), as one batched matrix product (a three-operand einsum
+    may build the K x K x B x ... outer product first: minutes on a ResNet)."""
+    K, B = G.shape[:2]
+    Gb = G.reshape(K, B, -1).transpose(0, 1)  # (B, K, N)
+    w = w.reshape(B, 1, -1) if per_example else w.reshape(1, 1, -1)
+    return torch.bmm(Gb * w, Gb.transpose(1, 2))
+
+
 def diag_glm_moments(model: nn.Module, x: torch.Tensor, variance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(f_mu (B, K), f_var (B, K, K))`` of the linearised network under ``N(w_MAP, diag(variance))``."""
     bad = unsupported_modules(model)
@@ -96,7 +106,7 @@ def diag_glm_moments(model: nn.Module, x: torch.Tensor, variance: torch.Tensor) 
                 c = (a * a) @ v["weight"].T if "weight" in v else 0.0
                 if "bias" in v:
                     c = c + v["bias"]
-                f_var += torch.einsum("kbo,jbo,bo->bkj", g, g, c)
+                f_var += _quadratic(g, c.expand(B, -1) if c.dim() == 1 else c, per_example=True)
             elif isinstance(m, nn.Conv2d):
                 gl = g.reshape(K, B, g.shape[2], -1)  # (K, B, O, L)
                 if "weight" in v:
@@ -105,18 +115,18 @@ def diag_glm_moments(model: nn.Module, x: torch.Tensor, variance: torch.Tensor) 
                     step = max(1, CONV_BLOCK_FLOATS // (K * vw.numel()))  # examples per block
                     for s in range(0, B, step):  # per-example weight gradients, a block at a time
                         G = torch.einsum("kbol,bcl->kboc", gl[:, s:s + step], cols[s:s + step])
-                        f_var[s:s + step] += torch.einsum("kboc,jboc,oc->bkj", G, G, vw)
+                        f_var[s:s + step] += _quadratic(G, vw)
                 if "bias" in v:
                     Gb = gl.sum(-1)
-                    f_var += torch.einsum("kbo,jbo,o->bkj", Gb, Gb, v["bias"])
+                    f_var += _quadratic(Gb, v["bias"])
             else:  # batch norm, eval mode: z = gamma * (a - mean) / sqrt(var + eps) + beta
                 shape = (1, -1) + (1,) * (a.dim() - 2)
                 xhat = (a - m.running_mean.view(shape)) / torch.sqrt(m.running_var.view(shape) + m.eps)
                 gl = g.reshape(K, B, a.shape[1], -1)
                 if "weight" in v:
                     G = (gl * xhat.reshape(1, B, a.shape[1], -1)).sum(-1)
-                    f_var += torch.einsum("kbc,jbc,c->bkj", G, G, v["weight"])
+                    f_var += _quadratic(G, v["weight"])
                 if "bias" in v:
                     Gb = gl.sum(-1)
-                    f_var += torch.einsum("kbc,jbc,c->bkj", Gb, Gb, v["bias"])
+                    f_var += _quadratic(Gb, v["bias"])
     return f.detach(), f_var
