@@ -30,3 +30,9 @@ $R --methods mfvi --set mfvi.sigma_init=0.003,0.01
 # how rho's optimiser decides whether sigma moves (one epoch, seed 0)
 $R --methods mfvi --seeds 0 --set mfvi.epochs=1 --set mfvi.rho_optimizer=sgd --set mfvi.rho_lr=0.01,1,100
 $R --methods mfvi --seeds 0 --set mfvi.epochs=1 --set mfvi.rho_optimizer=adam --set mfvi.rho_lr=0.001,0.01,0.1
+# CIFAR-10 / CIFAR-10-C (cifar10c suite, resnet_small, 12 epochs): the VI rows of README.md and
+# the SSVI density comparison of docs/ssvi.md
+C=".venv/bin/python -m bench run --suite cifar10c --profile quick --data-root ${DATA_ROOT:-data} --no-report"
+$C --methods deterministic,pbn,mfvi --set pbn.lr=0.05,0.005
+.venv/bin/python -m bench select --suite cifar10c --method pbn --tune lr
+$C --methods ssvi --set ssvi.density=0.05,0.1,1.0
