@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 
 from bench.errors import BenchError
 
@@ -77,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     perf.add_argument("--repeats", type=int, default=5)
     perf.add_argument("--device", default="auto")
     perf.add_argument("--case", dest="cases", type=_csv, default=None, help="comma-separated case names (default: all)")
+    perf.add_argument("--save", default=None, metavar="PATH",
+                      help="also write the rows and the machine they ran on to PATH (JSON; "
+                           "benchmarks/perf_table.py renders it), merged by (case, model, measure)")
     return p
 
 
@@ -165,7 +166,7 @@ def cmd_select(args) -> int:
 def cmd_perf(args) -> int:
     from bench.perf import main as perf_main
 
-    return perf_main(repeats=args.repeats, device=args.device, cases=args.cases)
+    return perf_main(repeats=args.repeats, device=args.device, cases=args.cases, save=args.save)
 
 
 def check_datasets_package() -> None:

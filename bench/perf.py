@@ -414,18 +414,38 @@ OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "<": lambda a, b: a
        "skip": lambda a, b: True}
 
 
-def main(repeats: int = 5, device: str = "auto", cases: list[str] | None = None) -> int:
+def _save(path, rows: list[dict], meta: dict) -> None:
+    """Merge ``rows`` into the JSON file at ``path`` (a later run of a case replaces its rows)."""
+    import json
+    from pathlib import Path
+
+    from bench.store import atomic_write_json
+
+    path = Path(path)
+    old = json.loads(path.read_text()).get("rows", []) if path.exists() else []
+    key = lambda r: (r["case"], r["model"], r["measure"])  # noqa: E731
+    new_keys = {key(r) for r in rows}
+    atomic_write_json(path, {"rows": [r for r in old if key(r) not in new_keys] + rows})
+
+
+def main(repeats: int = 5, device: str = "auto", cases: list[str] | None = None, save: str | None = None) -> int:
+    import datetime
     import tempfile
 
     from bench.errors import BenchError
+    from bench.provenance import device_description, git_commit
 
     unknown = set(cases or []) - {f.__name__ for f in _registered}
     if unknown:
         raise BenchError(f"unknown perf case(s) {sorted(unknown)}; valid: {', '.join(f.__name__ for f in _registered)}")
     dev = resolve_device(device)
+    meta = {"device": device_description(dev), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "repeats": repeats, "git_commit": git_commit(),
+            "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     print(f"device {dev}, torch {torch.__version__}, {torch.get_num_threads()} threads, {repeats} repeats (median)")
     print(f"{'model':14s} {'measure':48s} {'ratio':>7s}  target   {'':6s} detail")
     missed = 0
+    saved: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         for model_name, shape in MODELS:
             for fn in [f for f in _registered if not cases or f.__name__ in cases]:
@@ -435,4 +455,8 @@ def main(repeats: int = 5, device: str = "auto", cases: list[str] | None = None)
                     missed += not ok
                     print(f"{model_name:14s} {label:48s} {ratio:7.3f}  {op:2s} {target:<5} "
                           f"{'ok' if ok else 'MISSED':6s} {detail}", flush=True)
+                    saved.append({"case": fn.__name__, "model": model_name, "measure": label, "ratio": float(ratio),
+                                  "op": op, "target": target, "ok": bool(ok), "detail": detail, **meta})
+    if save:
+        _save(save, saved, meta)
     return 1 if missed else 0

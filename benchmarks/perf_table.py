@@ -1,0 +1,47 @@
+"""The speed table of README.md, rendered from what ``python -m bench perf --save PATH`` stored.
+
+Every row is a ratio measured side by side in one process (``bench/perf.py``); the table says
+on which machine, with how many threads and repeats, and at which commit each row ran.
+
+Run from the repository root:
+  OMP_NUM_THREADS=1 .venv/bin/python -m bench perf --repeats 7 --save results/perf/cpu.json
+  .venv/bin/python benchmarks/perf_table.py --file results/perf/cpu.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+MODEL_NAMES = {"lenet_300_100": "LeNet-300-100", "lenet5": "LeNet-5"}
+
+
+def render(rows: list[dict], cases: list[str] | None = None) -> str:
+    rows = [r for r in rows if not cases or r["case"] in cases]
+    out = ["| model | measure | ratio | target | met | detail | measured on |", "| --- | --- | ---: | --- | --- | --- | --- |"]
+    for r in rows:
+        ratio = "-" if r["ratio"] != r["ratio"] else f"{r['ratio']:.3f}"  # NaN: a peer not installed
+        target = "-" if r["op"] == "skip" else f"{r['op']} {r['target']}"
+        met = "skipped" if r["op"] == "skip" else ("yes" if r["ok"] else "**no**")
+        where = f"{r['device']}, {r['threads']} thread(s), median of {r['repeats']}, {r['at'][:10]} ({r['git_commit'][:7]})"
+        out.append(f"| {MODEL_NAMES.get(r['model'], r['model'])} | {r['measure']} | {ratio} | {target} | {met} | "
+                   f"{r['detail']} | {where} |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--file", default="results/perf/cpu.json")
+    p.add_argument("--cases", default=None, help="comma-separated case names (default: every stored row)")
+    a = p.parse_args(argv)
+    path = Path(a.file)
+    if not path.exists():
+        print(f"no stored perf rows at {path}: run `python -m bench perf --save {path}` first", file=sys.stderr)
+        return 2
+    print(render(json.loads(path.read_text())["rows"], a.cases.split(",") if a.cases else None))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
