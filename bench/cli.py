@@ -90,7 +90,7 @@ def cmd_list(_args) -> int:
     for name in METHODS.names():
         cls = METHODS.get(name)
         opts = ", ".join(f"{k}={v}" for k, v in cls.defaults.items()) or "no options"
-        print(f"  {name:16s} {cls.description}\n  {'':16s} options: {opts}")
+        print(f"  {name:16s} {cls.description}\n  {'':16s} tasks: {', '.join(cls.tasks)}\n  {'':16s} options: {opts}")
     print(f"\nmodels: {', '.join(MODELS.names())}")
     print(f"profiles: {', '.join(PROFILES)}")
     print("\nsuites:")
@@ -118,7 +118,7 @@ def cmd_run(args) -> int:
     from methods import METHODS
 
     suite = SUITES.get(args.suite)()
-    methods = args.methods or list(suite.default_methods)
+    methods = args.methods if args.methods is not None else list(suite.default_methods)
     for m in methods:
         METHODS.get(m)
     plan = resolve_plan(suite, args.profile, methods, parse_sets(args.sets), seeds=args.seeds, method_registry=METHODS)

@@ -89,7 +89,9 @@ def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
         if key == "models":
             models = [str(v) for v in values]
         elif key == "seeds":
-            plan_seeds = [int(v) for v in values]
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+                raise BenchError(f"--set seeds= expects non-negative integers, got {values}")
+            plan_seeds = list(values)
         elif key.startswith("train.") or key.startswith("data."):
             if len(values) != 1:
                 raise BenchError(f"--set {key}: sweeps are only supported for method options")
@@ -101,11 +103,20 @@ def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
             method_sets.setdefault(m, {})[opt] = values
         else:
             raise BenchError(f"--set {key}: keys are <method>.<option>, train.<field>, data.<field>, models or seeds")
-    train_cfg = TrainConfig.from_dict(train)
+    train_cfg = TrainConfig.from_dict(train).check()
+    suite.data_cfg(data)  # unknown or invalid data options: an error before anything is loaded
     from bench.models import MODELS
 
+    if not models:
+        raise BenchError("no model to run (--set models= is empty)")
+    if not plan_seeds:
+        raise BenchError("no seed to run (--seeds / --set seeds= is empty)")
+    if any(not isinstance(s, int) or s < 0 for s in plan_seeds):
+        raise BenchError(f"seeds must be non-negative integers, got {plan_seeds}")
     for m in models:
         MODELS.get(m)
+    if not methods:
+        raise BenchError("no method to run (--methods is empty)")
     plan = RunPlan(suite.name, profile, models, plan_seeds, train_cfg, data, note=prof.get("note", ""))
     for name in methods:
         cls = method_registry.get(name)
@@ -114,10 +125,15 @@ def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
         unknown = (set(base) | set(sweep)) - set(cls.defaults)
         if unknown:
             raise BenchError(f"unknown option(s) {sorted(unknown)} for method {name!r}; valid: {sorted(cls.defaults) or 'none'}")
+        if suite.task.kind not in cls.tasks:
+            raise BenchError(f"method {name!r} does not support {suite.task.kind} tasks (suite {suite.name}); "
+                             f"it supports: {', '.join(cls.tasks)}")
         keys = list(sweep)
         configs = []
         for combo in itertools.product(*(sweep[k] for k in keys)) if keys else [()]:
-            configs.append({**cls.defaults, **base, **dict(zip(keys, combo))})
+            overrides = {**base, **dict(zip(keys, combo))}
+            cls.check_config(overrides)
+            configs.append({**cls.defaults, **overrides})
         plan.methods[name] = configs
     return plan
 

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from bench.data import TensorLoader
+from bench.options import ListOf, OneOf, Range, check_options
 from bench.errors import BenchError, DivergedError
 
 
@@ -39,6 +40,12 @@ class TrainConfig:
             raise BenchError(f"unknown training option(s) {sorted(unknown)}; valid: {sorted(names)}")
         return cls(**d)
 
+    def check(self) -> "TrainConfig":
+        """Every field valid for a run (:data:`TRAIN_CONSTRAINTS`), else one BenchError naming
+        them; called when a run is planned, before any data is loaded."""
+        check_options("training (train.*)", self.to_dict(), {}, TRAIN_CONSTRAINTS)
+        return self
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -47,6 +54,21 @@ class TrainConfig:
 
 
 OPTIMIZERS = ("adam", "sgd")
+SCHEDULES = ("constant", "cosine", "step")
+#: what a run's training budget may be (an untrained network is not a result: epochs >= 1)
+TRAIN_CONSTRAINTS = {
+    "epochs": Range(1, integer=True),
+    "batch_size": Range(1, integer=True),
+    "optimizer": OneOf(*OPTIMIZERS),
+    "lr": Range(0, lo_open=True),
+    "momentum": Range(0, 1, hi_open=True),
+    "weight_decay": Range(0),
+    "schedule": OneOf(*SCHEDULES),
+    "warmup_epochs": Range(0),
+    "milestones": ListOf(Range(1, integer=True), min_len=0),
+    "grad_clip": Range(0, lo_open=True, optional=True),
+    "max_train_examples": Range(1, integer=True, optional=True),
+}
 
 
 def _optimizer(kind: str, groups: list[dict], cfg: TrainConfig) -> torch.optim.Optimizer:

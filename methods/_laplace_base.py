@@ -24,6 +24,7 @@ from bench.errors import BenchError
 from bench.laplace.prior import grid_search_prior_precision
 from bench.laplace.subnet_jacobians import backend_class
 from bench.laplace.predictive import glm_mc_probs, nll, probit_probs
+from bench.options import OneOf, Range
 from bench.predictive import ClassificationPredictive
 from bench.seeding import derive_seed
 from bench.subnet.selection import as_torch_loader
@@ -56,6 +57,15 @@ class LaplaceMethod(Method):
         "predict_batch_size": 1000,  # chunk inside predict (and the grid search)
         "backend": "auto",
     }
+    common_constraints = {
+        "pred_type": OneOf("glm", "nn"), "link_approx": OneOf("probit", "mc"), "n_samples": Range(1, integer=True),
+        "prior_precision_method": OneOf("gridsearch", "marglik", "none", optional=True),
+        "prior_precision": Range(0, lo_open=True), "grid_size": Range(2, integer=True),
+        "grid_extend_decades": Range(0), "grid_max_extensions": Range(0, integer=True),
+        "val_examples": Range(1, integer=True, optional=True), "batch_size": Range(1, integer=True),
+        "predict_batch_size": Range(1, integer=True),
+    }
+    constraints = common_constraints
 
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)

@@ -24,6 +24,7 @@ from torch import nn
 
 from bench.checkpoints import MapCache
 from bench.errors import BenchError
+from bench.options import Constraint, check_options
 from bench.registry import Registry
 from bench.tasks import Task
 from bench.training import TrainConfig
@@ -56,14 +57,23 @@ class Method(abc.ABC):
     description: ClassVar[str] = ""
     #: hyperparameters and their defaults; profiles and ``--set method.key=value`` override them
     defaults: ClassVar[dict[str, Any]] = {}
-    #: tasks the method supports
+    #: tasks the method supports (checked when a run is planned; shown by ``bench list``)
     tasks: ClassVar[tuple[str, ...]] = ("classification", "regression")
+    #: value constraints of options (:mod:`bench.options`); options without one are checked
+    #: against the type of their default
+    constraints: ClassVar[dict[str, Constraint]] = {}
+
+    @classmethod
+    def check_config(cls, config: dict) -> None:
+        """Unknown options and invalid values: one BenchError naming them and what is valid."""
+        unknown = set(config) - set(cls.defaults)
+        if unknown:
+            raise BenchError(f"unknown option(s) {sorted(unknown)} for method {cls.name!r}; "
+                             f"valid: {sorted(cls.defaults) or 'none'}")
+        check_options(f"method {cls.name!r}", config, cls.defaults, cls.constraints)
 
     def __init__(self, ctx: MethodContext, **config):
-        unknown = set(config) - set(self.defaults)
-        if unknown:
-            raise BenchError(f"unknown option(s) {sorted(unknown)} for method {self.name!r}; "
-                             f"valid: {sorted(self.defaults) or 'none'}")
+        self.check_config(config)
         if ctx.task.kind not in self.tasks:
             raise BenchError(f"method {self.name!r} does not support {ctx.task.kind} tasks")
         self.ctx = ctx

@@ -14,6 +14,7 @@ import copy
 import torch
 from torch.func import functional_call, stack_module_state
 
+from bench.options import Range
 from methods.base import Method, register_method
 
 
@@ -21,6 +22,7 @@ from methods.base import Method, register_method
 class DeepEnsemble(Method):
     description = "M independently seeded MAP networks; predictive = average of member predictives"
     defaults = {"members": 5}
+    constraints = {"members": Range(1, integer=True)}
 
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)

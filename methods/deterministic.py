@@ -14,7 +14,8 @@ import time
 import torch
 
 from bench.seeding import derive_seed
-from bench.training import nll_loss, train_model
+from bench.options import OneOf, Range
+from bench.training import OPTIMIZERS, nll_loss, train_model
 from methods.base import Method, register_method
 
 
@@ -22,6 +23,8 @@ from methods.base import Method, register_method
 class Deterministic(Method):
     description = "MAP point estimate (SGD with weight decay); the network other methods start from"
     defaults = {"optimizer": None, "lr": None, "weight_decay": None, "epochs": None}  # None: the profile's (MAP cache)
+    constraints = {"optimizer": OneOf(*OPTIMIZERS, optional=True), "lr": Range(0, lo_open=True, optional=True),
+                   "weight_decay": Range(0, optional=True), "epochs": Range(1, integer=True, optional=True)}
 
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from bench.options import Range
 from bench.seeding import derive_seed, seed_everything
 from bench.training import nll_loss, train_model
 from methods.base import Method, register_method
@@ -46,6 +47,7 @@ def stochastic_forward(prefix: nn.Module, rest: nn.Module, x: torch.Tensor, samp
 class MCDropout(Method):
     description = "dropout after every hidden layer, kept on at test time; S Monte Carlo samples"
     defaults = {"p": 0.1, "samples": 20}
+    constraints = {"p": Range(0, 1, hi_open=True), "samples": Range(1, integer=True)}
 
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)

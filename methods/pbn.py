@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from bench.errors import BenchError
+from bench.options import OneOf, Range
 from bench.seeding import derive_seed
 from bench.subnet.partial_vi import PartialVI, elbo_loss, forward_flops
 from bench.subnet.selection import (CRITERIA, VarianceCriterion, candidate_indices, data_seed, layer_distribution,
@@ -77,6 +78,15 @@ class VIMethod(Method):
         # code; for the same beta a N/B times stronger pull towards the prior)
         "kl_scale": "dataset",
     }
+
+    vi_constraints = {
+        "train_samples": Range(1, integer=True), "predict_samples": Range(1, integer=True),
+        "prior_scale": Range(0, lo_open=True), "sigma_init": Range(0, lo_open=True), "rho_init_std": Range(0),
+        "rho_optimizer": OneOf(*OPTIMIZERS), "rho_lr": Range(0, lo_open=True), "beta_start": Range(0),
+        "beta_end": Range(0), "epochs": Range(1, integer=True, optional=True),
+        "lr": Range(0, lo_open=True, optional=True), "kl_scale": OneOf("dataset", "batch"),
+    }
+    constraints = vi_constraints
 
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)
@@ -296,6 +306,10 @@ class PBN(VIMethod):
         "init": "map",  # "map" (Alg. 1 line 9) | "random" (Sec. 4.3, Fig. 6 "Rand init")
         **VIMethod.vi_defaults,
     }
+    constraints = {**VIMethod.vi_constraints, "r_bayes": Range(0, 1, lo_open=True),
+                   "n_bayes": Range(0, integer=True, optional=True), "criterion": OneOf(*CRITERIA.names()),
+                   "n_grad_batches": Range(1, integer=True, optional=True), "aggregate": OneOf("per_batch", "full"),
+                   "init": OneOf("map", "random")}
 
     def upstream_seeds(self):
         return [self.ctx.seed]

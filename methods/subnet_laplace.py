@@ -37,7 +37,8 @@ from bench.laplace.predictive import probit_probs
 from methods._laplace_base import LaplaceMethod
 from bench.laplace.subnet_jacobians import SUBNET_BACKENDS, subnet_jacobian_backend
 from bench.seeding import derive_seed
-from bench.subnet.selection import (DegenerateSubnetError, candidate_indices, data_seed, layer_distribution,
+from bench.options import OneOf, Range
+from bench.subnet.selection import (CRITERIA, DegenerateSubnetError, candidate_indices, data_seed, layer_distribution,
                                     make_criterion, resolve_subnet_size, subnet_digest)
 from methods.base import register_method
 
@@ -64,6 +65,12 @@ class SubnetLaplace(LaplaceMethod):
         "memory_limit_gb": None,  # None: 25 % of the available memory
         **LaplaceMethod.common_defaults,
     }
+    constraints = {**LaplaceMethod.common_constraints, "criterion": OneOf(*CRITERIA.names()), "n_subnet": Range(1, integer=True, optional=True),
+                   "subnet_fraction": Range(0, 1, lo_open=True, optional=True),
+                   "select_max_examples": Range(1, integer=True, optional=True),
+                   "swag_n_snapshots": Range(2, integer=True), "swag_lr": Range(0, lo_open=True),
+                   "swag_snapshot_every": Range(1, integer=True, optional=True),
+                   "memory_limit_gb": Range(0, lo_open=True, optional=True)}
     DEFAULT_SUBNET = 1000
     #: the grid search caches the validation Jacobians (N_val x K x s floats) up to this size
     JACOBIAN_CACHE_BYTES = 2 * 2**30

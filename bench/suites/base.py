@@ -12,6 +12,7 @@ from typing import ClassVar
 
 from bench.data import SuiteData
 from bench.errors import BenchError
+from bench.options import Constraint, ListOf, Range, check_options
 from bench.registry import Registry
 from bench.tasks import Task
 
@@ -24,6 +25,17 @@ CLASSIFICATION_METHODS = ("deterministic", "mc_dropout", "deep_ensemble", "pbn",
 
 register_suite = SUITES.register_class
 
+#: data options several suites share (a suite adds its own in ``data_constraints``)
+COMMON_DATA_CONSTRAINTS: dict[str, Constraint] = {
+    "n_train": Range(1, integer=True, optional=True),  # None: the whole training split
+    "n_val": Range(1, integer=True),
+    "n_test": Range(1, integer=True, optional=True),
+    "n_ood": Range(1, integer=True, optional=True),
+    "eval_batch_size": Range(1, integer=True),
+    "angles": ListOf(Range(-360, 360)),
+    "snr_db": ListOf(Range()),
+}
+
 
 class Suite(abc.ABC):
     name: ClassVar[str] = "?"
@@ -35,15 +47,21 @@ class Suite(abc.ABC):
     #: profile -> {"models": [...], "seeds": [...], "train": {...TrainConfig}, "data": {...},
     #:             "methods": {method: {option: value}}, "note": str}
     profiles: ClassVar[dict[str, dict]] = {}
+    #: every data option (``--set data.<key>=...``) and its default
+    DEFAULT_DATA: ClassVar[dict] = {}
+    #: constraints beyond :data:`COMMON_DATA_CONSTRAINTS` and the defaults' types
+    data_constraints: ClassVar[dict[str, Constraint]] = {}
 
-    def checked_data_cfg(self, data_cfg: dict, defaults: dict) -> dict:
-        """``defaults`` overridden by ``data_cfg``; an option not in ``defaults`` is a BenchError
-        that names the valid ones (for suites whose ``data_cfg`` is strict)."""
-        cfg = {**defaults, **data_cfg}
-        unknown = set(cfg) - set(defaults)
+    def data_cfg(self, data_cfg: dict) -> dict:
+        """:attr:`DEFAULT_DATA` overridden by ``data_cfg``; an unknown option or an invalid value
+        is a BenchError that names the valid ones (checked when the run is planned)."""
+        unknown = set(data_cfg) - set(self.DEFAULT_DATA)
         if unknown:
-            raise BenchError(f"unknown data option(s) {sorted(unknown)} for suite {self.name}; valid: {sorted(defaults)}")
-        return cfg
+            raise BenchError(f"unknown data option(s) {sorted(unknown)} for suite {self.name}; "
+                             f"valid: {sorted(self.DEFAULT_DATA)}")
+        check_options(f"suite {self.name} data (data.*)", data_cfg, self.DEFAULT_DATA,
+                      {**COMMON_DATA_CONSTRAINTS, **self.data_constraints})
+        return {**self.DEFAULT_DATA, **data_cfg}
 
     @abc.abstractmethod
     def load(self, data_root: Path, data_cfg: dict, download: bool) -> SuiteData:

@@ -67,8 +67,6 @@ class Cifar10Noise(Suite):
     DEFAULT_DATA = {"n_val": 5000, "n_train": None, "n_test": None, "n_ood": None,
                     "snr_db": list(SNR_LEVELS_DB), "eval_batch_size": 500, "augment": True}
 
-    def data_cfg(self, data_cfg: dict) -> dict:
-        return self.checked_data_cfg(data_cfg, self.DEFAULT_DATA)
 
     def describe_shifts(self, data_cfg):
         cfg = self.data_cfg(data_cfg)

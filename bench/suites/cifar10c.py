@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from bench.data import EvalSet, SuiteData
 from bench.errors import BenchError
+from bench.options import AnyOf, ListOf, OneOf, Range
 from bench.suites.base import CLASSIFICATION_METHODS, Suite, register_suite
 from bench.tasks import classification
 from datasets.cifar10 import MEAN, STD, NormalizedImages, load_cifar10, load_svhn_test, normalize, svhn_test_paths
@@ -266,9 +267,13 @@ class Cifar10C(Suite):
     DEFAULT_DATA = {"n_val": 5000, "n_train": None, "n_test": None, "n_per_cell": None, "n_ood": None,
                     "corruptions": "all", "severities": list(SEVERITIES), "generator_seed": 0,
                     "eval_batch_size": 500, "augment": True}
+    data_constraints = {
+        "corruptions": AnyOf(OneOf("all", "standard", "extra", *ALL), ListOf(OneOf(*ALL))),
+        "severities": ListOf(OneOf(*SEVERITIES)),
+        "n_per_cell": Range(1, integer=True, optional=True),
+        "generator_seed": Range(0, integer=True),
+    }
 
-    def data_cfg(self, data_cfg: dict) -> dict:
-        return self.checked_data_cfg(data_cfg, self.DEFAULT_DATA)
 
     def describe_shifts(self, data_cfg):
         cfg = self.data_cfg(data_cfg)

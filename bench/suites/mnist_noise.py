@@ -75,8 +75,6 @@ class MnistNoise(Suite):
     DEFAULT_DATA = {**MnistRotated.DEFAULT_DATA, "snr_db": list(SNR_LEVELS_DB)}
     DEFAULT_DATA.pop("angles")
 
-    def data_cfg(self, data_cfg: dict) -> dict:
-        return {**self.DEFAULT_DATA, **data_cfg}
 
     def describe_shifts(self, data_cfg):
         cfg = self.data_cfg(data_cfg)

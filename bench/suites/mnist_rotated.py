@@ -53,8 +53,6 @@ class MnistRotated(Suite):
     DEFAULT_DATA = {"n_val": 10_000, "n_train": None, "n_test": None, "n_ood": None,
                     "angles": list(range(0, 181, 15)), "eval_batch_size": 1000}
 
-    def data_cfg(self, data_cfg: dict) -> dict:
-        return {**self.DEFAULT_DATA, **data_cfg}
 
     def describe_shifts(self, data_cfg):
         cfg = self.data_cfg(data_cfg)

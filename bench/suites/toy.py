@@ -48,12 +48,15 @@ class Toy(Suite):
                   "data": {"n_train": 20, "n_test": 10_000}, "methods": {}, "note": ""},
     }
 
+    DEFAULT_DATA = {"n_train": 20, "n_test": 1000}
+
     def describe_shifts(self, data_cfg):
         return ["x in [-4, 4] (in-distribution)", "x in [-6, -4) U (4, 6] (extrapolation)"]
 
     def load(self, data_root: Path, data_cfg: dict, download: bool) -> SuiteData:
         gen = torch.Generator().manual_seed(12345)
-        n_train, n_test = int(data_cfg.get("n_train", 20)), int(data_cfg.get("n_test", 1000))
+        cfg = self.data_cfg(data_cfg)
+        n_train, n_test = int(cfg["n_train"]), int(cfg["n_test"])
         tr_x, tr_y = sample_xy(n_train, -4, 4, gen)
         va_x, va_y = sample_xy(max(n_train // 2, 10), -4, 4, gen)
         id_x, id_y = sample_xy(n_test, -4, 4, gen)
