@@ -181,6 +181,8 @@ class Harness:
         except (DivergedError, MethodFailedError, FloatingPointError, torch.linalg.LinAlgError) as exc:
             self.record_failure(run_dir, base, started, exc, tag)
             return
+        if self.store.remove(run_dir, "fit", "fit", None):  # a retry (--force) succeeded
+            self.say(f"{tag}: the earlier failure record is superseded, removed")
         cost = self.measure_cost(method, fit_cost)
         try:
             self.evaluate(method, run_dir, base, cost, pending, started, tag, seed)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import tempfile
@@ -21,8 +22,46 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+log = logging.getLogger(__name__)
+
 RECORD_VERSION = 1
 NESTED_COLUMNS = ("curves", "method_config", "diagnostics", "train_config", "data_config")
+#: fields every record has, and what they hold
+REQUIRED_FIELDS = {"record_version": int, "suite": str, "method": str, "model": str, "seed": int, "status": str,
+                   "kind": str, "shift": str}
+STATUSES = ("ok", "failed")
+
+
+def record_problem(rec: Any) -> str | None:
+    """What is wrong with a decoded record (None: nothing). Names that become paths (suite,
+    model, method) must be plain names: a record cannot make a report write outside its folder."""
+    if not isinstance(rec, dict):
+        return f"not a JSON object but {type(rec).__name__}"
+    missing = [k for k in REQUIRED_FIELDS if k not in rec]
+    if missing:
+        return f"missing field(s) {missing}"
+    wrong = [k for k, t in REQUIRED_FIELDS.items() if not isinstance(rec[k], t) or isinstance(rec[k], bool)]
+    if wrong:
+        return f"field(s) of the wrong type {wrong}"
+    if rec["record_version"] > RECORD_VERSION:
+        return f"record_version {rec['record_version']} is newer than this code's {RECORD_VERSION}"
+    if rec["status"] not in STATUSES:
+        return f"status {rec['status']!r} is not one of {STATUSES}"
+    for k in ("suite", "model", "method"):
+        if _safe(rec[k]) != rec[k] or rec[k] in ("", ".", "..") or rec[k].startswith("."):
+            return f"{k} {rec[k]!r} is not a plain name"
+    return None
+
+
+def read_record(path: Path) -> tuple[dict | None, str | None]:
+    """``(record, None)`` or ``(None, problem)`` for the record file at ``path``."""
+    try:
+        with open(path) as fh:
+            rec = json.load(fh)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return None, f"unreadable ({type(exc).__name__}: {exc})"
+    problem = record_problem(rec)
+    return (None, problem) if problem else (rec, None)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -93,15 +132,47 @@ class ResultsStore:
         return path
 
     def has(self, run_dir: Path, kind: str, shift: str, severity) -> bool:
-        return self.record_path(run_dir, kind, shift, severity).exists()
+        """A valid record exists. A damaged one (empty, truncated by a full disk, edited by
+        hand) is moved aside to ``<name>.bad`` with a warning, so that its cell is redone."""
+        path = self.record_path(run_dir, kind, shift, severity)
+        if not path.exists():
+            return False
+        _, problem = read_record(path)
+        if problem is None:
+            return True
+        self.quarantine(path, problem)
+        return False
 
-    def iter_records(self, suite: str | None = None) -> Iterable[dict]:
+    def remove(self, run_dir: Path, kind: str, shift: str, severity) -> bool:
+        """Delete a record (e.g. an old failure once a retry succeeded); True if there was one."""
+        path = self.record_path(run_dir, kind, shift, severity)
+        if path.exists():
+            path.unlink()
+            return True
+        return False
+
+    @staticmethod
+    def quarantine(path: Path, problem: str) -> Path:
+        bad = path.with_name(path.name + ".bad")
+        os.replace(path, bad)
+        log.warning("damaged record %s (%s): moved to %s; its cell will be redone", path, problem, bad.name)
+        return bad
+
+    def iter_records(self, suite: str | None = None, problems: list | None = None) -> Iterable[dict]:
+        """Every valid record under the store (or one suite). Damaged files are skipped with a
+        warning naming them (and appended to ``problems`` as ``(path, problem)``); reading
+        never moves or deletes anything."""
         base = self.root / _safe(suite) if suite else self.root
         for path in sorted(base.rglob("*.json")):
             if "records" not in path.parts:
                 continue
-            with open(path) as fh:
-                yield json.load(fh)
+            rec, problem = read_record(path)
+            if problem is not None:
+                log.warning("skipping damaged record %s: %s", path, problem)
+                if problems is not None:
+                    problems.append((path, problem))
+                continue
+            yield rec
 
 
 def load_records(results: str | os.PathLike, suite: str | None = None) -> pd.DataFrame:

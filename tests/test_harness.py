@@ -173,3 +173,51 @@ def test_a_method_that_cannot_form_its_posterior_is_a_failed_cell(tmp_path, monk
 
     monkeypatch.setattr(Deterministic, "fit", degenerate_fit)
     assert_only_deterministic_failed(tmp_path, "zero curvature")
+
+
+def _toy(out, *extra):
+    return ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--out", str(out),
+            "--methods", "deterministic", *extra]
+
+
+def test_a_damaged_record_is_named_moved_aside_and_its_cell_redone(tmp_path, caplog):
+    out = tmp_path / "r"
+    assert main(_toy(out)) == 0
+    records = sorted(out.rglob("records/**/*.json"))
+    first = load_records(out)
+    records[0].write_text("")  # empty (e.g. a full disk)
+    records[1].write_text('{"suite": "toy"')  # truncated
+    records[2].write_text(json.dumps({**json.loads(records[2].read_text()), "suite": "../escaped"}))
+    # reading skips them and names them; nothing is moved by a read
+    with caplog.at_level("WARNING"):
+        df = load_records(out)
+    assert len(df) == len(first) - 3
+    assert all(str(p) in caplog.text for p in records[:3])
+    # the next run moves them aside and redoes exactly those evaluation sets
+    assert main(_toy(out)) == 0
+    assert all(p.with_name(p.name + ".bad").exists() for p in records[:3])
+    again = load_records(out)
+    assert len(again) == len(first) and set(again["suite"]) == {"toy"}
+    key = ["kind", "shift", "severity"]
+    merged = first.merge(again, on=key, suffixes=("", "_new"))
+    assert (merged["metrics.nll"] == merged["metrics.nll_new"]).all()  # same fit (checkpoint), same numbers
+
+
+def test_a_successful_retry_with_force_supersedes_the_failure_record(tmp_path, monkeypatch):
+    from methods.deterministic import Deterministic
+
+    out = tmp_path / "r"
+    fit = Deterministic.fit
+
+    def failing(self, train, val):
+        raise FloatingPointError("boom")
+
+    monkeypatch.setattr(Deterministic, "fit", failing)
+    assert main(_toy(out)) == 0
+    assert list(load_records(out)["status"]) == ["failed"]
+    monkeypatch.setattr(Deterministic, "fit", fit)
+    assert main(_toy(out)) == 0  # without --force the failed cell is skipped
+    assert list(load_records(out)["status"]) == ["failed"]
+    assert main(_toy(out, "--force")) == 0
+    df = load_records(out)
+    assert (df["status"] == "ok").all() and len(df) > 1
