@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -15,6 +16,7 @@ import torch
 from torch import nn
 
 from bench.data import TensorLoader
+from bench.errors import BenchError
 from bench.seeding import derive_seed, seed_everything
 from bench.store import atomic_write_bytes, config_hash
 from bench.training import TrainConfig, nll_loss, train_model
@@ -28,8 +30,43 @@ def save_torch(obj, path: Path) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
+class DamagedCheckpointError(BenchError):
+    """A checkpoint that cannot be loaded safely: truncated, not a torch file, or holding objects
+    other than tensors and plain Python data (``weights_only``: loading never runs code)."""
+
+
 def load_torch(path: Path):
-    return torch.load(path, map_location="cpu", weights_only=False)
+    """The object saved at ``path``, loaded with ``weights_only=True``; anything else is a
+    :class:`DamagedCheckpointError` naming the file."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - unpickling errors come in many types
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise DamagedCheckpointError(f"checkpoint {path} cannot be loaded safely ({type(exc).__name__}: {first})") from exc
+
+
+def set_aside(path: Path, why: str) -> Path:
+    """Move a damaged checkpoint to ``<name>.bad`` (kept for inspection) with a warning."""
+    path = Path(path)
+    bad = path.with_name(path.name + ".bad")
+    os.replace(path, bad)
+    log.warning("%s; moved to %s, it will be recomputed", why, bad.name)
+    return bad
+
+
+def load_or_set_aside(path: Path, apply: Callable | None = None):
+    """``load_torch(path)`` (and ``apply(state)``, e.g. ``load_state_dict``), or None after the
+    damaged file was set aside: callers then recompute what it held (refit, retrain, restart)."""
+    try:
+        state = load_torch(path)
+        if apply is not None:
+            apply(state)
+        return state
+    except DamagedCheckpointError as exc:
+        set_aside(path, str(exc))
+    except (KeyError, RuntimeError, ValueError, TypeError) as exc:  # loads, but not what it should hold
+        set_aside(path, f"checkpoint {path} does not match ({type(exc).__name__}: {exc})")
+    return None
 
 
 class MapCache:
@@ -53,10 +90,10 @@ class MapCache:
         path = self.path(seed)
         model = self.build_model(dropout=0.0)
         if path.exists() and not (self.refresh and seed not in self.trained_now):
-            state = load_torch(path)
-            model.load_state_dict(state["model"])
-            self.train_time_s.setdefault(seed, state.get("train_time_s", float("nan")))
-            return model.to(self.device).eval()
+            state = load_or_set_aside(path, lambda st: model.load_state_dict(st["model"]))
+            if state is not None:
+                self.train_time_s.setdefault(seed, state.get("train_time_s", float("nan")))
+                return model.to(self.device).eval()
         import time
 
         gen_seed = derive_seed("map", seed)
@@ -79,6 +116,8 @@ class MapCache:
         total = 0.0
         for s in seeds:
             if s not in self.train_time_s and self.path(s).exists():
-                self.train_time_s[s] = float(load_torch(self.path(s)).get("train_time_s", 0.0))
+                state = load_or_set_aside(self.path(s))
+                if state is not None:
+                    self.train_time_s[s] = float(state.get("train_time_s", 0.0))
             total += self.train_time_s.get(s, 0.0)
         return float(total)

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 import traceback
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
 import torch
 
 from bench import metrics as M
-from bench.checkpoints import MapCache, load_torch, save_torch
+from bench.checkpoints import MapCache, load_or_set_aside, save_torch
 from bench.config import RunPlan, method_label
 from bench.cost import PeakMemory, Timer, flops_per_example
 from bench.data import EvalSet, SuiteData, TensorLoader
@@ -159,13 +157,17 @@ class Harness:
         method = cls(ctx, **cfg)
         ckpt = self.store.checkpoint_dir(self.suite.name) / "fitted" / model_name / f"{method_name}-{chash}" / f"seed{seed}.pt"
         try:
+            state = None
             if ckpt.exists() and not self.force:
-                state = load_torch(ckpt)
-                method.load_state_dict(state["method"])
+                state = load_or_set_aside(ckpt, lambda st: method.load_state_dict(st["method"]))
+            if state is not None:
                 fit_cost = state["fit_cost"]
                 self.summary.loaded += 1
                 self.say(f"{tag}: loaded fitted checkpoint")
             else:
+                if ckpt.exists() or ckpt.with_name(ckpt.name + ".bad").exists():
+                    seed_everything(fit_seed)  # a fresh method: a failed load may have changed this one
+                    method = cls(ctx, **cfg)
                 seed_everything(fit_seed)
                 loader = TensorLoader(self.data.train_x, self.data.train_y, self.plan.train.batch_size,
                                       shuffle=True, seed=fit_seed, device=self.device, augment=self.data.augment)

@@ -5,7 +5,8 @@ has defaults; a value given on the command line or in a profile is checked again
 
 * the type of its default (a number for a number, a bool for a bool, a string for a string, a
   list for a list; numbers must be finite), unless the option declares a constraint, and
-* the option's constraint (:class:`Range`, :class:`OneOf`, :class:`ListOf`, :class:`AnyOf`),
+* the option's constraint (:class:`Range`, :class:`OneOf`, :class:`ListOf`, :class:`AnyOf`,
+  :class:`Check`),
   which is authoritative where declared (it may allow None or several types).
 
 :func:`check_options` collects every problem and raises one :class:`bench.errors.BenchError`
@@ -124,6 +125,26 @@ class AnyOf(Constraint):
         if any(c.problem(value) is None for c in self.options):
             return None
         return f"must be {self.describe()}"
+
+
+@dataclass(frozen=True)
+class Check(Constraint):
+    """A check function: ``check(value)`` raises BenchError / ValueError when invalid (its
+    message is the problem), e.g. a parser that already names what is valid."""
+
+    check: Any
+    description: str = "valid"
+    optional: bool = False
+
+    def describe(self) -> str:
+        return self.description
+
+    def _problem(self, v) -> str | None:
+        try:
+            self.check(v)
+        except (BenchError, ValueError, TypeError) as exc:
+            return f"is invalid: {exc}"
+        return None
 
 
 def type_problem(default, value) -> str | None:

@@ -188,12 +188,20 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
     start_epoch, log = 0, {"epoch_loss": []}
     resume_path = Path(resume_path) if resume_path else None
     if resume_path is not None and resume_path.exists():
-        state = torch.load(resume_path, map_location="cpu", weights_only=False)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        loader.load_state_dict(state["loader"])
-        torch.set_rng_state(state["torch_rng"])
-        start_epoch, log = state["epoch"], state["log"]
+        from bench.checkpoints import load_or_set_aside
+
+        def restore(state):
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            loader.load_state_dict(state["loader"])
+            torch.set_rng_state(state["torch_rng"])
+
+        initial = {k: v.clone() for k, v in model.state_dict().items()}
+        state = load_or_set_aside(resume_path, restore)
+        if state is not None:
+            start_epoch, log = state["epoch"], state["log"]
+        else:  # damaged: set aside; train from the start, from the initial weights
+            model.load_state_dict(initial)
 
     total_steps = max(1, cfg.epochs * steps_per_epoch)
     bar = tqdm(total=cfg.epochs * steps_per_epoch, initial=start_epoch * steps_per_epoch, desc=desc,

@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from bench.checkpoints import load_torch  # noqa: E402
 from bench.data import TensorLoader  # noqa: E402
 from bench.models import build_model  # noqa: E402
 from bench.subnet.identifiability import train_mode_grad_second_moment  # noqa: E402
@@ -32,7 +33,7 @@ def map_network(results: Path, suite, model: str, seed: int):
         raise SystemExit(f"no cached MAP network for {model} seed {seed} under {results}/{suite.name}: run the quick "
                          f"profile's deterministic method first")
     net = build_model(model, suite.in_shape, suite.task.num_outputs)
-    net.load_state_dict(torch.load(paths[0], map_location="cpu", weights_only=False)["model"])
+    net.load_state_dict(load_torch(paths[0])["model"])
     return net.eval()
 
 

@@ -38,6 +38,7 @@ warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 
+from bench.checkpoints import load_torch  # noqa: E402
 from bench.cost import PeakMemory  # noqa: E402
 from bench.models import build_model  # noqa: E402
 
@@ -52,7 +53,7 @@ def network_and_data(n: int):
     ckpt = sorted(glob.glob(str(ROOT / "results/mnist_rotated/checkpoints/map/lenet_300_100/*/seed0.pt")))
     source = "random init"
     if ckpt:
-        net.load_state_dict(torch.load(ckpt[0], map_location="cpu", weights_only=False)["model"])
+        net.load_state_dict(load_torch(ckpt[0])["model"])
         source = "cached MAP (seed 0)"
     net.eval()
     try:

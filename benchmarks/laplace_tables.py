@@ -32,6 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
+from bench.checkpoints import load_torch  # noqa: E402
+
 from vi_tables import Runs, ms, paired, render, table_cli  # noqa: E402
 
 CRITERIA = [("wasserstein", "Wasserstein, diagonal SWAG (authors' code; default)"),
@@ -109,7 +111,7 @@ def fitted_indices(results: str, suite: str, model: str, h: str, seed: int) -> s
     path = Path(results) / suite / "checkpoints" / "fitted" / model / f"subnet_laplace-{h}" / f"seed{seed}.pt"
     if not path.exists():
         return None
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load_torch(path)
     return set(torch.as_tensor(state["method"]["indices"]).tolist())
 
 

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pandas as pd  # noqa: E402
 
+from bench.checkpoints import load_torch  # noqa: E402
 from bench.selection import choose_on_validation  # noqa: E402
 from vi_tables import Runs, cfg_of, ms, paired, render, table_cli  # noqa: E402
 
@@ -62,7 +63,7 @@ def travel_from_checkpoint(runs: Runs, h: str, seed: int):
     path = (Path(runs.results) / runs.suite / "checkpoints" / "fitted" / runs.model / f"vdp-{h}" / f"seed{int(seed)}.pt")
     if cfg.get("rho_optimizer") != "adam" or not path.exists():
         return None
-    state = torch.load(path, map_location="cpu", weights_only=False)["method"]
+    state = load_torch(path)["method"]
     rho = torch.cat([v.reshape(-1) for k, v in state["net"].items() if k.endswith("_rho")])
     train = TrainConfig.from_dict(rec["train_config"])
     train = train.replace(epochs=int(cfg["epochs"] or train.epochs))

@@ -164,12 +164,20 @@ class SSVI(Method):
         start_epoch, log = 0, {"epoch_loss": []}
         resume = self.ctx.resume_path(self.name)
         if resume is not None and resume.exists():
-            st = torch.load(resume, map_location="cpu", weights_only=False)
-            model.load_state_dict(st["model"])
-            opt.load_state_dict(st["optimizer"])
-            train.load_state_dict(st["loader"])
-            torch.set_rng_state(st["torch_rng"])
-            start_epoch, log, history = st["epoch"], st["log"], st["history"]
+            from bench.checkpoints import load_or_set_aside
+
+            def restore(st):
+                model.load_state_dict(st["model"])
+                opt.load_state_dict(st["optimizer"])
+                train.load_state_dict(st["loader"])
+                torch.set_rng_state(st["torch_rng"])
+
+            initial = {k: v.clone() for k, v in model.state_dict().items()}
+            st = load_or_set_aside(resume, restore)
+            if st is not None:
+                start_epoch, log, history = st["epoch"], st["log"], st["history"]
+            else:  # damaged: set aside; train from the start, from the initial weights
+                model.load_state_dict(initial)
         bar = tqdm(total=total, initial=start_epoch * steps_per_epoch, desc=self.name,
                    disable=not progress_enabled(self.ctx.progress), leave=False, mininterval=0.5)
         t0 = time.perf_counter()

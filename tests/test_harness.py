@@ -221,3 +221,56 @@ def test_a_successful_retry_with_force_supersedes_the_failure_record(tmp_path, m
     assert main(_toy(out, "--force")) == 0
     df = load_records(out)
     assert (df["status"] == "ok").all() and len(df) > 1
+
+
+class _Touch:
+    """Unpickling this runs ``Path.touch(marker)``: stands for any code a crafted checkpoint runs."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+def test_damaged_or_crafted_checkpoints_are_set_aside_and_recomputed_without_running_code(tmp_path):
+    import torch
+
+    out = tmp_path / "r"
+    assert main(_toy(out)) == 0
+    first = load_records(out).sort_values(["kind", "shift", "severity"])["metrics.nll"].tolist()
+    fitted = next(out.rglob("checkpoints/fitted/**/seed0.pt"))
+    map_ckpt = next(out.rglob("checkpoints/map/**/seed0.pt"))
+    marker = tmp_path / "code-ran"
+    torch.save({"method": _Touch(marker), "fit_cost": {}}, fitted)  # crafted
+    map_ckpt.write_bytes(map_ckpt.read_bytes()[:100])  # truncated
+    for rec in out.rglob("records/**/*.json"):
+        rec.unlink()  # the cell must be redone, from the checkpoints
+    assert main(_toy(out)) == 0
+    assert not marker.exists()
+    assert fitted.with_name("seed0.pt.bad").exists() and map_ckpt.with_name("seed0.pt.bad").exists()
+    again = load_records(out).sort_values(["kind", "shift", "severity"])["metrics.nll"].tolist()
+    assert again == first  # refitted from a retrained MAP network: the same numbers
+
+
+def test_a_damaged_resume_checkpoint_restarts_training_from_scratch(tmp_path):
+    import torch
+    from torch import nn
+
+    from bench.data import TensorLoader
+    from bench.training import TrainConfig, train_model
+
+    def run(resume):
+        torch.manual_seed(0)
+        net = nn.Linear(3, 2)
+        x, y = torch.randn(64, 3), torch.randint(0, 2, (64,))
+        loader = TensorLoader(x, y, 16, shuffle=True, seed=0)
+        loss = lambda m, xb, yb, frac: nn.functional.cross_entropy(m(xb), yb)  # noqa: E731
+        train_model(net, loader, TrainConfig(epochs=2, batch_size=16, lr=0.1), loss, resume_path=resume)
+        return net.weight.detach().clone()
+
+    clean = run(None)
+    partial = tmp_path / "x.partial"
+    partial.write_bytes(b"\x80\x04 not a checkpoint")
+    assert torch.equal(run(partial), clean)
+    assert partial.with_name("x.partial.bad").exists()

@@ -273,7 +273,7 @@ def test_state_dict_round_trip_gives_identical_predictions(fitted):
     torch.save(fitted.state_dict(), buf)
     buf.seek(0)
     other = METHODS.get("ssvi")(_ctx(), density=0.2, delta=2)
-    other.load_state_dict(torch.load(buf, weights_only=False))
+    other.load_state_dict(torch.load(buf, weights_only=True))
     torch.testing.assert_close(other.predict(x[:50]).probs, p1, rtol=0, atol=0)
     # batch-size independent and repeatable
     torch.testing.assert_close(torch.cat([fitted.predict(x[:20]).probs, fitted.predict(x[20:50]).probs]), p1)

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from bench.data import EvalSet, SuiteData
 from bench.errors import BenchError
-from bench.options import AnyOf, ListOf, OneOf, Range
+from bench.options import Check, ListOf, OneOf, Range
 from bench.suites.base import CLASSIFICATION_METHODS, Suite, register_suite
 from bench.tasks import classification
 from datasets.cifar10 import MEAN, STD, NormalizedImages, load_cifar10, load_svhn_test, normalize, svhn_test_paths
@@ -268,7 +268,7 @@ class Cifar10C(Suite):
                     "corruptions": "all", "severities": list(SEVERITIES), "generator_seed": 0,
                     "eval_batch_size": 500, "augment": True}
     data_constraints = {
-        "corruptions": AnyOf(OneOf("all", "standard", "extra", *ALL), ListOf(OneOf(*ALL))),
+        "corruptions": Check(corruption_names, "all, standard, extra, a corruption name or a list of them"),
         "severities": ListOf(OneOf(*SEVERITIES)),
         "n_per_cell": Range(1, integer=True, optional=True),
         "generator_seed": Range(0, integer=True),
