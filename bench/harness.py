@@ -40,6 +40,11 @@ class RunSummary:
     eval_seconds: float = 0.0
 
 
+#: failures a method may meet on valid input (divergence, a degenerate posterior, numerics);
+#: anything else is recorded the same way, flagged ``expected: false`` (likely a bug)
+EXPECTED_FAILURES = (DivergedError, MethodFailedError, FloatingPointError, torch.linalg.LinAlgError)
+
+
 def predict_all(method, x: torch.Tensor, batch_size: int, device: torch.device):
     """Predictive for a whole tensor, in chunks, gathered on the CPU; returns (predictive, seconds)."""
     parts = []
@@ -180,23 +185,25 @@ class Harness:
                 save_torch({"method": method.state_dict(), "fit_cost": fit_cost}, ckpt)
                 self.summary.fitted += 1
                 self.say(f"{tag}: fitted in {timer.seconds:.1f} s")
-        except (DivergedError, MethodFailedError, FloatingPointError, torch.linalg.LinAlgError) as exc:
+        except Exception as exc:  # noqa: BLE001 - any error of a method is its cell's, not the grid's
             self.record_failure(run_dir, base, started, exc, tag)
             return
         if self.store.remove(run_dir, "fit", "fit", None):  # a retry (--force) succeeded
             self.say(f"{tag}: the earlier failure record is superseded, removed")
-        cost = self.measure_cost(method, fit_cost)
         try:
+            cost = self.measure_cost(method, fit_cost)
             self.evaluate(method, run_dir, base, cost, pending, started, tag, seed)
-        except DivergedError as exc:  # a non-finite predictive: the fitted method is unusable
+        except Exception as exc:  # noqa: BLE001 - e.g. a non-finite predictive: the fitted method is unusable
             self.record_failure(run_dir, base, started, exc, tag)
 
     def record_failure(self, run_dir, base, started, exc, tag):
         msg = f"{type(exc).__name__}: {exc}"
         self.store.write(run_dir, {**base, "status": "failed", "kind": "fit", "shift": "fit", "severity": None,
-                                   "error": msg, "traceback": traceback.format_exc(limit=5),
+                                   "error": msg, "expected": isinstance(exc, EXPECTED_FAILURES),
+                                   "traceback": traceback.format_exc(limit=-12),
                                    "started_at": started, "finished_at": now()})
         self.summary.failed.append(f"{tag}: {msg}")
+        self.summary.records += 1
         self.say(f"{tag}: FAILED ({msg}); recorded, continuing")
 
     def measure_cost(self, method, fit_cost) -> dict:

@@ -274,3 +274,20 @@ def test_a_damaged_resume_checkpoint_restarts_training_from_scratch(tmp_path):
     partial.write_bytes(b"\x80\x04 not a checkpoint")
     assert torch.equal(run(partial), clean)
     assert partial.with_name("x.partial.bad").exists()
+
+
+@pytest.mark.parametrize("where", ["fit", "predict"])
+def test_any_exception_in_a_method_is_a_failed_cell_with_its_traceback(tmp_path, monkeypatch, where):
+    """Not only divergence / numerics: a bug in a plugin (here a KeyError) fails its cell, the
+    record keeps the traceback and says it was unexpected, and the grid goes on."""
+    from methods.deterministic import Deterministic
+
+    def broken(self, *args):
+        raise KeyError("no such option")
+
+    monkeypatch.setattr(Deterministic, where, broken)
+    assert_only_deterministic_failed(tmp_path, "KeyError")
+    rec = load_records(tmp_path / "r")
+    failed = rec[rec["status"] == "failed"].iloc[0]
+    assert "def broken" not in failed["traceback"] and "broken" in failed["traceback"]
+    assert failed["expected"] == False  # noqa: E712 - a numpy bool

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from bench.data import EvalSet, SuiteData
 from bench.errors import BenchError
