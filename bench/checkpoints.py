@@ -17,6 +17,7 @@ from torch import nn
 
 from bench.data import TensorLoader
 from bench.errors import BenchError
+from bench.locks import file_lock
 from bench.seeding import derive_seed, seed_everything
 from bench.store import atomic_write_bytes, config_hash
 from bench.training import TrainConfig, nll_loss, train_model
@@ -86,7 +87,12 @@ class MapCache:
         return self.dir / f"seed{seed}.pt"
 
     def get(self, seed: int) -> nn.Module:
-        """The MAP network for ``seed`` on the device in eval mode (trained and cached if absent)."""
+        """The MAP network for ``seed`` on the device in eval mode (trained and cached if absent).
+        One process trains it; a concurrent run on the same results directory waits, then loads."""
+        with file_lock(self.path(seed).with_suffix(".lock"), wait=True):
+            return self._get(seed)
+
+    def _get(self, seed: int) -> nn.Module:
         path = self.path(seed)
         model = self.build_model(dropout=0.0)
         if path.exists() and not (self.refresh and seed not in self.trained_now):

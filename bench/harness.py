@@ -20,6 +20,7 @@ from bench.config import RunPlan, method_label
 from bench.cost import PeakMemory, Timer, flops_per_example
 from bench.data import EvalSet, SuiteData, TensorLoader
 from bench.errors import DivergedError, MethodFailedError
+from bench.locks import file_lock
 from bench.models import build_model
 from bench.predictive import concat
 from bench.provenance import device_description, git_commit, now, versions
@@ -135,6 +136,15 @@ class Harness:
         chash = config_hash(identity)
         run_dir = self.store.run_dir(self.suite.name, model_name, method_name, chash, seed)
         tag = f"{model_name} {label} seed {seed}"
+        lock = self.store.lock_path(self.suite.name, model_name, method_name, chash, seed)
+        with file_lock(lock, wait=False) as held:
+            if not held:  # a concurrent run on this results directory is doing this cell
+                self.say(f"{tag}: being run by another process, skipped")
+                self.summary.skipped += 1
+                return
+            self._run_cell_locked(model_name, build, map_cache, method_name, cfg, seed, cls, label, chash, run_dir, tag)
+
+    def _run_cell_locked(self, model_name, build, map_cache, method_name, cfg, seed, cls, label, chash, run_dir, tag):
         base = {"suite": self.suite.name, "profile": self.plan.profile, "task": self.suite.task.kind,
                 "method": method_name, "method_label": label, "method_config": cfg, "config_hash": chash,
                 "model": model_name, "seed": seed, "train_config": self.plan.train.to_dict(),

@@ -8,6 +8,7 @@ Layout::
 
     <results>/<suite>/records/<model>/<method>-<config_hash>/seed<k>/<eval_key>.json
     <results>/<suite>/checkpoints/...        (fitted methods, cached MAP networks)
+    <results>/<suite>/locks/...              (one lock file per cell: concurrent runs share the work)
 """
 from __future__ import annotations
 
@@ -117,6 +118,9 @@ class ResultsStore:
     # -- paths -------------------------------------------------------------
     def run_dir(self, suite: str, model: str, method: str, cfg_hash: str, seed: int) -> Path:
         return self.root / _safe(suite) / "records" / _safe(model) / f"{_safe(method)}-{cfg_hash}" / f"seed{seed}"
+
+    def lock_path(self, suite: str, model: str, method: str, cfg_hash: str, seed: int) -> Path:
+        return self.root / _safe(suite) / "locks" / _safe(model) / f"{_safe(method)}-{cfg_hash}" / f"seed{seed}.lock"
 
     def checkpoint_dir(self, suite: str) -> Path:
         return self.root / _safe(suite) / "checkpoints"

@@ -291,3 +291,20 @@ def test_any_exception_in_a_method_is_a_failed_cell_with_its_traceback(tmp_path,
     failed = rec[rec["status"] == "failed"].iloc[0]
     assert "def broken" not in failed["traceback"] and "broken" in failed["traceback"]
     assert failed["expected"] == False  # noqa: E712 - a numpy bool
+
+
+def test_a_cell_another_process_is_running_is_skipped_not_duplicated(tmp_path, capsys):
+    from bench.locks import file_lock
+
+    out = tmp_path / "r"
+    assert main(_toy(out)) == 0
+    lock = next(out.rglob("locks/**/seed0.lock"))
+    for rec in out.rglob("records/**/*.json"):
+        rec.unlink()
+    with file_lock(lock, wait=False) as held:  # stands for a concurrent run holding the cell
+        assert held
+        assert main([a for a in _toy(out) if a != "--quiet"]) == 0
+        assert not list(out.rglob("records/**/*.json"))
+    assert "being run by another process" in capsys.readouterr().err
+    assert main(_toy(out)) == 0  # released: the cell runs
+    assert list(out.rglob("records/**/*.json"))
