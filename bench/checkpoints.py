@@ -7,6 +7,7 @@ once per (suite, data, model, training budget, seed) and reused by every method 
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 from pathlib import Path
@@ -16,10 +17,10 @@ import torch
 from torch import nn
 
 from bench.data import TensorLoader
-from bench.errors import BenchError
+from bench.errors import BenchError, DivergedError
 from bench.locks import file_lock
 from bench.seeding import derive_seed, seed_everything
-from bench.store import atomic_write_bytes, config_hash
+from bench.store import atomic_write_bytes, atomic_write_json, config_hash
 from bench.training import TrainConfig, nll_loss, train_model
 
 log = logging.getLogger(__name__)
@@ -82,9 +83,13 @@ class MapCache:
         self.refresh = refresh  # retrain each seed once in this process even if cached (--force)
         self.trained_now: list[int] = []  # seeds trained (not loaded) by this cache instance
         self.train_time_s: dict[int, float] = {}
+        self.retried: set[int] = set()  # seeds whose recorded failure this process retried (--force)
 
     def path(self, seed: int) -> Path:
         return self.dir / f"seed{seed}.pt"
+
+    def failure_path(self, seed: int) -> Path:
+        return self.dir / f"seed{seed}.failed.json"
 
     def get(self, seed: int) -> nn.Module:
         """The MAP network for ``seed`` on the device in eval mode (trained and cached if absent).
@@ -94,6 +99,13 @@ class MapCache:
 
     def _get(self, seed: int) -> nn.Module:
         path = self.path(seed)
+        failed = self.failure_path(seed)
+        if failed.exists() and not (self.refresh and seed not in self.retried):
+            # trained once and diverged: every method built on it fails the same way, without retraining
+            err = json.loads(failed.read_text()).get("error", "?")
+            raise DivergedError(f"the MAP network of seed {seed} failed to train earlier ({err}; {failed}); "
+                                f"use --force to retry")
+        self.retried.add(seed)
         model = self.build_model(dropout=0.0)
         if path.exists() and not (self.refresh and seed not in self.trained_now):
             state = load_or_set_aside(path, lambda st: model.load_state_dict(st["model"]))
@@ -108,8 +120,13 @@ class MapCache:
         loader = TensorLoader(self.train_x, self.train_y, self.train_cfg.batch_size, shuffle=True,
                               seed=gen_seed, device=self.device, augment=self.augment)
         t0 = time.perf_counter()
-        train_model(model, loader, self.train_cfg, nll_loss(self.task), desc=f"MAP seed {seed}",
-                    progress=self.progress, resume_path=path.with_suffix(".partial"))
+        try:
+            train_model(model, loader, self.train_cfg, nll_loss(self.task), desc=f"MAP seed {seed}",
+                        progress=self.progress, resume_path=path.with_suffix(".partial"))
+        except DivergedError as exc:
+            atomic_write_json(failed, {"seed": seed, "error": str(exc), "key": self.key})
+            raise
+        failed.unlink(missing_ok=True)
         elapsed = time.perf_counter() - t0
         save_torch({"model": model.state_dict(), "key": self.key, "seed": seed, "train_time_s": elapsed}, path)
         self.trained_now.append(seed)

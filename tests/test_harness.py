@@ -308,3 +308,28 @@ def test_a_cell_another_process_is_running_is_skipped_not_duplicated(tmp_path, c
     assert "being run by another process" in capsys.readouterr().err
     assert main(_toy(out)) == 0  # released: the cell runs
     assert list(out.rglob("records/**/*.json"))
+
+
+def test_a_diverged_map_network_is_trained_once_for_all_its_dependants(tmp_path, monkeypatch):
+    """deterministic and deep_ensemble members (seed 0) and PBN all start from the MAP network of
+    seed 0: when it diverges, it is trained once, and each dependant records the failure."""
+    import bench.checkpoints as ck
+
+    calls = []
+    real = ck.train_model
+
+    def counting(model, loader, cfg, *a, **kw):
+        calls.append(kw.get("desc"))
+        return real(model, loader, cfg, *a, **kw)
+
+    monkeypatch.setattr(ck, "train_model", counting)
+    out = tmp_path / "r"
+    args = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--out", str(out),
+            "--methods", "deterministic,pbn", "--set", "train.optimizer=sgd", "--set", "train.lr=1e30"]
+    assert main(args) == 0
+    df = load_records(out)
+    assert sorted(df["method"]) == ["deterministic", "pbn"] and (df["status"] == "failed").all()
+    assert calls == ["MAP seed 0"]
+    assert df["error"].str.contains("non-finite|failed to train earlier").all()
+    assert main(args + ["--force"]) == 0  # --force retries it, once
+    assert calls == ["MAP seed 0"] * 2
