@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from bench.errors import BenchError
 
@@ -48,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--profile", default="quick", help="smoke | quick | paper (default: quick)")
     r.add_argument("--data-root", default=None, help="dataset root (default: $BENCH_DATA_ROOT or ./data)")
     r.add_argument("--out", default="results", help="results directory: records and checkpoints (default: results)")
-    r.add_argument("--report-dir", default="reports", help="where the report is written (default: reports)")
+    r.add_argument("--report-dir", default=None,
+                   help="where the report is written (default: reports/ beside a results directory named "
+                        "'results', else <out>/reports)")
     r.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
     r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE[,VALUE...]",
                    help="override or sweep a setting (repeatable; see below)")
@@ -59,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="build HTML and markdown reports from stored records (no training)")
     rep.add_argument("--results", default="results", help="results directory (default: results)")
-    rep.add_argument("--out", default="reports", help="report directory (default: reports)")
+    rep.add_argument("--out", default=None, help="report directory (default: reports/ beside a results directory "
+                                                 "named 'results', else <results>/reports)")
     rep.add_argument("--suite", action="append", default=None, help="only this suite (repeatable)")
 
     sel = sub.add_parser("select", help="choose swept options of a method on the validation split (no training)")
@@ -106,6 +111,28 @@ def cmd_list(_args) -> int:
     return 0
 
 
+def default_report_dir(results) -> Path:
+    """``reports/`` beside ``results/`` (the README's layout); for any other results directory,
+    ``<results>/reports``, so that two runs with different ``--out`` never share a report."""
+    results = Path(results)
+    return results.parent / "reports" if results.name == "results" else results / "reports"
+
+
+def check_writable(path, what: str) -> None:
+    """BenchError (exit 2) unless ``path`` is, or can be created as, a writable directory:
+    checked before any data is loaded or anything trained. Creates nothing."""
+    p = Path(path).resolve()
+    if p.exists() and not p.is_dir():
+        raise BenchError(f"{what} {path} exists and is not a directory")
+    probe = p
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise BenchError(f"{what} {path} cannot be created: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise BenchError(f"{what} {path} is not writable ({probe} does not allow writing)")
+
+
 def cmd_run(args) -> int:
     import torch
 
@@ -122,6 +149,10 @@ def cmd_run(args) -> int:
     for m in methods:
         METHODS.get(m)
     plan = resolve_plan(suite, args.profile, methods, parse_sets(args.sets), seeds=args.seeds, method_registry=METHODS)
+    report_dir = args.report_dir if args.report_dir is not None else default_report_dir(args.out)
+    check_writable(args.out, "results directory (--out)")
+    if not args.no_report:
+        check_writable(report_dir, "report directory (--report-dir)")
     device = resolve_device(args.device)
     data_root = resolve_data_root(args.data_root)
     if not args.quiet:
@@ -140,7 +171,7 @@ def cmd_run(args) -> int:
     if not args.no_report:
         from bench.reporting import build_report
 
-        for path in build_report(args.out, args.report_dir, suites=[suite.name]):
+        for path in build_report(args.out, report_dir, suites=[suite.name]):
             print(f"report: {path}")
     return 0
 
@@ -148,7 +179,9 @@ def cmd_run(args) -> int:
 def cmd_report(args) -> int:
     from bench.reporting import build_report
 
-    for path in build_report(args.results, args.out, suites=args.suite):
+    out = args.out if args.out is not None else default_report_dir(args.results)
+    check_writable(out, "report directory (--out)")
+    for path in build_report(args.results, out, suites=args.suite):
         print(f"report: {path}")
     return 0
 

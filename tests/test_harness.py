@@ -333,3 +333,24 @@ def test_a_diverged_map_network_is_trained_once_for_all_its_dependants(tmp_path,
     assert df["error"].str.contains("non-finite|failed to train earlier").all()
     assert main(args + ["--force"]) == 0  # --force retries it, once
     assert calls == ["MAP seed 0"] * 2
+
+
+def test_the_report_follows_the_results_directory(tmp_path):
+    base = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--methods", "deterministic"]
+    assert main(base + ["--out", str(tmp_path / "a" / "results")]) == 0
+    assert (tmp_path / "a" / "reports" / "toy" / "index.html").exists()  # the README's layout
+    assert main(base + ["--out", str(tmp_path / "b")]) == 0
+    assert (tmp_path / "b" / "reports" / "toy" / "index.html").exists()  # never a shared ./reports
+    assert main(["report", "--results", str(tmp_path / "b"), "--out", str(tmp_path / "c")]) == 0
+    assert (tmp_path / "c" / "toy" / "index.html").exists()
+
+
+def test_an_unwritable_results_directory_is_an_error_before_training(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    args = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--methods", "deterministic"]
+    assert main(args + ["--no-report", "--out", str(blocker / "results")]) == 2
+    assert "results directory (--out)" in (err := capsys.readouterr().err) and "cannot be created" in err
+    assert main(args + ["--out", str(tmp_path / "ok"), "--report-dir", str(blocker)]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    assert not (tmp_path / "ok").exists()  # nothing trained or written
