@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 import traceback
 from dataclasses import dataclass, field
 from functools import partial
@@ -44,6 +45,40 @@ class RunSummary:
 #: failures a method may meet on valid input (divergence, a degenerate posterior, numerics);
 #: anything else is recorded the same way, flagged ``expected: false`` (likely a bug)
 EXPECTED_FAILURES = (DivergedError, MethodFailedError, FloatingPointError, torch.linalg.LinAlgError)
+
+
+@dataclass
+class GridProgress:
+    """Cells done out of the whole grid, with an ETA from the mean time of the cells that did
+    work so far (skipped cells take no time and are not counted in the mean)."""
+
+    total: int
+    done: int = 0
+    worked: int = 0
+    seconds: float = 0.0
+    started: float = field(default_factory=time.perf_counter)
+
+    def cell_done(self, seconds: float, worked: bool) -> None:
+        self.done += 1
+        if worked:
+            self.worked += 1
+            self.seconds += seconds
+
+    def eta_s(self) -> float | None:
+        if not self.worked:
+            return None
+        return self.seconds / self.worked * (self.total - self.done)
+
+    def line(self) -> str:
+        elapsed = time.perf_counter() - self.started
+        eta = self.eta_s()
+        tail = "" if eta is None or self.done == self.total else f", ETA {_hms(eta)} (mean of {self.worked} cell(s) run)"
+        return f"grid: {self.done}/{self.total} cells done, {_hms(elapsed)} elapsed{tail}"
+
+
+def _hms(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
 def predict_all(method, x: torch.Tensor, batch_size: int, device: torch.device):
@@ -90,6 +125,7 @@ class Harness:
         self.device, self.methods_registry = device, methods_registry
         self.force, self.progress, self.quiet = force, progress, quiet
         self.summary = RunSummary()
+        self._grid_progress: GridProgress | None = None
         self.eval_batch_size = int(plan.data.get("eval_batch_size", 1000))
         # The held-out validation split is scored like every evaluation set (kind "val"): the
         # one tuning protocol of the suite (bench/selection.py) chooses hyperparameters on it,
@@ -97,6 +133,13 @@ class Harness:
         if data.val_x is not None and len(data.val_x) and data.val_y is not None \
                 and not any(e.kind == "val" for e in data.eval_sets):
             data.eval_sets.append(EvalSet("val", "validation", None, data.val_x, data.val_y))
+
+    @property
+    def grid_progress(self) -> "GridProgress":
+        if self._grid_progress is None:
+            total = len(self.plan.models) * len(self.plan.seeds) * sum(len(c) for c in self.plan.methods.values())
+            self._grid_progress = GridProgress(total)
+        return self._grid_progress
 
     def say(self, msg: str) -> None:
         if not self.quiet:
@@ -115,7 +158,11 @@ class Harness:
             for method_name, configs in self.plan.methods.items():
                 for cfg in configs:
                     for seed in self.plan.seeds:
+                        t0 = time.perf_counter()
+                        before = self.summary.skipped
                         self.run_cell(model_name, build, map_cache, method_name, cfg, seed)
+                        self.grid_progress.cell_done(time.perf_counter() - t0, worked=self.summary.skipped == before)
+                        self.say(self.grid_progress.line())
         return self.summary
 
     def write_artifacts(self) -> None:

@@ -354,3 +354,23 @@ def test_an_unwritable_results_directory_is_an_error_before_training(tmp_path, c
     assert main(args + ["--out", str(tmp_path / "ok"), "--report-dir", str(blocker)]) == 2
     assert "is not a directory" in capsys.readouterr().err
     assert not (tmp_path / "ok").exists()  # nothing trained or written
+
+
+def test_grid_progress_counts_every_cell_and_estimates_from_the_cells_that_ran():
+    from bench.harness import GridProgress
+
+    g = GridProgress(total=4)
+    g.cell_done(10.0, worked=True)
+    g.cell_done(0.0, worked=False)  # skipped: no time, not in the mean
+    assert g.done == 2 and g.eta_s() == 20.0  # 2 cells left x 10 s
+    assert "2/4 cells done" in g.line() and "ETA 0:00:20" in g.line()
+    g.cell_done(30.0, worked=True)
+    assert g.eta_s() == 20.0  # mean 20 s x 1 left
+
+
+def test_run_prints_the_grid_progress(tmp_path, capsys):
+    args = ["run", "--suite", "toy", "--profile", "smoke", "--no-report", "--out", str(tmp_path / "r"),
+            "--methods", "deterministic,mc_dropout"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "grid: 1/2 cells done" in err and "grid: 2/2 cells done" in err and "ETA" in err
