@@ -83,7 +83,8 @@ class MapCache:
         self.refresh = refresh  # retrain each seed once in this process even if cached (--force)
         self.trained_now: list[int] = []  # seeds trained (not loaded) by this cache instance
         self.train_time_s: dict[int, float] = {}
-        self.retried: set[int] = set()  # seeds whose recorded failure this process retried (--force)
+        self.retried: set[int] = set()
+        self.requested: list[int] = []  # every get(seed), in order: the harness charges their training time  # seeds whose recorded failure this process retried (--force)
 
     def path(self, seed: int) -> Path:
         return self.dir / f"seed{seed}.pt"
@@ -94,6 +95,7 @@ class MapCache:
     def get(self, seed: int) -> nn.Module:
         """The MAP network for ``seed`` on the device in eval mode (trained and cached if absent).
         One process trains it; a concurrent run on the same results directory waits, then loads."""
+        self.requested.append(seed)
         with file_lock(self.path(seed).with_suffix(".lock"), wait=True):
             return self._get(seed)
 

@@ -263,8 +263,6 @@ class LaplaceMethod(Method):
     def extra_cost(self):
         out = {k: self.meta[k] for k in ("select_time_s", "curvature_time_s", "prior_time_s") if k in self.meta}
         out["laplace_fit_time_s"] = sum(out.values())
-        if self.ctx.map_cache is not None:
-            out["upstream_train_time_s"] = self.ctx.map_cache.upstream_time([self.ctx.seed])
         return out
 
     def diagnostics(self):

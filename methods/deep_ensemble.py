@@ -74,6 +74,3 @@ class DeepEnsemble(Method):
 
     def modules(self):
         return list(self.members)
-
-    def extra_cost(self):
-        return {"upstream_train_time_s": self.ctx.map_cache.upstream_time(self.member_seeds())}

@@ -69,7 +69,7 @@ class Deterministic(Method):
     def extra_cost(self):
         if self.own_recipe:
             return {"train_time_s": self.meta.get("train_time_s")}
-        return {"upstream_train_time_s": self.ctx.map_cache.upstream_time([self.ctx.seed])}
+        return {}
 
     def diagnostics(self):
         return dict(self.meta)

@@ -99,9 +99,6 @@ class VIMethod(Method):
         """(network holding mu, sorted flat indices of the stochastic entries, metadata)."""
         raise NotImplementedError
 
-    def upstream_seeds(self) -> list[int]:
-        return []
-
     # -- helpers -----------------------------------------------------------------------------
     def _vi_kwargs(self) -> dict:
         c = self.config
@@ -237,9 +234,6 @@ class VIMethod(Method):
             "vi_train_time_s": self.meta.get("vi_train_time_s"),
             **self.paper_train_flops(f_d, r, int(self.config["train_samples"])),
         }
-        seeds = self.upstream_seeds()
-        if seeds and self.ctx.map_cache is not None:
-            cost["upstream_train_time_s"] = self.ctx.map_cache.upstream_time(seeds)
         return cost
 
     def first_layer_sigma(self) -> dict:
@@ -310,9 +304,6 @@ class PBN(VIMethod):
                    "n_bayes": Range(0, integer=True, optional=True), "criterion": OneOf(*CRITERIA.names()),
                    "n_grad_batches": Range(1, integer=True, optional=True), "aggregate": OneOf("per_batch", "full"),
                    "init": OneOf("map", "random")}
-
-    def upstream_seeds(self):
-        return [self.ctx.seed]
 
     def build_posterior(self, train):
         c = self.config

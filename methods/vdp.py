@@ -210,8 +210,6 @@ class VDP(Method):
         cost = {"variational_params": k, "mean_params": means,
                 "param_ratio_vs_deterministic": (means + k) / means,
                 "vdp_train_time_s": self.meta.get("vdp_train_time_s")}
-        if "upstream_seed" in self.meta and self.ctx.map_cache is not None:
-            cost["upstream_train_time_s"] = self.ctx.map_cache.upstream_time([self.meta["upstream_seed"]])
         return cost
 
     def diagnostics(self):

@@ -374,3 +374,30 @@ def test_run_prints_the_grid_progress(tmp_path, capsys):
     assert main(args) == 0
     err = capsys.readouterr().err
     assert "grid: 1/2 cells done" in err and "grid: 2/2 cells done" in err and "ETA" in err
+
+
+def test_the_harness_charges_the_map_networks_a_fit_used(tmp_path):
+    """No plugin reports its upstream cost: the MAP networks a fit asked the cache for are charged
+    to it (deep ensemble: its 3 members; deterministic: its own seed; MC dropout: none), also
+    when the fitted method is loaded from its checkpoint later."""
+    from bench.checkpoints import load_torch
+
+    out = tmp_path / "r"
+    args = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--out", str(out),
+            "--methods", "deterministic,deep_ensemble,mc_dropout"]
+    assert main(args) == 0
+    times = {int(p.stem[4:]): load_torch(p)["train_time_s"] for p in out.rglob("checkpoints/map/**/seed*.pt")}
+    assert sorted(times) == [0, 1, 2]  # deep_ensemble members: seeds 0..2 (seed 0 x M + m)
+
+    def upstream():
+        df = load_records(out)
+        return df[df["kind"] == "id"].set_index("method")["cost.upstream_train_time_s"].to_dict()
+
+    up = upstream()
+    assert up["deterministic"] == pytest.approx(times[0])
+    assert up["deep_ensemble"] == pytest.approx(sum(times.values()))
+    assert up["mc_dropout"] == 0
+    for rec in out.rglob("records/**/*.json"):
+        rec.unlink()
+    assert main(args) == 0  # loaded from the fitted checkpoints: the same charges
+    assert upstream() == pytest.approx(up)

@@ -86,7 +86,7 @@ def test_pbn_fit_predict_state_round_trip(setup, tmp_path):
     assert cost["param_ratio_vs_deterministic"] == pytest.approx(1 + k / theta)
     assert cost["variational_state_bytes"] == k * (4 + 4)  # float32 rho + int32 index
     assert cost["forward_flops_deterministic"] > 0 and cost["train_flops_paper"] > 0
-    assert "upstream_train_time_s" in cost
+    assert "upstream_train_time_s" not in cost  # the harness charges the MAP network's time
 
 
 def test_pbn_starts_from_map_with_gradient_topk(setup):
