@@ -96,6 +96,8 @@ def cmd_list(_args) -> int:
         cls = METHODS.get(name)
         opts = ", ".join(f"{k}={v}" for k, v in cls.defaults.items()) or "no options"
         print(f"  {name:16s} {cls.description}\n  {'':16s} tasks: {', '.join(cls.tasks)}\n  {'':16s} options: {opts}")
+        for key, why in cls.OWN_BUDGET.items():
+            print(f"  {'':16s} replaces the profile's train.{key}: {why}")
     print(f"\nmodels: {', '.join(MODELS.names())}")
     print(f"profiles: {', '.join(PROFILES)}")
     print("\nsuites:")

@@ -49,6 +49,9 @@ class VDP(Method):
     description = ("VDP++: mean-field Gaussian weights, one deterministic pass propagating mean and "
                    "variance per activation, ELBO training; output variance as uncertainty")
     tasks = ("classification",)
+    OWN_BUDGET = {"optimizer": "Adam for the means: eq. 11's Gaussian NLL scales gradients by 1 / output "
+                                "variance, and Adam is invariant to that scale (docs/vdp.md)",
+                  "lr": "1e-3, Adam's usual rate (the paper names none)"}
     defaults = {
         # Sec. 5: the balance of the two ELBO terms "had the largest effect on the convergence and
         # subsequent properties"; the authors searched it and report no value. 1.0 is the exact

@@ -1,0 +1,99 @@
+"""The plugin contract, checked on every registered method (docs/plugins.md): a reload from
+``state_dict`` predicts exactly what the fitted method predicts, predictions do not depend on how
+the inputs are batched, tasks a method does not support are refused when the run is planned,
+and no option silently replaces the profile's training budget."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench.checkpoints import MapCache
+from bench.config import resolve_plan
+from bench.data import TensorLoader
+from bench.errors import BenchError
+from bench.models import build_model
+from bench.seeding import seed_everything
+from bench.tasks import classification
+from bench.training import TrainConfig
+from methods import METHODS
+from methods.base import Method, MethodContext
+
+IN_SHAPE, K = (1, 8, 8), 3
+#: methods whose randomness is drawn per example (dropout masks), so that a different batching
+#: draws different masks: for them the batch check compares the mean over many draws
+PER_EXAMPLE_RANDOMNESS = {"mc_dropout"}
+#: small budgets so that every method fits in seconds
+TINY = {"deep_ensemble": {"members": 2}, "subnet_laplace": {"n_subnet": 50, "swag_n_snapshots": 8},
+        "mc_dropout": {"samples": 4}, "vdp": {"epochs": 1}}
+
+
+def data(n=96, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, K, (n,), generator=g)
+    x = torch.randn(n, *IN_SHAPE, generator=g) * 0.3
+    x[torch.arange(n), 0, y * 2, :] += 2.0  # a learnable class signal
+    return x, y
+
+
+def context(tmp_path, seed=0) -> MethodContext:
+    task = classification(K)
+    cfg = TrainConfig(epochs=2, batch_size=32, lr=0.05)
+    x, y = data()
+
+    def build(dropout=0.0):
+        return build_model("lenet_300_100", IN_SHAPE, K, dropout=dropout)
+
+    cache = MapCache(tmp_path / "map", {"model": "contract"}, build, task, x, y, cfg, torch.device("cpu"))
+    return MethodContext(task=task, build_model=build, train=cfg, device=torch.device("cpu"), seed=seed,
+                         map_cache=cache, num_train=len(x), work_dir=tmp_path / "work")
+
+
+def fitted(name, tmp_path):
+    ctx = context(tmp_path)
+    seed_everything(0)
+    m = METHODS.get(name)(ctx, **TINY.get(name, {}))
+    x, y = data()
+    m.fit(TensorLoader(x, y, 32, shuffle=True, seed=0), data(48, seed=1))
+    return ctx, m
+
+
+def predict(m, x, seed=123):
+    seed_everything(seed)
+    with torch.no_grad():
+        return m.predict(x).probs
+
+
+@pytest.mark.parametrize("name", METHODS.names())
+def test_reload_and_batching_give_the_same_predictions(name, tmp_path):
+    ctx, m = fitted(name, tmp_path)
+    x, _ = data(40, seed=2)
+    p = predict(m, x)
+    assert p.shape == (40, K) and torch.allclose(p.sum(-1), torch.ones(40), atol=1e-5)
+    fresh = METHODS.get(name)(ctx, **TINY.get(name, {}))
+    fresh.load_state_dict(m.state_dict())
+    assert torch.equal(predict(fresh, x), p), "a reload from state_dict predicts differently"
+    halves = torch.cat([predict(m, x[:17]), predict(m, x[17:])])
+    if name in PER_EXAMPLE_RANDOMNESS:
+        many = lambda xs: torch.stack([predict(m, xs, seed=s) for s in range(30)]).mean(0)  # noqa: E731
+        assert torch.allclose(torch.cat([many(x[:17]), many(x[17:])]), many(x), atol=0.1)
+    else:
+        assert torch.allclose(halves, p, atol=1e-5), "predictions depend on the batch size"
+
+
+@pytest.mark.parametrize("name", [n for n in METHODS.names() if "regression" not in METHODS.get(n).tasks])
+def test_an_unsupported_task_is_refused_when_the_run_is_planned(name):
+    from bench.suites import SUITES
+
+    with pytest.raises(BenchError, match="does not support regression"):
+        resolve_plan(SUITES.get("toy")(), "smoke", [name], {}, method_registry=METHODS)
+
+
+@pytest.mark.parametrize("name", METHODS.names())
+def test_no_option_silently_replaces_the_training_budget(name):
+    """An option named like a budget field (epochs, lr, ...) overrides the profile's budget
+    (Method.train_config); its default must be None (the profile's) unless the method declares
+    the replacement, with its reason, in OWN_BUDGET (shown by bench list)."""
+    cls = METHODS.get(name)
+    silent = {k for k in Method.TRAIN_OVERRIDES if k in cls.defaults and cls.defaults[k] is not None}
+    assert silent <= set(cls.OWN_BUDGET), f"{name}: {sorted(silent - set(cls.OWN_BUDGET))} undeclared"
+    assert all(isinstance(why, str) and why for why in cls.OWN_BUDGET.values())
