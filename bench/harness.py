@@ -189,9 +189,11 @@ class Harness:
                 self.say(f"{tag}: being run by another process, skipped")
                 self.summary.skipped += 1
                 return
-            self._run_cell_locked(model_name, build, map_cache, method_name, cfg, seed, cls, label, chash, run_dir, tag)
+            self._run_cell_locked(model_name, build, map_cache, method_name, cfg, seed, cls, label, identity, chash,
+                                  run_dir, tag)
 
-    def _run_cell_locked(self, model_name, build, map_cache, method_name, cfg, seed, cls, label, chash, run_dir, tag):
+    def _run_cell_locked(self, model_name, build, map_cache, method_name, cfg, seed, cls, label, identity, chash,
+                         run_dir, tag):
         base = {"suite": self.suite.name, "profile": self.plan.profile, "task": self.suite.task.kind,
                 "method": method_name, "method_label": label, "method_config": cfg, "config_hash": chash,
                 "model": model_name, "seed": seed, "train_config": self.plan.train.to_dict(),
@@ -210,14 +212,18 @@ class Harness:
             return
         started = now()
         ctx_cls = sys.modules["methods.base"].MethodContext
-        work_dir = self.store.checkpoint_dir(self.suite.name) / "partial" / model_name / f"{method_name}-{chash}" / f"seed{seed}"
+        # options that only change prediction (cls.PREDICT_OPTIONS) do not change the fit: the fit's
+        # identity takes them at their defaults, so a sweep over them shares one fit (and its seed)
+        fit_cfg = {**cfg, **{k: cls.defaults[k] for k in cls.PREDICT_OPTIONS if k in cls.defaults}}
+        fhash = chash if fit_cfg == cfg else config_hash({**identity, "method_config": fit_cfg})
+        work_dir = self.store.checkpoint_dir(self.suite.name) / "partial" / model_name / f"{method_name}-{fhash}" / f"seed{seed}"
         ctx = ctx_cls(task=self.suite.task, build_model=build, train=self.plan.train, device=self.device,
                       seed=seed, map_cache=map_cache, num_train=len(self.data.train_x), work_dir=work_dir,
                       progress=self.progress, extras=self.data.extras)
-        fit_seed = derive_seed(self.suite.name, model_name, method_name, chash, seed)
+        fit_seed = derive_seed(self.suite.name, model_name, method_name, fhash, seed)
         seed_everything(fit_seed)  # initialisation inside the constructor depends on it
         method = cls(ctx, **cfg)
-        ckpt = self.store.checkpoint_dir(self.suite.name) / "fitted" / model_name / f"{method_name}-{chash}" / f"seed{seed}.pt"
+        ckpt = self.store.checkpoint_dir(self.suite.name) / "fitted" / model_name / f"{method_name}-{fhash}" / f"seed{seed}.pt"
         try:
             state = None
             if ckpt.exists() and not self.force:

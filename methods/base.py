@@ -102,6 +102,9 @@ class Method(abc.ABC):
     #: options that, when a method declares them and they are not None, override the profile's
     #: training configuration (e.g. ``--set pbn.lr=0.005``)
     TRAIN_OVERRIDES: ClassVar[dict[str, type]] = {"epochs": int, "lr": float, "weight_decay": float, "optimizer": str}
+    #: options that only change prediction (e.g. the number of Monte Carlo samples): a sweep over
+    #: them reuses one fit (the fit's identity and seed take them at their defaults)
+    PREDICT_OPTIONS: ClassVar[tuple[str, ...]] = ()
     #: options among TRAIN_OVERRIDES whose default replaces the profile's budget on purpose, with
     #: the reason (e.g. the paper's own optimiser); ``bench list`` shows them
     OWN_BUDGET: ClassVar[dict[str, str]] = {}

@@ -48,6 +48,7 @@ class MCDropout(Method):
     description = "dropout after every hidden layer, kept on at test time; S Monte Carlo samples"
     defaults = {"p": 0.1, "samples": 20}
     constraints = {"p": Range(0, 1, hi_open=True), "samples": Range(1, integer=True)}
+    PREDICT_OPTIONS = ("samples",)
 
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)

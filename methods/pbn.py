@@ -87,6 +87,7 @@ class VIMethod(Method):
         "lr": Range(0, lo_open=True, optional=True), "kl_scale": OneOf("dataset", "batch"),
     }
     constraints = vi_constraints
+    PREDICT_OPTIONS = ("predict_samples",)  # the S prediction draws are made at predict time
 
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)

@@ -54,6 +54,7 @@ class SSVI(Method):
     description = ("sparse subspace VI: fully sparse mean-field VI from scratch at a fixed density, "
                    "drop-and-grow of the active set (Algorithm 1 of the SSVI paper)")
     tasks = ("classification", "regression")
+    PREDICT_OPTIONS = ("predict_samples",)  # the S prediction draws are made at predict time
     defaults = {
         "density": 0.1,  # Sec. 4.2 ablations at 0.1; Table 1: 0.1 and 0.05
         "criterion": "snr_abs",  # Sec. 3.3.1 "Criteria Selection": SNR(|theta|) default

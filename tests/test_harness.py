@@ -401,3 +401,18 @@ def test_the_harness_charges_the_map_networks_a_fit_used(tmp_path):
         rec.unlink()
     assert main(args) == 0  # loaded from the fitted checkpoints: the same charges
     assert upstream() == pytest.approx(up)
+
+
+def test_a_sweep_over_a_predict_only_option_reuses_one_fit(tmp_path):
+    """mc_dropout.samples only changes prediction: samples=4 and samples=16 share one fitted
+    network (one fit, the same fit seed), so the two rows differ by S, not by training noise."""
+    out = tmp_path / "r"
+    args = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--out", str(out),
+            "--methods", "mc_dropout", "--set", "mc_dropout.samples=4,16"]
+    assert main(args) == 0
+    fitted = list(out.rglob("checkpoints/fitted/**/seed0.pt"))
+    assert len(fitted) == 1
+    df = load_records(out)
+    assert df["config_hash"].nunique() == 2  # two configurations, two sets of records
+    assert main(args + ["--set", "mc_dropout.p=0.2"]) == 0  # a fit option makes a new fit
+    assert len(list(out.rglob("checkpoints/fitted/**/seed0.pt"))) == 2
