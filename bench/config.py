@@ -120,7 +120,7 @@ def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
     plan = RunPlan(suite.name, profile, models, plan_seeds, train_cfg, data, note=prof.get("note", ""))
     for name in methods:
         cls = method_registry.get(name)
-        base = {**prof.get("methods", {}).get(name, {})}
+        base = {**cls.profile_defaults.get(profile, {}), **prof.get("methods", {}).get(name, {})}
         sweep = method_sets.get(name, {})
         unknown = (set(base) | set(sweep)) - set(cls.defaults)
         if unknown:

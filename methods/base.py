@@ -102,6 +102,9 @@ class Method(abc.ABC):
     #: options that, when a method declares them and they are not None, override the profile's
     #: training configuration (e.g. ``--set pbn.lr=0.005``)
     TRAIN_OVERRIDES: ClassVar[dict[str, type]] = {"epochs": int, "lr": float, "weight_decay": float, "optimizer": str}
+    #: per-profile option defaults of the method itself, e.g. ``{"smoke": {"samples": 4}}`` (a
+    #: suite profile's ``methods`` entry overrides them, ``--set`` overrides both)
+    profile_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
     #: options that only change prediction (e.g. the number of Monte Carlo samples): a sweep over
     #: them reuses one fit (the fit's identity and seed take them at their defaults)
     PREDICT_OPTIONS: ClassVar[tuple[str, ...]] = ()

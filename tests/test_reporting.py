@@ -101,7 +101,7 @@ def write_synthetic(root: Path, with_cifar: bool = True) -> None:
     # one failed fit
     failed = {**_base(suite, model, "deterministic", 1), "method": "mc_dropout",
               "method_label": "mc_dropout[p=0.1]", "method_config": {"p": 0.1},
-              "config_hash": config_hash({"p": 0.1}), "status": "failed", "kind": "fit", "shift": None,
+              "config_hash": config_hash({"p": 0.1}), "status": "failed", "kind": "fit", "shift": "fit",
               "severity": None, "error": "DivergedError: non-finite loss at epoch 2"}
     failed.pop("cost")
     store.write(store.run_dir(suite, model, "mc_dropout", failed["config_hash"], 1), failed)

@@ -27,7 +27,7 @@ def test_load_records_is_one_flat_dataframe(tmp_path):
     store = ResultsStore(tmp_path)
     for seed in (0, 1):
         rd = store.run_dir("s", "m", "meth", "abc", seed)
-        store.write(rd, {"suite": "s", "method": "meth", "seed": seed, "kind": "id", "shift": "clean",
+        store.write(rd, {"suite": "s", "method": "meth", "model": "m", "status": "ok", "seed": seed, "kind": "id", "shift": "clean",
                          "severity": 0.0, "metrics": {"nll": 0.5 + seed}, "curves": {"x": [1]},
                          "method_config": {"p": 1}})
     df = load_records(tmp_path)
@@ -65,3 +65,19 @@ def test_unknown_names_list_valid_ones():
     assert "deterministic" in str(err.value) and "mc_dropout" in str(err.value)
     with pytest.raises(UnknownNameError, match="mnist_rotated"):
         SUITES.get("bogus")
+
+
+def test_a_method_declares_its_own_profile_defaults_below_the_suite_and_set(monkeypatch):
+    from bench.config import resolve_plan
+    from bench.suites import SUITES
+    from methods import METHODS
+
+    cls = METHODS.get("mc_dropout")
+    monkeypatch.setattr(cls, "profile_defaults", {"smoke": {"samples": 3, "p": 0.3}})
+    toy = SUITES.get("toy")()
+    plan = resolve_plan(toy, "smoke", ["mc_dropout"], {}, method_registry=METHODS)
+    assert plan.methods["mc_dropout"] == [{**cls.defaults, "samples": 3, "p": 0.3}]
+    assert resolve_plan(toy, "quick", ["mc_dropout"], {}, method_registry=METHODS).methods["mc_dropout"] == [cls.defaults]
+    monkeypatch.setitem(toy.profiles["smoke"], "methods", {"mc_dropout": {"p": 0.2}})  # the suite's wins
+    plan = resolve_plan(toy, "smoke", ["mc_dropout"], {"mc_dropout.samples": [7]}, method_registry=METHODS)
+    assert plan.methods["mc_dropout"] == [{**cls.defaults, "samples": 7, "p": 0.2}]  # --set wins over both
