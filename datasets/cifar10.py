@@ -36,9 +36,25 @@ HOW_SVHN = ("optional (the OOD set): copy the official test_32x32.mat of "
             "torchvision (needs network)")
 
 
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickles the official batches (dicts of bytes, lists and numpy arrays) and nothing else:
+    a crafted file cannot make loading run code."""
+
+    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
+               ("numpy._core.multiarray", "scalar")}
+
+    def find_class(self, module, name):
+        if (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name} (not part of the CIFAR-10 format)")
+
+
 def _read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     with open(path, "rb") as fh:
-        d = pickle.load(fh, encoding="bytes")
+        d = _ArrayUnpickler(fh, encoding="bytes").load()
+    if not isinstance(d, dict):
+        raise ValueError(f"{path.name}: a {type(d).__name__}, not the batch dict")
     data = d.get(b"data", d.get("data"))
     labels = d.get(b"labels", d.get("labels"))
     if data is None or labels is None:
@@ -86,8 +102,9 @@ def load_cifar10(root: Path, split: str, download: bool = False, layout: str = "
             raise DatasetNotFoundError("CIFAR-10", [p for p in paths if not p.exists()], _layout(d), HOW_CIFAR, reason)
     try:
         parts = [_read_batch(p) for p in paths]
-    except (ValueError, pickle.UnpicklingError, EOFError) as exc:
-        raise DatasetNotFoundError("CIFAR-10", paths, _layout(d), HOW_CIFAR, reason=f"malformed ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - a damaged pickle fails in many ways; each is "malformed"
+        raise DatasetNotFoundError("CIFAR-10", paths, _layout(d), HOW_CIFAR,
+                                   reason=f"malformed ({type(exc).__name__}: {exc})") from None
     x = np.concatenate([p[0] for p in parts])
     y = np.concatenate([p[1] for p in parts])
     if y.min() < 0 or y.max() > 9:

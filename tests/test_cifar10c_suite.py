@@ -471,3 +471,39 @@ def test_real_suite_smoke_load():
     err = [float((e.x.raw.float() - xt[sel].float()).abs().mean()) for e in shifts if e.shift == "gaussian_noise"]
     assert 0 < err[0] < err[1] < err[2]
     assert data.extras["cifar10c"]["source"] in ("official", "regenerated")
+
+
+class _Touch:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+def test_cifar10_batches_of_the_wrong_structure_or_with_code_are_malformed_not_run(tmp_path):
+    import pickle
+
+    make_fake_cifar(tmp_path, n_train=50, n_test=20)
+    batch = tmp_path / "cifar-10-batches-py" / "test_batch"
+    good = batch.read_bytes()
+    marker = tmp_path / "code-ran"
+    bad = {
+        "a list, not a dict": pickle.dumps([1, 2, 3]),
+        "a dict without data": pickle.dumps({b"labels": [1]}),
+        "labels that are not a list": pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": 5}),
+        "code": pickle.dumps({b"data": _Touch(marker), b"labels": [0]}),
+    }
+    rng = np.random.default_rng(0)
+    for i in range(40):  # fuzzed headers
+        b = bytearray(good)
+        b[rng.integers(0, 64)] = rng.integers(0, 256)
+        bad[f"fuzz {i}"] = bytes(b)
+    for what, blob in bad.items():
+        batch.write_bytes(blob)
+        try:
+            load_cifar10(tmp_path, "test")
+        except DatasetNotFoundError as exc:
+            assert "malformed" in str(exc), what
+        # a fuzzed byte may leave a valid batch: then it loads, which is fine
+    assert not marker.exists()
