@@ -1,0 +1,82 @@
+"""How long a run grid takes, from the times stored in its records (no timing by hand).
+
+For every cell of ``python -m bench run --suite S --profile P`` (the suite's default methods at
+their default options, the profile's models and seeds) it adds the fit time, the prediction time
+of every evaluation set (per-example time x examples) and, once per (model, seed), the training
+time of the MAP network the methods share. Cells without records are listed as not measured.
+The records' times were taken with whatever else ran on the machine: an upper bound for an idle
+one.
+
+Run from the repository root:
+  .venv/bin/python benchmarks/grid_time.py --suite mnist_rotated --profile quick
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.store import load_records  # noqa: E402
+from bench.suites import SUITES  # noqa: E402
+from methods import METHODS  # noqa: E402
+
+
+def _cfg_matches(method: str, want: dict):
+    defaults = METHODS.get(method).defaults
+    return lambda c: {**defaults, **(c or {})} == want
+
+
+def grid_time(results: str, suite_name: str, profile: str) -> tuple[list[list[str]], float, list[str]]:
+    suite = SUITES.get(suite_name)()
+    prof = suite.profiles[profile]
+    df = load_records(results, suite_name)
+    df = df[(df["status"] == "ok") & (df["profile"] == profile)]
+    rows, total, missing = [], 0.0, []
+    upstream: dict[str, dict[tuple[str, int], float]] = {}
+    for model in prof["models"]:
+        for method in suite.default_methods:
+            want = {**METHODS.get(method).defaults, **prof.get("methods", {}).get(method, {})}
+            g = df[(df["model"] == model) & (df["method"] == method)]
+            if not g.empty:
+                g = g[g["method_config"].map(_cfg_matches(method, want)).astype(bool)]
+            secs = []
+            for seed in prof["seeds"]:
+                s = g[g["seed"] == seed] if not g.empty else g
+                idr = s[s["kind"] == "id"] if not s.empty else s
+                if idr.empty:
+                    missing.append(f"{model} {method} seed {seed}")
+                    continue
+                secs.append(float(idr["cost.fit_time_s"].iloc[0])
+                            + float((s["cost.predict_time_per_example_s"] * s["n"]).sum()))
+                up = idr["cost.train_time_s"].iloc[0] - idr["cost.fit_time_s"].iloc[0]
+                upstream.setdefault(method, {})[(model, seed)] = float(up)
+            if secs:
+                rows.append([model, method, str(len(secs)), f"{sum(secs) / 60:.1f}"])
+                total += sum(secs)
+    # the MAP networks, each once: the deep ensemble's members include the other methods' MAP
+    # network of every seed (members seed x M + m, m = 0 .. M-1: seed s's own for s < M)
+    maps = upstream.get("deep_ensemble") or upstream.get("deterministic") or {}
+    total += sum(maps.values())
+    return rows, total, missing
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--results", default="results")
+    p.add_argument("--suite", default="mnist_rotated")
+    p.add_argument("--profile", default="quick")
+    a = p.parse_args(argv)
+    rows, total, missing = grid_time(a.results, a.suite, a.profile)
+    print("| model | method | seeds measured | fit + evaluation (min) |\n| --- | --- | --- | --- |")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+    print(f"\nTotal, with each MAP network's training counted once: {total / 3600:.1f} h"
+          + (f"; not measured: {len(missing)} cell(s) ({', '.join(missing[:6])}{', ...' if len(missing) > 6 else ''})"
+             if missing else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
