@@ -66,6 +66,8 @@ class LaplaceMethod(Method):
         "predict_batch_size": Range(1, integer=True),
     }
     constraints = common_constraints
+    #: smoke runs (tests) check the pipeline: a 5-point prior grid on 100 validation examples
+    profile_defaults = {"smoke": {"grid_size": 5, "val_examples": 100}}
 
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)
@@ -159,6 +161,11 @@ class LaplaceMethod(Method):
 
         return val_nll
 
+    def val_nll_many_function(self, chunks):
+        """``taus -> [mean validation NLL]`` for several prior precisions in one pass, or None
+        (then the grid search calls :meth:`val_nll_function` per point)."""
+        return None
+
     def tune_prior(self, val) -> None:
         c = self.config
         method = c["prior_precision_method"]
@@ -170,10 +177,11 @@ class LaplaceMethod(Method):
             self.la.optimize_prior_precision(method="marglik", init_prior_prec=float(c["prior_precision"]),
                                              prior_structure="scalar", **kw)
             return
+        chunks = self._val_chunks(val)
         result = grid_search_prior_precision(
-            self.val_nll_function(self._val_chunks(val)), log_min=float(c["grid_min"]), log_max=float(c["grid_max"]),
+            self.val_nll_function(chunks), log_min=float(c["grid_min"]), log_max=float(c["grid_max"]),
             size=int(c["grid_size"]), extend_decades=float(c["grid_extend_decades"]),
-            max_extensions=int(c["grid_max_extensions"]))
+            max_extensions=int(c["grid_max_extensions"]), val_nll_many=self.val_nll_many_function(chunks))
         self.la.prior_precision = float(result["prior_precision"])
         self.meta["prior_search"] = result
         if result["at_grid_edge"]:

@@ -14,8 +14,11 @@ images on LeNet-300-100); networks with other parameterised layers fall back to 
 """
 from __future__ import annotations
 
+import torch
+
 from bench.errors import BenchError
 from bench.laplace.diag_glm import diag_glm_moments, unsupported_modules
+from bench.laplace.predictive import nll, probit_probs
 from methods._laplace_base import LaplaceMethod
 from bench.subnet.selection import DIAG_BACKENDS, fit_diag_laplace
 from methods.base import register_method
@@ -45,6 +48,32 @@ class LaplaceDiag(LaplaceMethod):
 
     def backend_name(self, model):
         return self.config["backend"]
+
+    def val_nll_many_function(self, chunks):
+        """Every grid point's validation NLL in one pass over the validation split: the
+        Jacobian pieces of :func:`diag_glm_moments` are shared by all prior precisions (one
+        variance vector per tau); the glm probit predictive only, else per point."""
+        c = self.config
+        if c["pred_type"] != "glm" or c["link_approx"] != "probit" or unsupported_modules(self.model):
+            return None
+        n = sum(len(y) for _, y in chunks)
+        dev = self.ctx.device
+
+        def many(taus):
+            variances = []
+            for tau in taus:
+                self.la.prior_precision = float(tau)
+                variances.append(self.la.posterior_variance.detach().clone())
+            V = torch.stack(variances)
+            totals = [0.0] * len(taus)
+            with torch.no_grad():
+                for x, y in chunks:
+                    f_mu, f_var = diag_glm_moments(self.model, x.to(dev), V)
+                    for t in range(len(taus)):
+                        totals[t] += float(nll(probit_probs(f_mu, f_var[t]).float(), y.to(dev))) * len(y)
+            return [tot / n for tot in totals]
+
+        return many
 
     def glm_moments(self, x):
         if unsupported_modules(self.model):

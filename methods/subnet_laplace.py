@@ -71,6 +71,8 @@ class SubnetLaplace(LaplaceMethod):
                    "swag_n_snapshots": Range(2, integer=True), "swag_lr": Range(0, lo_open=True),
                    "swag_snapshot_every": Range(1, integer=True, optional=True),
                    "memory_limit_gb": Range(0, lo_open=True, optional=True)}
+    #: smoke runs (tests) check the pipeline, not SWAG's estimate: 16 snapshots instead of 256
+    profile_defaults = {"smoke": {**LaplaceMethod.profile_defaults["smoke"], "swag_n_snapshots": 16}}
     DEFAULT_SUBNET = 1000
     #: the grid search caches the validation Jacobians (N_val x K x s floats) up to this size
     JACOBIAN_CACHE_BYTES = 2 * 2**30

@@ -252,3 +252,33 @@ def test_subnet_fast_grid_path_equals_the_generic_predictive():
         assert fast(tau) == pytest.approx(generic(tau), rel=1e-5)
     f_mu, f_var = m.la._glm_predictive_distribution(val[0][:5])
     torch.testing.assert_close(probit_probs(f_mu, f_var), m.la(val[0][:5], pred_type="glm", link_approx="probit"))
+
+
+def test_diag_glm_moments_for_several_variance_vectors_at_once_equal_one_at_a_time():
+    net = conv_bn_net()
+    xt = torch.randn(5, 1, 7, 7)
+    P = sum(p.numel() for p in net.parameters())
+    V = torch.rand(3, P) * torch.tensor([1e-3, 1e-1, 10.0])[:, None]
+    mu, var = diag_glm_moments(net, xt, V)
+    assert var.shape == (3, 5, 4, 4)
+    for t in range(3):
+        mu1, var1 = diag_glm_moments(net, xt, V[t])
+        torch.testing.assert_close(mu, mu1)
+        torch.testing.assert_close(var[t], var1, rtol=1e-5, atol=1e-8)
+
+
+def test_laplace_diag_grid_in_one_pass_equals_the_grid_point_by_point():
+    """The batched grid (all prior precisions in one pass) gives each grid point the validation
+    NLL the point-by-point search computes with the method's own predictive."""
+    ctx = ctx_for(overconfident_net)
+    val = data(60, 11)
+    m = LaplaceDiag(ctx, grid_size=5).fit(TensorLoader(*data(96, 7), 32, shuffle=False), val)
+    chunks = m._val_chunks(val)
+    taus = [1e-3, 0.1, 1.0, 30.0, 1e4]
+    one = m.val_nll_function(chunks)
+    many = m.val_nll_many_function(chunks)
+    assert many is not None
+    torch.testing.assert_close(torch.tensor(many(taus)), torch.tensor([one(t) for t in taus]), rtol=1e-5, atol=1e-7)
+    search = m.meta["prior_search"]  # the fit used the batched grid: its losses are the per-point ones
+    torch.testing.assert_close(torch.tensor(search["val_nll"]),
+                               torch.tensor([one(10.0 ** lg) for lg in search["log10_grid"]]), rtol=1e-5, atol=1e-7)

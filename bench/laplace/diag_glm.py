@@ -45,8 +45,8 @@ def unsupported_modules(model: nn.Module) -> list[str]:
 
 
 def _variance_views(model: nn.Module, variance: torch.Tensor) -> dict[int, dict[str, torch.Tensor]]:
-    """Per module id: its parameters' slices of the flat variance vector (parameters_to_vector
-    order over trainable parameters, as laplace-torch)."""
+    """Per module id: its parameters' slices of the flat variance vectors ``(T, P)``
+    (parameters_to_vector order over trainable parameters, as laplace-torch), each ``(T, *shape)``."""
     views: dict[int, dict[str, torch.Tensor]] = {}
     offset = 0
     modules = dict(model.named_modules())
@@ -55,10 +55,10 @@ def _variance_views(model: nn.Module, variance: torch.Tensor) -> dict[int, dict[
             continue
         mod_name, _, pname = name.rpartition(".")
         m = modules[mod_name] if mod_name else model
-        views.setdefault(id(m), {})[pname] = variance[offset:offset + p.numel()].view_as(p)
+        views.setdefault(id(m), {})[pname] = variance[:, offset:offset + p.numel()].reshape(len(variance), *p.shape)
         offset += p.numel()
-    if offset != variance.numel():
-        raise ValueError(f"variance has {variance.numel()} entries, the model {offset} trainable parameters")
+    if offset != variance.shape[1]:
+        raise ValueError(f"variance has {variance.shape[1]} entries, the model {offset} trainable parameters")
     return views
 
 
@@ -73,11 +73,18 @@ def _quadratic(G: torch.Tensor, w: torch.Tensor, per_example: bool = False) -> t
 
 
 def diag_glm_moments(model: nn.Module, x: torch.Tensor, variance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(f_mu (B, K), f_var (B, K, K))`` of the linearised network under ``N(w_MAP, diag(variance))``."""
+    """``(f_mu (B, K), f_var (B, K, K))`` of the linearised network under ``N(w_MAP, diag(variance))``.
+
+    ``variance`` of shape ``(T, P)`` gives ``f_var`` of shape ``(T, B, K, K)``, one per variance
+    vector, for about the cost of one: the Jacobian pieces are computed once (the prior-precision
+    grid search evaluates all its grid points this way)."""
     bad = unsupported_modules(model)
     if bad:
         raise NotImplementedError(f"diag_glm_moments does not support {bad[:3]}")
-    views = _variance_views(model, variance.to(x.device, torch.float32))
+    single = variance.dim() == 1
+    variance = variance.to(x.device, torch.float32)
+    views = _variance_views(model, variance[None] if single else variance)
+    T = 1 if single else len(variance)
     calls: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = []
 
     def hook(module, inputs, output):
@@ -94,7 +101,12 @@ def diag_glm_moments(model: nn.Module, x: torch.Tensor, variance: torch.Tensor) 
     zs = [z for _, _, z in calls]
     with torch.enable_grad():
         per_k = [torch.autograd.grad(f[:, k].sum(), zs, retain_graph=k < K - 1, allow_unused=True) for k in range(K)]
-    f_var = f.new_zeros(B, K, K)
+    f_var = f.new_zeros(T, B, K, K)
+
+    def add(G, w, rows=slice(None), per_example=False):
+        for t in range(T):
+            f_var[t, rows] += _quadratic(G, w[t], per_example=per_example)
+
     with torch.no_grad():
         for i, (m, a, z) in enumerate(calls):
             g = torch.stack([gk[i] if gk[i] is not None else torch.zeros_like(z) for gk in per_k])  # (K, B, ...)
@@ -103,30 +115,28 @@ def diag_glm_moments(model: nn.Module, x: torch.Tensor, variance: torch.Tensor) 
             if isinstance(m, nn.Linear):
                 if a.dim() != 2:
                     raise NotImplementedError("diag_glm_moments: Linear layers on (batch, features) inputs only")
-                c = (a * a) @ v["weight"].T if "weight" in v else 0.0
-                if "bias" in v:
-                    c = c + v["bias"]
-                f_var += _quadratic(g, c.expand(B, -1) if c.dim() == 1 else c, per_example=True)
+                c = torch.stack([((a * a) @ v["weight"][t].T if "weight" in v else a.new_zeros(B, z.shape[1]))
+                                 + (v["bias"][t] if "bias" in v else 0.0) for t in range(T)])  # (T, B, out)
+                add(g, c, per_example=True)
             elif isinstance(m, nn.Conv2d):
                 gl = g.reshape(K, B, g.shape[2], -1)  # (K, B, O, L)
                 if "weight" in v:
                     cols = F.unfold(a, m.kernel_size, dilation=m.dilation, padding=m.padding, stride=m.stride)
-                    vw = v["weight"].reshape(gl.shape[2], -1)
-                    step = max(1, CONV_BLOCK_FLOATS // (K * vw.numel()))  # examples per block
+                    vw = v["weight"].reshape(T, gl.shape[2], -1)
+                    step = max(1, CONV_BLOCK_FLOATS // (K * vw[0].numel()))  # examples per block
                     for s in range(0, B, step):  # per-example weight gradients, a block at a time
                         G = torch.einsum("kbol,bcl->kboc", gl[:, s:s + step], cols[s:s + step])
-                        f_var[s:s + step] += _quadratic(G, vw)
+                        add(G, vw, rows=slice(s, s + step))
                 if "bias" in v:
-                    Gb = gl.sum(-1)
-                    f_var += _quadratic(Gb, v["bias"])
+                    add(gl.sum(-1), v["bias"])
             else:  # batch norm, eval mode: z = gamma * (a - mean) / sqrt(var + eps) + beta
                 shape = (1, -1) + (1,) * (a.dim() - 2)
                 xhat = (a - m.running_mean.view(shape)) / torch.sqrt(m.running_var.view(shape) + m.eps)
                 gl = g.reshape(K, B, a.shape[1], -1)
                 if "weight" in v:
-                    G = (gl * xhat.reshape(1, B, a.shape[1], -1)).sum(-1)
-                    f_var += _quadratic(G, v["weight"])
+                    add((gl * xhat.reshape(1, B, a.shape[1], -1)).sum(-1), v["weight"])
                 if "bias" in v:
-                    Gb = gl.sum(-1)
-                    f_var += _quadratic(Gb, v["bias"])
+                    add(gl.sum(-1), v["bias"])
+    if single:
+        f_var = f_var[0]
     return f.detach(), f_var

@@ -28,18 +28,27 @@ def log_grid(log_min: float, log_max: float, size: int) -> list[float]:
 
 def grid_search_prior_precision(val_nll: Callable[[float], float], *, log_min: float = -4.0, log_max: float = 4.0,
                                 size: int = 21, extend_decades: float = 4.0, max_extensions: int = 2,
-                                plateau_rtol: float = 1e-5) -> dict:
+                                plateau_rtol: float = 1e-5,
+                                val_nll_many: Callable[[list[float]], list[float]] | None = None) -> dict:
     """Minimise ``val_nll(tau)`` over a log10 grid, extending it past an edge optimum.
 
     An optimum within ``plateau_rtol`` (relative) of the loss at an edge counts as that edge: as
     tau -> infinity the predictive converges to the MAP network's and the loss flattens, so the
     first point of the plateau is the MAP limit, not an interior optimum. Returns ``{"prior_precision", "log10_grid", "val_nll", "at_grid_edge" ("lower" | "upper" |
-    None), "n_extensions"}``; non-finite losses never win (``inf`` when all are)."""
+    None), "n_extensions"}``; non-finite losses never win (``inf`` when all are).
+    ``val_nll_many(taus)``, when given, evaluates several grid points in one call (a method
+    whose predictive at every tau shares its expensive part) and must equal ``val_nll`` per tau."""
+
+    def evaluate(logs: list[float]) -> list[float]:
+        taus = [10.0 ** lg for lg in logs]
+        vals = val_nll_many(taus) if val_nll_many is not None else [val_nll(t) for t in taus]
+        return [_finite(v) for v in vals]
+
     if size < 2 or log_max <= log_min:
         raise ValueError("the prior-precision grid needs size >= 2 and log_max > log_min")
     step = (float(log_max) - float(log_min)) / (int(size) - 1)
     logs = log_grid(log_min, log_max, size)
-    losses = {lg: _finite(val_nll(10.0 ** lg)) for lg in logs}
+    losses = dict(zip(logs, evaluate(logs)))
     n_ext = 0
     while True:
         grid = sorted(losses)
@@ -50,8 +59,8 @@ def grid_search_prior_precision(val_nll: Callable[[float], float], *, log_min: f
         n_new = max(1, int(round(extend_decades / step)))
         new = ([grid[0] - step * (i + 1) for i in range(n_new)] if edge == "lower"
                else [grid[-1] + step * (i + 1) for i in range(n_new)])
-        for lg in (round(v, 10) for v in new):
-            losses[lg] = _finite(val_nll(10.0 ** lg))
+        new = [round(v, 10) for v in new]
+        losses.update(zip(new, evaluate(new)))
         n_ext += 1
     grid = sorted(losses)
     return {"prior_precision": 10.0 ** best, "log10_prior_precision": best, "log10_grid": grid,
