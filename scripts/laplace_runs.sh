@@ -24,3 +24,8 @@ $B --suite cifar10c --seeds 0,1,2,3,4 --methods laplace_last_layer,laplace_diag
 # the size sweep (LeNet-300-100): Wasserstein against a random subnet of the same size
 $B --suite mnist_rotated --set models=lenet_300_100 --seeds 0,1,2 --methods subnet_laplace \
    --set subnet_laplace.n_subnet=100,300,3000 --set subnet_laplace.criterion=wasserstein,random
+# selection criterion x inference scheme: the same 1,000-weight subnets under PBN's partial VI
+# (its validation-chosen rate), and PBN's pipeline with no stochastic weight as the control
+$B --suite mnist_rotated --set models=lenet_300_100 --seeds 0,1,2,3,4 --methods pbn --set pbn.n_bayes=1000 \
+   --set pbn.lr=0.05 --set pbn.criterion=gradient,random,magnitude,wasserstein,wasserstein_diag_laplace
+$B --suite mnist_rotated --set models=lenet_300_100 --seeds 0,1,2,3,4 --methods pbn --set pbn.n_bayes=0 --set pbn.lr=0.05
