@@ -73,7 +73,7 @@ def excluded_text(p: pd.DataFrame) -> str:
 
 
 def _size_args(a):
-    return {"n_subnet": a.n_subnet, "fraction": a.subnet_fraction}
+    return {"n_subnet": a.n_subnet, "fraction": a.subnet_fraction, "every": a.swag_snapshot_every}
 
 
 def table_criteria(runs: Runs, a) -> list[list[str]]:
@@ -144,13 +144,14 @@ def table_overlap(runs: Runs, a) -> list[list[str]]:
 def table_swag(runs: Runs, a) -> list[list[str]]:
     header = ["SWAG snapshots", "seeds", "ID acc", "shift NLL", "OOD AUROC", "SWAG time (s)", "IoU with per-epoch subnet",
               "Δ shift NLL vs per-epoch"]
-    ref_h = subnet_config(runs, "wasserstein", **_size_args(a))
+    size = {"n_subnet": a.n_subnet, "fraction": a.subnet_fraction}
+    ref_h = subnet_config(runs, "wasserstein", **size)
     if not ref_h:
         return [header]
     ref = laplace_rows(runs, ref_h)
     rows = []
     for every in (None, 20):
-        h = subnet_config(runs, "wasserstein", every=every, **_size_args(a))
+        h = subnet_config(runs, "wasserstein", every=every, **size)
         if not h:
             continue
         p = laplace_rows(runs, h)
@@ -236,6 +237,8 @@ TABLES = {"criteria": table_criteria, "schemes": table_schemes, "overlap": table
 def _size_arguments(p):
     p.add_argument("--n-subnet", type=int, default=None, help="the subnet size of the rows (None: the default)")
     p.add_argument("--subnet-fraction", type=float, default=None, help="... or the fraction that was set")
+    p.add_argument("--swag-snapshot-every", type=int, default=None,
+                   help="the rows' swag_snapshot_every (None: the authors' one per epoch)")
 
 
 def main(argv=None) -> int:
