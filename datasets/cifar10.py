@@ -95,7 +95,10 @@ def load_cifar10(root: Path, split: str, download: bool = False, layout: str = "
             try:
                 import torchvision
 
-                torchvision.datasets.CIFAR10(str(root), train=(split == "train"), download=True)
+                from datasets.roots import RemoveEmptyDirsOnFailure
+
+                with RemoveEmptyDirsOnFailure(root):
+                    torchvision.datasets.CIFAR10(str(root), train=(split == "train"), download=True)
             except Exception as exc:  # noqa: BLE001 - any network failure means "not available"
                 reason = f"missing and download failed ({type(exc).__name__})"
         if not all(p.exists() for p in paths):
@@ -129,7 +132,10 @@ def load_svhn_test(root: Path, download: bool = False, layout: str = "nchw") -> 
         try:
             import torchvision
 
-            torchvision.datasets.SVHN(str(candidates[0].parent), split="test", download=True)
+            from datasets.roots import RemoveEmptyDirsOnFailure
+
+            with RemoveEmptyDirsOnFailure(root):
+                torchvision.datasets.SVHN(str(candidates[0].parent), split="test", download=True)
         except Exception as exc:  # noqa: BLE001
             reason = f"missing and download failed ({type(exc).__name__})"
         path = next((p for p in candidates if p.exists()), None)

@@ -66,10 +66,13 @@ def write_idx(path: Path, array: np.ndarray) -> None:
 def _try_download(name: str, root: Path) -> None:
     import torchvision
 
+    from datasets.roots import RemoveEmptyDirsOnFailure
+
     cls = getattr(torchvision.datasets, name)
     for train in (True, False):
         try:
-            cls(str(root), train=train, download=True)
+            with RemoveEmptyDirsOnFailure(root):
+                cls(str(root), train=train, download=True)
         except Exception:  # noqa: BLE001 - any network failure means "not available"
             if name == "FashionMNIST" and train:
                 continue  # only the test split is needed for FashionMNIST

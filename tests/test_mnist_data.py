@@ -62,3 +62,29 @@ def test_real_mnist_files(real_root):
     assert xm.mean().item() == pytest.approx(0.1307, abs=2e-3)
     xo, _ = load_mnist_like(real_root, "FashionMNIST", "test")
     assert xo.shape == (10000, 1, 28, 28)
+
+
+def test_a_failed_download_leaves_the_data_root_as_it_was(tmp_path, monkeypatch):
+    """torchvision creates its folders before the network fails: they are removed again, and the
+    error is the usual missing-dataset one (exit 2 from the CLI)."""
+    import torchvision
+
+    from datasets.cifar10 import load_cifar10, load_svhn_test
+    from datasets.errors import DatasetNotFoundError
+    from datasets.mnist import load_mnist_like
+
+    def offline(root, *args, **kwargs):
+        (Path(root) / "MNIST" / "raw").mkdir(parents=True, exist_ok=True)
+        (Path(root) / "cifar-10-batches-py").mkdir(parents=True, exist_ok=True)
+        raise OSError("no network")
+
+    for name in ("MNIST", "FashionMNIST", "CIFAR10", "SVHN"):
+        monkeypatch.setattr(torchvision.datasets, name, offline)
+    root = tmp_path / "data"
+    (root / "keep").mkdir(parents=True)
+    for load in (lambda: load_mnist_like(root, "MNIST", "train", download=True),
+                 lambda: load_cifar10(root, "train", download=True),
+                 lambda: load_svhn_test(root, download=True)):
+        with pytest.raises(DatasetNotFoundError, match="download failed"):
+            load()
+        assert sorted(p.name for p in root.rglob("*")) == ["keep"]
