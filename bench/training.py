@@ -171,14 +171,16 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
                 params=None, desc: str = "train", progress: bool = False,
                 resume_path: str | os.PathLike | None = None,
                 on_epoch_end: Callable[[int], None] | None = None,
-                epoch_stats: Callable[[], dict] | None = None) -> dict:
+                epoch_stats: Callable[[], dict] | None = None, callback_state: dict | None = None) -> dict:
     """Minimise ``loss_fn(model, x, y, fraction_of_training_done)`` over ``cfg.epochs`` epochs.
 
     Raises :class:`DivergedError` on a non-finite loss. With ``resume_path`` the model,
     optimiser and data order are checkpointed after every epoch and a restarted call
     continues from the last finished epoch. Returns a small training log; with
     ``epoch_stats`` the dict it returns after each epoch is appended to ``log["epoch_stats"]``
-    (checkpointed with the log, so it survives a resume).
+    (checkpointed with the log, so it survives a resume). ``callback_state``: a dict an
+    ``on_epoch_end`` callback keeps its own state in (tensors and plain Python data); it is
+    checkpointed after every epoch and, on a resume, filled in place with the saved contents.
     """
     from tqdm.auto import tqdm
 
@@ -200,6 +202,9 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
         state = load_or_set_aside(resume_path, restore)
         if state is not None:
             start_epoch, log = state["epoch"], state["log"]
+            if callback_state is not None:
+                callback_state.clear()
+                callback_state.update(state.get("callback_state") or {})
         else:  # damaged: set aside; train from the start, from the initial weights
             model.load_state_dict(initial)
 
@@ -240,7 +245,7 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
             buf = io.BytesIO()
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                         "loader": loader.state_dict(), "torch_rng": torch.get_rng_state(),
-                        "epoch": epoch + 1, "log": log}, buf)
+                        "epoch": epoch + 1, "log": log, "callback_state": callback_state or {}}, buf)
             atomic_write_bytes(resume_path, buf.getvalue())
     bar.close()
     if resume_path is not None and resume_path.exists():

@@ -416,3 +416,37 @@ def test_a_sweep_over_a_predict_only_option_reuses_one_fit(tmp_path):
     assert df["config_hash"].nunique() == 2  # two configurations, two sets of records
     assert main(args + ["--set", "mc_dropout.p=0.2"]) == 0  # a fit option makes a new fit
     assert len(list(out.rglob("checkpoints/fitted/**/seed0.pt"))) == 2
+
+
+def test_callback_state_survives_an_interrupted_training(tmp_path):
+    """An on_epoch_end callback keeps its state in ``callback_state``: killed after epoch 2 and
+    resumed, the state holds every epoch once, as in an uninterrupted run."""
+    import torch
+    from torch import nn
+
+    from bench.data import TensorLoader
+    from bench.training import TrainConfig, train_model
+
+    def run(resume, stop_at=None):
+        torch.manual_seed(0)
+        net = nn.Linear(3, 2)
+        loader = TensorLoader(torch.randn(64, 3), torch.randint(0, 2, (64,)), 16, shuffle=True, seed=0)
+        state = {}
+
+        def on_epoch_end(epoch):
+            state.setdefault("seen", []).append(epoch)
+            state["norm"] = float(net.weight.norm())
+            if epoch == stop_at:
+                raise KeyboardInterrupt
+
+        loss = lambda m, xb, yb, frac: nn.functional.cross_entropy(m(xb), yb)  # noqa: E731
+        train_model(net, loader, TrainConfig(epochs=4, batch_size=16, lr=0.1), loss, resume_path=resume,
+                    on_epoch_end=on_epoch_end, callback_state=state)
+        return state
+
+    whole = run(None)
+    partial = tmp_path / "t.partial"
+    with pytest.raises(KeyboardInterrupt):
+        run(partial, stop_at=2)  # the epoch-1 checkpoint exists, epoch 2's never written
+    resumed = run(partial)
+    assert whole["seen"] == [0, 1, 2, 3] and resumed == whole
