@@ -83,6 +83,13 @@ def test_diverging_run_is_recorded_as_failed(tmp_path):
     assert len(load_records(out)) == 2
 
 
+def test_the_summary_counts_failure_records_as_written(tmp_path, capsys):
+    args = ["run", "--suite", "toy", "--profile", "smoke", "--no-report", "--out", str(tmp_path / "r"),
+            "--methods", "mc_dropout,deterministic", "--set", "train.optimizer=sgd", "--set", "train.lr=1e30"]
+    assert main(args) == 0
+    assert "2 failed, 2 records written" in capsys.readouterr().err
+
+
 def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "never"
     cases = [
