@@ -148,6 +148,7 @@ class Harness:
     # ------------------------------------------------------------------
     def run(self) -> RunSummary:
         self.write_artifacts()
+        _ = self.grid_progress  # the clock starts with the grid
         for model_name in self.plan.models:
             build = partial(build_model, model_name, self.suite.in_shape, self.suite.task.num_outputs)
             map_key = {"suite": self.suite.name, "model": model_name, "train": self.plan.train.to_dict(),

@@ -375,6 +375,24 @@ def test_grid_progress_counts_every_cell_and_estimates_from_the_cells_that_ran()
     assert g.eta_s() == 20.0  # mean 20 s x 1 left
 
 
+
+def test_the_grid_clock_starts_before_the_first_cell(tmp_path, monkeypatch):
+    import bench.harness as H
+
+    started_before_cell = []
+    run_cell = H.Harness.run_cell
+
+    def spy(self, *args):
+        started_before_cell.append(self._grid_progress is not None)
+        return run_cell(self, *args)
+
+    monkeypatch.setattr(H.Harness, "run_cell", spy)
+    args = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--out", str(tmp_path / "r"),
+            "--methods", "deterministic"]
+    assert main(args) == 0
+    assert started_before_cell == [True]
+
+
 def test_run_prints_the_grid_progress(tmp_path, capsys):
     args = ["run", "--suite", "toy", "--profile", "smoke", "--no-report", "--out", str(tmp_path / "r"),
             "--methods", "deterministic,mc_dropout"]
