@@ -170,7 +170,10 @@ def table_swag(runs: Runs, a) -> list[list[str]]:
 
 
 def table_size(runs: Runs, a) -> list[list[str]]:
-    header = ["subnet size", "criterion", "seeds", "ID acc", "shift NLL", "OOD AUROC", "Δ shift NLL vs random"]
+    header = ["subnet size", "criterion", "seeds", "ID acc", "shift NLL", "OOD AUROC", "Δ shift NLL vs MAP",
+              "Δ shift NLL vs random"]
+    det = runs.configs("deterministic", optimizer=None, lr=None, weight_decay=None, epochs=None)
+    base = laplace_rows(runs, det[0][0]) if det else None
     sizes = sorted({int(c.get("n_subnet") or 1000) for _, c in runs.configs("subnet_laplace")
                     if c.get("subnet_fraction") is None and c.get("swag_snapshot_every") is None})
     rows = []
@@ -184,7 +187,7 @@ def table_size(runs: Runs, a) -> list[list[str]]:
                 continue
             p = laplace_rows(runs, h)
             rows.append([f"{n:,}", LABELS[crit], ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["sh_nll"], "{:.3f}"),
-                         ms(p["auroc"], "{:.3f}"),
+                         ms(p["auroc"], "{:.3f}"), "-" if base is None else paired(p, base, "sh_nll", "{:+.3f}"),
                          "-" if rand is None or crit == "random" else paired(p, rand, "sh_nll", "{:+.3f}")])
     return [header] + rows
 
