@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Callable
 
@@ -20,7 +19,7 @@ from bench.data import TensorLoader
 from bench.errors import BenchError, DivergedError
 from bench.locks import file_lock
 from bench.seeding import derive_seed, seed_everything
-from bench.store import atomic_write_bytes, atomic_write_json, config_hash
+from bench.store import atomic_write_bytes, atomic_write_json, config_hash, set_aside
 from bench.training import TrainConfig, nll_loss, train_model
 
 log = logging.getLogger(__name__)
@@ -47,15 +46,6 @@ def load_torch(path: Path):
         raise DamagedCheckpointError(f"checkpoint {path} cannot be loaded safely ({type(exc).__name__}: {first})") from exc
 
 
-def set_aside(path: Path, why: str) -> Path:
-    """Move a damaged checkpoint to ``<name>.bad`` (kept for inspection) with a warning."""
-    path = Path(path)
-    bad = path.with_name(path.name + ".bad")
-    os.replace(path, bad)
-    log.warning("%s; moved to %s, it will be recomputed", why, bad.name)
-    return bad
-
-
 def load_or_set_aside(path: Path, apply: Callable | None = None):
     """``load_torch(path)`` (and ``apply(state)``, e.g. ``load_state_dict``), or None after the
     damaged file was set aside: callers then recompute what it held (refit, retrain, restart)."""
@@ -65,9 +55,9 @@ def load_or_set_aside(path: Path, apply: Callable | None = None):
             apply(state)
         return state
     except DamagedCheckpointError as exc:
-        set_aside(path, str(exc))
+        set_aside(path, f"{exc}; it will be recomputed")
     except (KeyError, RuntimeError, ValueError, TypeError) as exc:  # loads, but not what it should hold
-        set_aside(path, f"checkpoint {path} does not match ({type(exc).__name__}: {exc})")
+        set_aside(path, f"checkpoint {path} does not match ({type(exc).__name__}: {exc}); it will be recomputed")
     return None
 
 

@@ -89,8 +89,6 @@ def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
         if key == "models":
             models = [str(v) for v in values]
         elif key == "seeds":
-            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
-                raise BenchError(f"--set seeds= expects non-negative integers, got {values}")
             plan_seeds = list(values)
         elif key.startswith("train.") or key.startswith("data."):
             if len(values) != 1:
@@ -111,8 +109,8 @@ def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
         raise BenchError("no model to run (--set models= is empty)")
     if not plan_seeds:
         raise BenchError("no seed to run (--seeds / --set seeds= is empty)")
-    if any(not isinstance(s, int) or s < 0 for s in plan_seeds):
-        raise BenchError(f"seeds must be non-negative integers, got {plan_seeds}")
+    if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in plan_seeds):
+        raise BenchError(f"--seeds / --set seeds= expects non-negative integers, got {plan_seeds}")
     for m in models:
         MODELS.get(m)
     if not methods:

@@ -125,7 +125,7 @@ class Harness:
         self.device, self.methods_registry = device, methods_registry
         self.force, self.progress, self.quiet = force, progress, quiet
         self.summary = RunSummary()
-        self._grid_progress: GridProgress | None = None
+        self.grid_progress: GridProgress | None = None  # set when the grid starts (run)
         self.eval_batch_size = int(plan.data.get("eval_batch_size", 1000))
         # The held-out validation split is scored like every evaluation set (kind "val"): the
         # one tuning protocol of the suite (bench/selection.py) chooses hyperparameters on it,
@@ -134,13 +134,6 @@ class Harness:
                 and not any(e.kind == "val" for e in data.eval_sets):
             data.eval_sets.append(EvalSet("val", "validation", None, data.val_x, data.val_y))
 
-    @property
-    def grid_progress(self) -> "GridProgress":
-        if self._grid_progress is None:
-            total = len(self.plan.models) * len(self.plan.seeds) * sum(len(c) for c in self.plan.methods.values())
-            self._grid_progress = GridProgress(total)
-        return self._grid_progress
-
     def say(self, msg: str) -> None:
         if not self.quiet:
             print(f"[{self.suite.name}] {msg}", file=sys.stderr, flush=True)
@@ -148,7 +141,8 @@ class Harness:
     # ------------------------------------------------------------------
     def run(self) -> RunSummary:
         self.write_artifacts()
-        _ = self.grid_progress  # the clock starts with the grid
+        total = len(self.plan.models) * len(self.plan.seeds) * sum(len(c) for c in self.plan.methods.values())
+        self.grid_progress = GridProgress(total)  # the clock starts with the grid
         for model_name in self.plan.models:
             build = partial(build_model, model_name, self.suite.in_shape, self.suite.task.num_outputs)
             map_key = {"suite": self.suite.name, "model": model_name, "train": self.plan.train.to_dict(),

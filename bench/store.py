@@ -54,6 +54,16 @@ def record_problem(rec: Any) -> str | None:
     return None
 
 
+def set_aside(path: Path, why: str) -> Path:
+    """Move a damaged file (record, checkpoint) to ``<name>.bad``, kept for inspection, with a
+    warning saying ``why``; what it held is recomputed by the caller."""
+    path = Path(path)
+    bad = path.with_name(path.name + ".bad")
+    os.replace(path, bad)
+    log.warning("%s; moved to %s", why, bad.name)
+    return bad
+
+
 def read_record(path: Path) -> tuple[dict | None, str | None]:
     """``(record, None)`` or ``(None, problem)`` for the record file at ``path``."""
     try:
@@ -157,10 +167,7 @@ class ResultsStore:
 
     @staticmethod
     def quarantine(path: Path, problem: str) -> Path:
-        bad = path.with_name(path.name + ".bad")
-        os.replace(path, bad)
-        log.warning("damaged record %s (%s): moved to %s; its cell will be redone", path, problem, bad.name)
-        return bad
+        return set_aside(path, f"damaged record {path} ({problem}); its cell will be redone")
 
     def iter_records(self, suite: str | None = None, problems: list | None = None) -> Iterable[dict]:
         """Every valid record under the store (or one suite). Damaged files are skipped with a

@@ -167,6 +167,36 @@ def progress_enabled(requested: bool) -> bool:
     return requested and sys.stderr.isatty()
 
 
+def save_training_state(path, model: nn.Module, optimizer, loader: TensorLoader, **extra) -> None:
+    """Checkpoint (atomically) what a resumed training needs after a finished epoch: model,
+    optimiser, data order and torch's random state, plus ``extra`` (epoch, log, ...)."""
+    from bench.checkpoints import save_torch
+
+    save_torch({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "loader": loader.state_dict(),
+                "torch_rng": torch.get_rng_state(), **extra}, Path(path))
+
+
+def restore_training_state(path, model: nn.Module, optimizer, loader: TensorLoader) -> dict | None:
+    """Restore what :func:`save_training_state` wrote at ``path`` into model, optimiser, loader and
+    torch's random state, and return the whole saved dict; None when there is nothing to resume
+    (no file, or a damaged one, which is set aside and the model put back to its initial weights)."""
+    if path is None or not Path(path).exists():
+        return None
+    from bench.checkpoints import load_or_set_aside
+
+    def restore(state):
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        loader.load_state_dict(state["loader"])
+        torch.set_rng_state(state["torch_rng"])
+
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    state = load_or_set_aside(Path(path), restore)
+    if state is None:  # train from the start, from the initial weights
+        model.load_state_dict(initial)
+    return state
+
+
 def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_fn: LossFn, *,
                 params=None, desc: str = "train", progress: bool = False,
                 resume_path: str | os.PathLike | None = None,
@@ -189,24 +219,12 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
     steps_per_epoch = len(loader)
     start_epoch, log = 0, {"epoch_loss": []}
     resume_path = Path(resume_path) if resume_path else None
-    if resume_path is not None and resume_path.exists():
-        from bench.checkpoints import load_or_set_aside
-
-        def restore(state):
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            loader.load_state_dict(state["loader"])
-            torch.set_rng_state(state["torch_rng"])
-
-        initial = {k: v.clone() for k, v in model.state_dict().items()}
-        state = load_or_set_aside(resume_path, restore)
-        if state is not None:
-            start_epoch, log = state["epoch"], state["log"]
-            if callback_state is not None:
-                callback_state.clear()
-                callback_state.update(state.get("callback_state") or {})
-        else:  # damaged: set aside; train from the start, from the initial weights
-            model.load_state_dict(initial)
+    state = restore_training_state(resume_path, model, optimizer, loader)
+    if state is not None:
+        start_epoch, log = state["epoch"], state["log"]
+        if callback_state is not None:
+            callback_state.clear()
+            callback_state.update(state.get("callback_state") or {})
 
     total_steps = max(1, cfg.epochs * steps_per_epoch)
     bar = tqdm(total=cfg.epochs * steps_per_epoch, initial=start_epoch * steps_per_epoch, desc=desc,
@@ -239,14 +257,8 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
         if on_epoch_end is not None:
             on_epoch_end(epoch)
         if resume_path is not None and epoch + 1 < cfg.epochs:
-            from bench.store import atomic_write_bytes
-            import io
-
-            buf = io.BytesIO()
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "loader": loader.state_dict(), "torch_rng": torch.get_rng_state(),
-                        "epoch": epoch + 1, "log": log, "callback_state": callback_state or {}}, buf)
-            atomic_write_bytes(resume_path, buf.getvalue())
+            save_training_state(resume_path, model, optimizer, loader, epoch=epoch + 1, log=log,
+                                callback_state=callback_state or {})
     bar.close()
     if resume_path is not None and resume_path.exists():
         resume_path.unlink()

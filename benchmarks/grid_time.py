@@ -16,16 +16,13 @@ import argparse
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.store import load_records  # noqa: E402
 from bench.suites import SUITES  # noqa: E402
 from methods import METHODS  # noqa: E402
-
-
-def _cfg_matches(method: str, want: dict):
-    defaults = METHODS.get(method).defaults
-    return lambda c: {**defaults, **(c or {})} == want
+from vi_tables import cfg_of  # noqa: E402
 
 
 def grid_time(results: str, suite_name: str, profile: str) -> tuple[list[list[str]], float, list[str]]:
@@ -40,7 +37,7 @@ def grid_time(results: str, suite_name: str, profile: str) -> tuple[list[list[st
             want = {**METHODS.get(method).defaults, **prof.get("methods", {}).get(method, {})}
             g = df[(df["model"] == model) & (df["method"] == method)]
             if not g.empty:
-                g = g[g["method_config"].map(_cfg_matches(method, want)).astype(bool)]
+                g = g[g["method_config"].map(lambda c, m=method: cfg_of(m, c) == want).astype(bool)]
             secs = []
             for seed in prof["seeds"]:
                 s = g[g["seed"] == seed] if not g.empty else g

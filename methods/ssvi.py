@@ -32,7 +32,6 @@ the suites' ``paper`` profile). docs/ssvi.md lists every choice.
 from __future__ import annotations
 
 import copy
-import io
 import time
 
 import torch
@@ -41,7 +40,7 @@ from bench.errors import BenchError
 from bench.seeding import derive_seed
 from bench.subnet.ssvi import (CRITERIA, GROW_MODES, SSVINet, as_float, kl_warmup_beta, update_fraction)
 from bench.subnet.sigma_stats import last_rel_change, sigma_change, sigma_summary
-from bench.training import OPTIMIZERS, make_optimizer, own_group
+from bench.training import OPTIMIZERS, make_optimizer, own_group, restore_training_state, save_training_state
 from methods.base import Method, register_method
 
 #: The official code's values (train_cifar.py / scripts/ssvi_cifar.sh) that are not already the
@@ -164,21 +163,9 @@ class SSVI(Method):
         history = [{"step": 0, "active": model.active_counts()}]
         start_epoch, log = 0, {"epoch_loss": []}
         resume = self.ctx.resume_path(self.name)
-        if resume is not None and resume.exists():
-            from bench.checkpoints import load_or_set_aside
-
-            def restore(st):
-                model.load_state_dict(st["model"])
-                opt.load_state_dict(st["optimizer"])
-                train.load_state_dict(st["loader"])
-                torch.set_rng_state(st["torch_rng"])
-
-            initial = {k: v.clone() for k, v in model.state_dict().items()}
-            st = load_or_set_aside(resume, restore)
-            if st is not None:
-                start_epoch, log, history = st["epoch"], st["log"], st["history"]
-            else:  # damaged: set aside; train from the start, from the initial weights
-                model.load_state_dict(initial)
+        st = restore_training_state(resume, model, opt, train)
+        if st is not None:
+            start_epoch, log, history = st["epoch"], st["log"], st["history"]
         bar = tqdm(total=total, initial=start_epoch * steps_per_epoch, desc=self.name,
                    disable=not progress_enabled(self.ctx.progress), leave=False, mininterval=0.5)
         t0 = time.perf_counter()
@@ -234,13 +221,7 @@ class SSVI(Method):
             log.setdefault("epoch_stats", []).append({"sigma_mean": float(sig.mean()), "sigma_median": float(sig.median()),
                                                       **last})
             if resume is not None and epoch + 1 < cfg.epochs:
-                from bench.store import atomic_write_bytes
-
-                buf = io.BytesIO()
-                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "loader": train.state_dict(),
-                            "torch_rng": torch.get_rng_state(), "epoch": epoch + 1, "log": log,
-                            "history": history}, buf)
-                atomic_write_bytes(resume, buf.getvalue())
+                save_training_state(resume, model, opt, train, epoch=epoch + 1, log=log, history=history)
         bar.close()
         if resume is not None and resume.exists():
             resume.unlink()

@@ -1,6 +1,8 @@
 """Tiny, seeded classification data shared by the method tests (imported as ``synthetic``)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 
@@ -13,3 +15,14 @@ def blobs(n: int, seed: int):
     y = torch.randint(0, 3, (n,), generator=g)
     x = (centers[y] + torch.randn(n, 16, generator=g)).view(n, 1, 4, 4)
     return x, y
+
+
+class TouchOnUnpickle:
+    """Unpickling this runs ``Path.touch(marker)``: stands for any code a crafted pickle runs
+    (checkpoints, dataset files); a loader that is safe leaves ``marker`` absent."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))

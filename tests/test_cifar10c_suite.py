@@ -15,6 +15,7 @@ from bench.errors import BenchError
 from datasets.cifar10 import (MEAN, STD, NormalizedImages, load_cifar10, load_svhn_test, normalize,
                               write_cifar_batch)
 from datasets.errors import DatasetNotFoundError
+from synthetic import TouchOnUnpickle
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -473,14 +474,6 @@ def test_real_suite_smoke_load():
     assert data.extras["cifar10c"]["source"] in ("official", "regenerated")
 
 
-class _Touch:
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (Path.touch, (Path(self.marker),))
-
-
 def test_cifar10_batches_of_the_wrong_structure_or_with_code_are_malformed_not_run(tmp_path):
     import pickle
 
@@ -492,7 +485,7 @@ def test_cifar10_batches_of_the_wrong_structure_or_with_code_are_malformed_not_r
         "a list, not a dict": pickle.dumps([1, 2, 3]),
         "a dict without data": pickle.dumps({b"labels": [1]}),
         "labels that are not a list": pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": 5}),
-        "code": pickle.dumps({b"data": _Touch(marker), b"labels": [0]}),
+        "code": pickle.dumps({b"data": TouchOnUnpickle(marker), b"labels": [0]}),
     }
     rng = np.random.default_rng(0)
     for i in range(40):  # fuzzed headers

@@ -1,11 +1,11 @@
 """End to end through the CLI on the toy suite (no data) and on a fake MNIST in the real layout."""
 import json
-from pathlib import Path
 
 import pytest
 
 from bench.cli import main
 from bench.store import load_records
+from synthetic import TouchOnUnpickle
 
 TOY = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--set", "train.epochs=30"]
 
@@ -230,16 +230,6 @@ def test_a_successful_retry_with_force_supersedes_the_failure_record(tmp_path, m
     assert (df["status"] == "ok").all() and len(df) > 1
 
 
-class _Touch:
-    """Unpickling this runs ``Path.touch(marker)``: stands for any code a crafted checkpoint runs."""
-
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (Path.touch, (Path(self.marker),))
-
-
 def test_damaged_or_crafted_checkpoints_are_set_aside_and_recomputed_without_running_code(tmp_path):
     import torch
 
@@ -249,7 +239,7 @@ def test_damaged_or_crafted_checkpoints_are_set_aside_and_recomputed_without_run
     fitted = next(out.rglob("checkpoints/fitted/**/seed0.pt"))
     map_ckpt = next(out.rglob("checkpoints/map/**/seed0.pt"))
     marker = tmp_path / "code-ran"
-    torch.save({"method": _Touch(marker), "fit_cost": {}}, fitted)  # crafted
+    torch.save({"method": TouchOnUnpickle(marker), "fit_cost": {}}, fitted)  # crafted
     map_ckpt.write_bytes(map_ckpt.read_bytes()[:100])  # truncated
     for rec in out.rglob("records/**/*.json"):
         rec.unlink()  # the cell must be redone, from the checkpoints
@@ -383,7 +373,7 @@ def test_the_grid_clock_starts_before_the_first_cell(tmp_path, monkeypatch):
     run_cell = H.Harness.run_cell
 
     def spy(self, *args):
-        started_before_cell.append(self._grid_progress is not None)
+        started_before_cell.append(self.grid_progress is not None)
         return run_cell(self, *args)
 
     monkeypatch.setattr(H.Harness, "run_cell", spy)
