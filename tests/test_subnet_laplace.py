@@ -169,9 +169,13 @@ def test_subnet_laplace_refuses_a_subnet_the_data_never_touches():
 
 
 # -- the subnet-only Jacobian backend ---------------------------------------------------------
-def test_subnet_jacobians_match_backpack_on_a_conv_net():
+@pytest.mark.parametrize("pairs_factor", [64, 0])  # the batched (rows x columns) product, the pairwise path
+def test_subnet_jacobians_match_backpack_on_a_conv_net(pairs_factor, monkeypatch):
     from laplace.curvature import BackPackGGN
 
+    import bench.laplace.subnet_jacobians as sj
+
+    monkeypatch.setattr(sj, "DENSE_PAIRS_FACTOR", pairs_factor)
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv2d(1, 3, 3, padding=1, stride=2), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(),
                         nn.Linear(3 * 4 * 4, 6), nn.ReLU(), nn.Linear(6, 4)).eval()
