@@ -1,7 +1,8 @@
 """CIFAR-10-C: the official release when present, else regenerated from the CIFAR-10 test set.
 
 ``corrupt`` applies one of the 19 corruptions of Hendrycks & Dietterich (2019) with the
-CIFAR-10-C severity parameters; ``ensure_cifar10c`` writes the official on-disk layout
+CIFAR-10-C severity parameters (``datasets.corruptions`` with ``release="cifar10c"``;
+docs/corruptions.md); ``ensure_cifar10c`` writes the official on-disk layout
 (``<root>/CIFAR-10-C/<name>.npy`` + ``labels.npy``) once; ``load_cifar10c`` reads one severity;
 ``gallery_png`` draws one image under every corruption and severity.
 """

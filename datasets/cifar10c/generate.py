@@ -13,14 +13,10 @@ Command line (generates the whole set from ``<root>/cifar-10-batches-py``)::
 from __future__ import annotations
 
 import argparse
-import contextlib
-import datetime as _dt
 import io
 import json
-import os
 import pickle
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
@@ -28,6 +24,10 @@ from typing import Sequence
 import numpy as np
 
 from datasets.cifar10c.corruptions import GENERATOR_VERSION, NAMES, SIZE, check_name_severity, corrupt
+from datasets.corruptions.storage import atomic_write_bytes as _atomic_write_bytes
+from datasets.corruptions.storage import directory_lock as _lock
+from datasets.corruptions.storage import now as _now
+from datasets.corruptions.storage import write_json
 from datasets.errors import DatasetNotFoundError
 
 DIRNAME = "CIFAR-10-C"
@@ -52,26 +52,6 @@ def _cifar10c_dir(root: Path) -> Path:
     return root / DIRNAME
 
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
-
-def _atomic_write_bytes(path: Path, write) -> None:
-    """Write through a temporary file in the same directory, then os.replace (atomic)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; give the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def _atomic_save(path: Path, array: np.ndarray) -> None:
     _atomic_write_bytes(path, lambda fh: np.save(fh, array, allow_pickle=False))
 
@@ -86,8 +66,7 @@ def read_manifest(directory: Path) -> dict | None:
 
 
 def _write_manifest(directory: Path, manifest: dict) -> None:
-    data = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
-    _atomic_write_bytes(directory / MANIFEST, lambda fh: fh.write(data))
+    write_json(directory / MANIFEST, manifest)
 
 
 def _npy_shape(path: Path) -> tuple | None:
@@ -95,26 +74,6 @@ def _npy_shape(path: Path) -> tuple | None:
         return np.load(path, mmap_mode="r").shape
     except (OSError, ValueError):
         return None
-
-
-@contextlib.contextmanager
-def _lock(directory: Path):
-    """An exclusive lock on the directory, so that two runs do not generate the same files."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
-        yield
-        return
-    with open(directory / ".generate.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 # --------------------------------------------------------------------------- public API
@@ -153,6 +112,7 @@ def ensure_cifar10c(root: Path, test_images: np.ndarray, test_labels: np.ndarray
     directory.mkdir(parents=True, exist_ok=True)
     with _lock(directory):
         manifest = read_manifest(directory) or {}
+        before = json.dumps(manifest, sort_keys=True)
         entries = dict(manifest.get("corruptions", {}))
         tiled = np.tile(labels.astype(np.uint8), len(SEVERITIES))
         label_path = directory / LABELS
@@ -176,7 +136,8 @@ def ensure_cifar10c(root: Path, test_images: np.ndarray, test_labels: np.ndarray
             if not fresh:
                 todo.append(name)
         manifest["corruptions"] = entries
-        _write_manifest(directory, manifest)
+        if todo or json.dumps(manifest, sort_keys=True) != before:  # a call with nothing to do writes nothing
+            _write_manifest(directory, manifest)
         total = time.perf_counter()
         for k, name in enumerate(todo, 1):
             start = time.perf_counter()
