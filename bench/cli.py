@@ -25,6 +25,26 @@ def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
+def _workers(text: str) -> int:
+    if text == "auto":
+        return default_workers()
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"--workers expects 'auto' or an integer >= 0, got {text!r}")
+    return n
+
+
+def default_workers() -> int:
+    """Loader workers for file-backed evaluation sets: one per CPU core but one, at most 8."""
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(0, min(8, cores - 1))
+
+
 def _seeds(text: str) -> list[int]:
     try:
         return [int(t) for t in _csv(text)]
@@ -54,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the report is written (default: reports/ beside a results directory named "
                         "'results', else <out>/reports)")
     r.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
+    r.add_argument("--workers", type=_workers, default="auto",
+                   help="loader worker processes that decode file-backed evaluation sets (JPEG folders, "
+                        ".npy files); 0 reads them in the main process; never changes a number "
+                        "(default: auto = CPU cores - 1, at most 8)")
     r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE[,VALUE...]",
                    help="override or sweep a setting (repeatable; see below)")
     r.add_argument("--force", action="store_true", help="redo finished cells instead of resuming")
@@ -160,10 +184,16 @@ def cmd_run(args) -> int:
     if not args.quiet:
         print(f"[{suite.name}] profile {plan.profile}: models {plan.models}, methods {methods}, seeds {plan.seeds}, "
               f"device {device}, data root {data_root}", file=sys.stderr)
+    for name, why in plan.skipped.items():
+        print(f"[{suite.name}] {name}: skipped ({why})", file=sys.stderr)
+    # a suite whose MAP network is pretrained: every model's weights file is found before the data
+    pretrained = ({m: suite.pretrained_weights(m, plan.data, download=not args.no_download) for m in plan.models}
+                  if getattr(suite, "pretrained_map", False) else None)
     data = suite.load(data_root, plan.data, download=not args.no_download)
     torch.set_num_threads(torch.get_num_threads())
     harness = Harness(suite, plan, data, ResultsStore(args.out), device, METHODS, force=args.force,
-                      progress=not args.quiet, quiet=args.quiet)
+                      progress=not args.quiet, quiet=args.quiet, workers=args.workers,
+                      pretrained=pretrained)
     summary = harness.run()
     if not args.quiet:
         print(f"[{suite.name}] done: {summary.fitted} fitted, {summary.loaded} loaded, {summary.skipped} skipped, "

@@ -28,6 +28,8 @@ def parse_value(text: str):
     try:
         return json.loads(text)
     except json.JSONDecodeError:
+        if text.startswith("[") and text.endswith("]"):  # [fog,snow]: a list of bare words
+            return [parse_value(v) for v in split_values(text[1:-1])]
         return text
 
 
@@ -71,6 +73,7 @@ class RunPlan:
     data: dict
     methods: dict[str, list[dict]] = field(default_factory=dict)  # method -> list of configs (sweep)
     note: str = ""
+    skipped: dict[str, str] = field(default_factory=dict)  # method -> why the suite cannot run it
 
 
 def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
@@ -132,7 +135,23 @@ def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
             overrides = {**base, **dict(zip(keys, combo))}
             cls.check_config(overrides)
             configs.append({**cls.defaults, **overrides})
+        if getattr(suite, "pretrained_map", False):
+            # the MAP network is a published pretrained one: a method that trains its own network(s)
+            # from scratch would need the whole training set (e.g. ImageNet's 1.28 M images)
+            kept = [c for c in configs if cls.starts_from(c) == "map"]
+            if len(kept) < len(configs):
+                plan.skipped[name] = ("trains from scratch; this suite's MAP network is pretrained and its "
+                                      "training set is not streamed for training")
+            if not kept:
+                continue
+            configs = kept
         plan.methods[name] = configs
+    if not plan.methods:
+        raise BenchError(f"no method of --methods {','.join(methods)} can run on suite {suite.name}: "
+                         + "; ".join(f"{m}: {why}" for m, why in plan.skipped.items()))
+    if plan.skipped:
+        line = "skipped: " + ", ".join(plan.skipped) + " (they train from scratch; the MAP network is pretrained)"
+        plan.note = "; ".join(filter(None, [plan.note, line]))
     return plan
 
 

@@ -1,7 +1,9 @@
-"""In-memory tensor batching for training and evaluation.
+"""Batching for training and evaluation.
 
-Suites decode and preprocess their data once into tensors; every method then trains and
-evaluates on those tensors, so no method pays for decoding, rotation or corruption.
+Training and validation sets are sources a :class:`TensorLoader` indexes (tensors, or the lazy
+sources of :mod:`datasets.sources`); evaluation sets are read batch by batch by :func:`batches`
+(a ``DataLoader`` whose workers decode whole batches of a file-backed source), so peak memory
+does not grow with the number or the size of the evaluation cells.
 """
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import torch
+from torch.utils.data import DataLoader, Dataset
 
 
 class TensorLoader:
@@ -60,6 +63,60 @@ class TensorLoader:
         self.generator.set_state(state["generator"])
 
 
+class _Chunks(Dataset):
+    """Item ``i`` = rows ``[i * b, (i + 1) * b)`` of a source, as one batch (read in a worker)."""
+
+    def __init__(self, source, batch_size: int):
+        self.source, self.batch_size = source, int(batch_size)
+
+    def __len__(self) -> int:
+        return -(-len(self.source) // self.batch_size)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.source[i * self.batch_size: min((i + 1) * self.batch_size, len(self.source))]
+
+
+class SourceDataset(Dataset):
+    """``(x[i], y[i])`` items of a source (e.g. files decoded on demand) and its labels: the
+    torch ``Dataset`` a library that wants one (laplace-torch) gets when the data is not a tensor."""
+
+    def __init__(self, x, y: torch.Tensor):
+        if len(x) != len(y):
+            raise ValueError(f"x has {len(x)} rows but y has {len(y)}")
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int):
+        return self.x[i], self.y[i]
+
+
+def is_streamed(source) -> bool:
+    """True for sources read from disk per batch (worth loader workers)."""
+    return bool(getattr(source, "streamed", False))
+
+
+def batches(source, batch_size: int, device: torch.device | str = "cpu", workers: int = 0) -> Iterator[torch.Tensor]:
+    """The rows of ``source`` in order, ``batch_size`` at a time, on ``device``.
+
+    A file-backed source (:func:`is_streamed`) is read by ``workers`` DataLoader worker
+    processes, each decoding a whole batch, with pinned memory on CUDA; in-memory sources are
+    sliced in place (workers would only copy them). The batches are the same either way.
+    """
+    device = torch.device(device)
+    if not is_streamed(source) or workers <= 0:
+        for start in range(0, len(source), batch_size):
+            yield source[start:start + batch_size].to(device, non_blocking=True)
+        return
+    # a private generator: the loader's worker seed must not consume the global RNG, which seeds
+    # the predictions of sampling methods
+    loader = DataLoader(_Chunks(source, batch_size), batch_size=None, shuffle=False, num_workers=int(workers),
+                        pin_memory=device.type == "cuda", prefetch_factor=2, generator=torch.Generator())
+    for xb in loader:
+        yield xb.to(device, non_blocking=True)
+
+
 @dataclass
 class EvalSet:
     """One evaluation set: in-distribution test, one shift at one severity, or an OOD set."""
@@ -67,9 +124,13 @@ class EvalSet:
     kind: str  # "id" | "shift" | "ood" | "val" (the held-out validation split, for tuning only)
     shift: str  # shift family ("rotation", a corruption name, "clean") or OOD dataset name
     severity: float | None
-    x: torch.Tensor
+    x: torch.Tensor  # or any source (datasets.sources): len() and x[a:b] -> float batch
     y: torch.Tensor | None  # None for OOD sets without labels in the task's label space
     note: str = ""
+    #: what the set was made from when that can change under the same configuration (e.g. the
+    #: corruption generator's version of a regenerated CIFAR-10-C file); stored in its records, and
+    #: a record made from other data is redone (with the fitted method) instead of kept
+    fingerprint: str = ""
 
     @property
     def n(self) -> int:
@@ -78,7 +139,8 @@ class EvalSet:
 
 @dataclass
 class SuiteData:
-    """Everything a suite provides for one profile, decoded once."""
+    """Everything a suite provides for one profile: training and validation sets (tensors or
+    sources a :class:`TensorLoader` can index) and the evaluation sets (read per batch)."""
 
     train_x: torch.Tensor
     train_y: torch.Tensor

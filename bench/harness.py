@@ -19,7 +19,7 @@ from bench import metrics as M
 from bench.checkpoints import MapCache, load_or_set_aside, save_torch
 from bench.config import RunPlan, method_label
 from bench.cost import PeakMemory, Timer, flops_per_example
-from bench.data import EvalSet, SuiteData, TensorLoader
+from bench.data import EvalSet, SuiteData, TensorLoader, batches
 from bench.errors import DivergedError, MethodFailedError
 from bench.locks import file_lock
 from bench.models import build_model
@@ -81,12 +81,14 @@ def _hms(seconds: float) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
-def predict_all(method, x: torch.Tensor, batch_size: int, device: torch.device):
-    """Predictive for a whole tensor, in chunks, gathered on the CPU; returns (predictive, seconds)."""
+def predict_all(method, x, batch_size: int, device: torch.device, workers: int = 0):
+    """Predictive for a whole evaluation set (a tensor or a source read per batch by ``workers``
+    loader processes), gathered on the CPU; returns (predictive, seconds). The seconds include
+    reading the data, as a user's evaluation loop would."""
     parts = []
     with Timer(device) as t, torch.no_grad():
-        for start in range(0, len(x), batch_size):
-            parts.append(method.predict(x[start:start + batch_size].to(device, non_blocking=True)).to("cpu"))
+        for xb in batches(x, batch_size, device, workers):
+            parts.append(method.predict(xb).to("cpu"))
     return concat(parts), t.seconds
 
 
@@ -120,10 +122,13 @@ def check_finite(pred, where: str) -> None:
 
 class Harness:
     def __init__(self, suite, plan: RunPlan, data: SuiteData, store: ResultsStore, device: torch.device,
-                 methods_registry, *, force: bool = False, progress: bool = False, quiet: bool = False):
+                 methods_registry, *, force: bool = False, progress: bool = False, quiet: bool = False,
+                 workers: int = 0, pretrained: dict[str, dict] | None = None):
         self.suite, self.plan, self.data, self.store = suite, plan, data, store
         self.device, self.methods_registry = device, methods_registry
         self.force, self.progress, self.quiet = force, progress, quiet
+        self.workers = int(workers)  # loader processes for file-backed evaluation sets
+        self.pretrained = pretrained or {}  # model -> {"path": weights file}: a pretrained MAP network
         self.summary = RunSummary()
         self.grid_progress: GridProgress | None = None  # set when the grid starts (run)
         self.eval_batch_size = int(plan.data.get("eval_batch_size", 1000))
@@ -149,7 +154,8 @@ class Harness:
                        "data": self.plan.data}
             map_cache = MapCache(self.store.checkpoint_dir(self.suite.name), map_key, build, self.suite.task,
                                  self.data.train_x, self.data.train_y, self.plan.train, self.device,
-                                 augment=self.data.augment, progress=self.progress, refresh=self.force)
+                                 augment=self.data.augment, progress=self.progress, refresh=self.force,
+                                 pretrained=self.pretrained.get(model_name))
             for method_name, configs in self.plan.methods.items():
                 for cfg in configs:
                     for seed in self.plan.seeds:
@@ -196,11 +202,22 @@ class Harness:
                 "device": device_description(self.device)}
         if self.plan.note:
             base["eval_note"] = self.plan.note
+        if model_name in self.pretrained:
+            base["pretrained_weights"] = self.pretrained[model_name]
         if not self.force and self.store.has(run_dir, "fit", "fit", None):
             self.say(f"{tag}: recorded as failed earlier, skipped (use --force to retry)")
             self.summary.skipped += 1
             return
-        pending = [e for e in self.data.eval_sets if self.force or not self.store.has(run_dir, e.kind, e.shift, e.severity)]
+        pending, stale = [], 0
+        for e in self.data.eval_sets:
+            rec = None if self.force else self.store.read(run_dir, e.kind, e.shift, e.severity)
+            if rec is not None and not self.made_from(rec, e):
+                rec, stale = None, stale + 1
+            if rec is None:
+                pending.append(e)
+        if stale:
+            self.say(f"{tag}: {stale} record(s) were made from other data (e.g. another corruption generator "
+                     f"version); they are redone")
         if not pending:
             self.say(f"{tag}: all {len(self.data.eval_sets)} evaluation records exist, skipped")
             self.summary.skipped += 1
@@ -256,6 +273,13 @@ class Harness:
         except Exception as exc:  # noqa: BLE001 - e.g. a non-finite predictive: the fitted method is unusable
             self.record_failure(run_dir, base, started, exc, tag)
 
+    def made_from(self, record: dict, e: EvalSet) -> bool:
+        """Whether ``record`` was made from the data ``e`` holds now (same fingerprint)."""
+        fp = record.get("data_fingerprint")
+        if fp is None:
+            fp = self.suite.legacy_fingerprint(record)
+        return fp == e.fingerprint
+
     def record_failure(self, run_dir, base, started, exc, tag):
         msg = f"{type(exc).__name__}: {exc}"
         self.store.write(run_dir, {**base, "status": "failed", "kind": "fit", "shift": "fit", "severity": None,
@@ -298,14 +322,14 @@ class Harness:
         order = sorted(pending, key=lambda e: e.kind != "id")  # the id set first: OOD scores need it
         if needs_id and id_set not in order:
             seed_everything(derive_seed("eval", seed, id_set.kind, id_set.shift, id_set.severity))
-            id_pred, _ = predict_all(method, id_set.x, self.eval_batch_size, self.device)
+            id_pred, _ = predict_all(method, id_set.x, self.eval_batch_size, self.device, self.workers)
         from tqdm.auto import tqdm
 
         from bench.training import progress_enabled
 
         for e in tqdm(order, desc=f"eval {tag}", leave=False, disable=not progress_enabled(self.progress)):
             seed_everything(derive_seed("eval", seed, e.kind, e.shift, e.severity))
-            pred, secs = predict_all(method, e.x, self.eval_batch_size, self.device)
+            pred, secs = predict_all(method, e.x, self.eval_batch_size, self.device, self.workers)
             check_finite(pred, f"{e.kind} set {e.shift} severity {e.severity}")
             times += secs
             n_seen += e.n
@@ -320,6 +344,8 @@ class Harness:
                    "diagnostics": method.diagnostics() if e is id_set else None}
             if e.note:
                 rec["eval_note"] = "; ".join(filter(None, [base.get("eval_note"), e.note]))
+            if e.fingerprint:
+                rec["data_fingerprint"] = e.fingerprint
             self.store.write(run_dir, rec)
             self.summary.records += 1
         self.summary.eval_examples += n_seen

@@ -146,6 +146,12 @@ def entropy_by_correctness(probs: torch.Tensor, y: torch.Tensor, ent: torch.Tens
     return {"entropy_correct": mean(correct), "entropy_incorrect": mean(~correct)}
 
 
+def top_k_accuracy(probs: torch.Tensor, y: torch.Tensor, k: int) -> float:
+    """Fraction of examples whose label is among the ``k`` most probable classes."""
+    top = probs.topk(min(k, probs.shape[-1]), dim=-1).indices
+    return (top == y.view(-1, 1)).any(-1).double().mean().item()
+
+
 def classification_metrics(probs: torch.Tensor, y: torch.Tensor, sample_probs: torch.Tensor | None = None,
                            variance: torch.Tensor | None = None) -> tuple[dict, dict]:
     """Scalar metrics and the curves (reliability bins, entropy histogram) of one evaluation set.
@@ -162,6 +168,8 @@ def classification_metrics(probs: torch.Tensor, y: torch.Tensor, sample_probs: t
         "mutual_information": None if sample_probs is None else mutual_information(sample_probs).mean().item(),
         **entropy_by_correctness(probs, y, ent),
     }
+    if probs.shape[-1] > 10:  # ImageNet's headline accuracy (the PBN paper's Fig. 7)
+        metrics["top5_accuracy"] = top_k_accuracy(probs, y, 5)
     if variance is not None:
         metrics["vdp_variance"] = variance.double().mean().item()
     correct = probs.argmax(-1) == y

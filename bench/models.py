@@ -132,6 +132,115 @@ def resnet18_pbn(in_shape, num_outputs: int, dropout: float = 0.0) -> nn.Module:
     return _resnet(in_shape, num_outputs, dropout, stem, 64, _RESNET18_BLOCKS)
 
 
+def _torchvision_resnet(arch: str, num_outputs: int, dropout: float) -> nn.Sequential:
+    """torchvision's ``arch`` as an ``nn.Sequential`` of its own children, named as torchvision
+    names them (``conv1``, ``bn1``, ..., ``layer4``, ``avgpool``, ``fc``), so that torchvision's
+    pretrained state dicts load unchanged; dropout (MC dropout) only before ``fc``."""
+    from collections import OrderedDict
+
+    import torchvision
+
+    net = getattr(torchvision.models, arch)(weights=None, num_classes=num_outputs)
+    parts = OrderedDict((n, m) for n, m in net.named_children() if n != "fc")
+    parts["flatten"] = nn.Flatten()
+    if dropout > 0:
+        parts["dropout"] = nn.Dropout(dropout)
+    parts["fc"] = net.fc
+    return nn.Sequential(parts)
+
+
+@MODELS.register("resnet50")
+def resnet50(in_shape, num_outputs: int, dropout: float = 0.0) -> nn.Module:
+    """torchvision's ResNet-50 (He et al. 2016; bottleneck blocks, 25.6 M weights at 1,000
+    classes): the PBN paper's ImageNet network (Sec. 4.5, Fig. 7), loaded from pretrained weights
+    by the ImageNet suites (:func:`load_pretrained`)."""
+    return _torchvision_resnet("resnet50", num_outputs, dropout)
+
+
+@MODELS.register("resnet18")
+def resnet18(in_shape, num_outputs: int, dropout: float = 0.0) -> nn.Module:
+    """torchvision's ResNet-18 (7x7 stride-2 stem and max pool: ImageNet's), 11.7 M weights."""
+    return _torchvision_resnet("resnet18", num_outputs, dropout)
+
+
+#: torchvision's published weight files (the IMAGENET1K_V1 weights: Ovadia et al. 2019's networks
+#: were trained the same way), looked up in torch's hub cache before any download
+TORCHVISION_WEIGHTS = {"resnet50": "resnet50-0676ba61.pth", "resnet18": "resnet18-f37ad2e1.pth"}
+
+
+def pretrained_weights_path(model_name: str, weights: str | None, download: bool):
+    """The weights file of ``model_name``: ``weights`` when given, else torchvision's published
+    file in torch's hub cache (downloaded there only when ``download`` and a network is there).
+    Raises :class:`bench.errors.BenchError` naming where it looked."""
+    from pathlib import Path
+
+    import torch
+
+    from bench.errors import BenchError
+
+    if weights:
+        path = Path(weights).expanduser()
+        if not path.is_file():
+            raise BenchError(f"pretrained weights for {model_name}: {path} does not exist (data.weights)")
+        return path
+    fname = TORCHVISION_WEIGHTS.get(model_name)
+    if fname is None:
+        raise BenchError(f"model {model_name} has no published pretrained weights; give a state-dict file with "
+                         f"--set data.weights=PATH")
+    path = Path(torch.hub.get_dir()) / "checkpoints" / fname
+    if path.is_file():
+        return path
+    if download:
+        try:
+            torch.hub.download_url_to_file(f"https://download.pytorch.org/models/{fname}", str(path), progress=False)
+            return path
+        except Exception as exc:  # noqa: BLE001 - no network: say where the file must go
+            reason = f"download failed ({type(exc).__name__})"
+    else:
+        reason = "not there and downloads are off"
+    raise BenchError(f"pretrained weights for {model_name}: {path} {reason}; put torchvision's {fname} there "
+                     f"(https://download.pytorch.org/models/{fname}) or give a state-dict file with --set data.weights=PATH")
+
+
+def load_pretrained(model: nn.Module, path) -> dict:
+    """Load a state dict (a plain one, or ``{"state_dict": ...}`` / ``{"model": ...}``) into
+    ``model`` strictly; returns its provenance (file, size, SHA-256 prefix)."""
+    from pathlib import Path
+
+    import torch
+
+    from bench.errors import BenchError
+
+    path = Path(path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's input error
+        raise BenchError(f"pretrained weights {path}: unreadable ({type(exc).__name__}: {exc})") from None
+    if isinstance(state, dict):
+        for key in ("state_dict", "model"):
+            if isinstance(state.get(key), dict):
+                state = state[key]
+                break
+    try:
+        model.load_state_dict(state, strict=True)
+    except (RuntimeError, TypeError, AttributeError) as exc:
+        raise BenchError(f"pretrained weights {path} do not fit the network: {str(exc)[:500]}") from None
+    return weights_provenance(path)
+
+
+def weights_provenance(path) -> dict:
+    """A weights file's path, size and SHA-256 prefix (stored with every record built on it)."""
+    import hashlib
+    from pathlib import Path
+
+    path = Path(path)
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return {"path": str(path), "bytes": path.stat().st_size, "sha256_16": h.hexdigest()[:16]}
+
+
 def build_model(name: str, in_shape, num_outputs: int, dropout: float = 0.0) -> nn.Module:
     return MODELS.get(name)(tuple(in_shape), num_outputs, dropout=dropout)
 

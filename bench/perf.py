@@ -14,6 +14,11 @@ on the same tensors, and prints the ratio next to its target:
   (the peers need the ``perf`` extra; without it their rows say so and count as skipped)
 * VDP++ prediction (one moment-propagating pass) / one deterministic forward                  <= 3,
   and its peak tensor memory / the deterministic forward's                                  <= 2
+* evaluation throughput of the harness on a JPEG folder (``ImageFiles`` read by ``--workers``
+  loader processes) / a bare torchvision ``ImageFolder`` + ``DataLoader`` loop on the same files,
+  same network, same workers                                                                   >= 0.95
+* peak memory of a run over 20 evaluation cells / over 1 cell (a ``bench run`` of the
+  ``imagenetc`` smoke profile on a fixture, in a child process each)                           <= 1.1
 
 A case returns one row ``(measure, ratio, op, target, detail)`` or a list of them.
 """
@@ -412,6 +417,115 @@ def vdp_predict_vs_single(model_name, in_shape, device, repeats, tmp, n=2000):
 MODELS = [("lenet_300_100", (1, 28, 28)), ("lenet5", (1, 28, 28))]
 OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b, ">": lambda a, b: a > b,
        "skip": lambda a, b: True}
+
+
+def _jpeg_folder(tmp, n: int, size: int, classes: int = 20):
+    """``n`` JPEGs of ``size`` x ``size`` in ``classes`` ImageFolder class folders (made once)."""
+    from pathlib import Path
+
+    import numpy as np
+    from PIL import Image
+
+    root = Path(tmp) / f"jpegs-{n}-{size}"
+    if not root.exists():
+        rng = np.random.default_rng(0)
+        for i in range(n):
+            d = root / f"c{i % classes:03d}"
+            d.mkdir(parents=True, exist_ok=True)
+            smooth = rng.integers(0, 255, (size // 8, size // 8, 3)).astype(np.uint8)
+            img = Image.fromarray(smooth).resize((size, size), Image.BILINEAR)  # photo-like: compresses
+            img.save(d / f"{i:06d}.JPEG", quality=85)
+    return root
+
+
+@case
+def jpeg_eval_vs_imagefolder(model_name, in_shape, device, repeats, tmp, n=2000, size=64, batch=250):
+    """The harness's evaluation of a JPEG folder against the loop a user would write with
+    torchvision: ``ImageFolder`` + ``DataLoader`` with the same workers, the same network."""
+    if model_name != MODELS[0][0]:
+        return []  # one network is enough: the data path is what is measured
+    import torchvision.datasets as tvd
+    import torchvision.transforms as T
+
+    from bench.cli import default_workers
+    from bench.data import EvalSet
+    from datasets.imagenet import MEAN, STD
+    from datasets.sources import ImageFiles
+
+    root = _jpeg_folder(tmp, n, size)
+    workers = default_workers()
+    net = build_model("resnet_small", (3, size, size), 200).to(device).eval()
+    ctx = _context("resnet_small", (3, size, size), device, tmp)
+    det = _fitted("deterministic", ctx)
+    det.model = net
+    folder = tvd.ImageFolder(str(root), transform=T.Compose([T.ToTensor(), T.Normalize(MEAN, STD)]))
+    paths = [p for p, _ in folder.samples]
+    y = torch.tensor([t for _, t in folder.samples])
+    source = ImageFiles(paths, size, MEAN, STD)
+    eset = EvalSet("id", "clean", 0.0, source, y)
+    out = {}
+
+    def harness():
+        pred, _ = predict_all(det, source, batch, device, workers)
+        out["harness"] = pred.probs
+        score_set("classification", pred, eset)
+
+    def bare():
+        loader = torch.utils.data.DataLoader(folder, batch_size=batch, shuffle=False, num_workers=workers,
+                                             pin_memory=device.type == "cuda")
+        with torch.no_grad():
+            out["bare"] = torch.cat([torch.softmax(net(xb.to(device)), -1).cpu() for xb, _ in loader])
+
+    c, r = side_by_side(harness, bare, repeats, device)
+    same = torch.allclose(out["harness"], out["bare"], atol=1e-6)
+    return ("harness JPEG eval / ImageFolder+DataLoader", r / c, ">=", 0.95,
+            f"{n / c:,.0f} vs {n / r:,.0f} img/s, resnet_small at {size}px, {workers} worker(s), same probs: {same}")
+
+
+def _run_peak_rss_mb(args: list[str]) -> float:
+    """Peak resident memory (MB) of ``python -m bench`` with ``args`` in a child process."""
+    import subprocess
+    import sys
+
+    code = ("import resource, runpy, sys; sys.argv = ['bench'] + sys.argv[1:]\n"
+            "try:\n    runpy.run_module('bench', run_name='__main__')\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\n"
+            "print('PEAK_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("PEAK_KB")]
+    if res.returncode or not line:
+        raise RuntimeError(f"bench {' '.join(args)} failed: {res.stderr[-2000:]}")
+    return int(line[-1].split()[1]) / 1024
+
+
+@case
+def eval_memory_many_cells_vs_one(model_name, in_shape, device, repeats, tmp, per_class=40):
+    """Peak memory of a whole run over 20 ImageNet-C cells (4 corruptions x 5 severities) against
+    the same run over 1 cell, on a fixture in the official layout: flat when cells stream."""
+    if model_name != MODELS[0][0]:
+        return []
+    from pathlib import Path
+
+    from datasets.imagenet import imagenet_wnids, write_fixture
+
+    root = Path(tmp) / "imagenet-fixture"
+    corr = ["gaussian_noise", "contrast", "fog", "pixelate"]
+    if not root.exists():
+        write_fixture(root, [imagenet_wnids()[i] for i in (0, 1, 2)], per_class, corruptions=corr,
+                      severities=(1, 2, 3, 4, 5), sizes=((256, 256),))
+    weights = root / "weights.pt"
+    torch.save(build_model("resnet_small", (3, 224, 224), 1000).state_dict(), weights)
+    base = ["run", "--suite", "imagenetc", "--profile", "smoke", "--data-root", str(root), "--methods",
+            "deterministic", "--no-report", "--quiet", "--workers", "1", "--device", str(device),
+            "--set", f"data.weights={weights}", "--set", f"data.parts=[{per_class // 4},{per_class // 8},{per_class // 2}]"]
+    one = _run_peak_rss_mb(base + ["--out", str(root / "r1"), "--set", "data.corruptions=gaussian_noise",
+                                   "--set", "data.severities=[1]"])
+    many = _run_peak_rss_mb(base + ["--out", str(root / "r20"), "--set", f"data.corruptions=[{','.join(corr)}]",
+                                    "--set", "data.severities=[1,2,3,4,5]"])
+    n_test = 3 * (per_class // 2)
+    inmem = 20 * n_test * 3 * 224 * 224 * 4 / 2**20
+    return ("peak memory: 20 cells / 1 cell", many / one, "<=", 1.1,
+            f"{many:,.0f} vs {one:,.0f} MB ({n_test} images a cell; 20 cells in memory as floats: {inmem:,.0f} MB)")
 
 
 def _save(path, rows: list[dict], meta: dict) -> None:

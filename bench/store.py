@@ -148,14 +148,18 @@ class ResultsStore:
     def has(self, run_dir: Path, kind: str, shift: str, severity) -> bool:
         """A valid record exists. A damaged one (empty, truncated by a full disk, edited by
         hand) is moved aside to ``<name>.bad`` with a warning, so that its cell is redone."""
+        return self.read(run_dir, kind, shift, severity) is not None
+
+    def read(self, run_dir: Path, kind: str, shift: str, severity) -> dict | None:
+        """The valid record of a cell, or None (a damaged one is set aside as in :meth:`has`)."""
         path = self.record_path(run_dir, kind, shift, severity)
         if not path.exists():
-            return False
-        _, problem = read_record(path)
+            return None
+        record, problem = read_record(path)
         if problem is None:
-            return True
+            return record
         self.quarantine(path, problem)
-        return False
+        return None
 
     def remove(self, run_dir: Path, kind: str, shift: str, severity) -> bool:
         """Delete a record (e.g. an old failure once a retry succeeded); True if there was one."""

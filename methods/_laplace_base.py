@@ -34,6 +34,7 @@ from methods.base import Method
 class LaplaceMethod(Method):
     """A laplace-torch approximation around the cached MAP network: fit, tune the prior
     precision, predict in chunks, save / load without refitting."""
+    STARTS_FROM = "map"
 
     tasks = ("classification",)
     #: laplace.Laplace(subset_of_weights=..., hessian_structure=...)

@@ -111,6 +111,15 @@ class Method(abc.ABC):
     #: options among TRAIN_OVERRIDES whose default replaces the profile's budget on purpose, with
     #: the reason (e.g. the paper's own optimiser); ``bench list`` shows them
     OWN_BUDGET: ClassVar[dict[str, str]] = {}
+    #: what a fit starts from: "map" (the seed's MAP network, fine-tuned or wrapped), "maps"
+    #: (several independently trained MAP networks) or "scratch" (its own training from a random
+    #: initialisation). On a suite whose MAP network is a pretrained one (e.g. ImageNet's ResNet-50)
+    #: only "map" methods can run; :meth:`starts_from` refines it per configuration.
+    STARTS_FROM: ClassVar[str] = "scratch"
+
+    @classmethod
+    def starts_from(cls, config: dict) -> str:
+        return cls.STARTS_FROM
 
     def train_config(self):
         """The profile's :class:`bench.training.TrainConfig` with this method's overrides."""

@@ -20,6 +20,7 @@ from methods.base import Method, register_method
 
 @register_method("deep_ensemble")
 class DeepEnsemble(Method):
+    STARTS_FROM = "maps"
     description = "M independently seeded MAP networks; predictive = average of member predictives"
     defaults = {"members": 5}
     constraints = {"members": Range(1, integer=True)}

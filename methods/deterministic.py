@@ -26,6 +26,13 @@ class Deterministic(Method):
     constraints = {"optimizer": OneOf(*OPTIMIZERS, optional=True), "lr": Range(0, lo_open=True, optional=True),
                    "weight_decay": Range(0, optional=True), "epochs": Range(1, integer=True, optional=True)}
 
+    STARTS_FROM = "map"
+
+    @classmethod
+    def starts_from(cls, config):
+        """Its own training recipe (an optimiser / lr / epochs option) trains from scratch."""
+        return "scratch" if any(config.get(k) is not None for k in cls.TRAIN_OVERRIDES) else "map"
+
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)
         self.model = ctx.build_model(dropout=0.0).to(ctx.device)

@@ -284,6 +284,7 @@ class VIMethod(Method):
 
 @register_method("pbn")
 class PBN(VIMethod):
+    STARTS_FROM = "map"
     description = ("partial Bayesian network: top-k |gradient| subnetwork of the MAP network, "
                    "mean-field VI on it (Algorithm 1 of the PBN paper)")
     defaults = {

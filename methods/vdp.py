@@ -85,6 +85,11 @@ class VDP(Method):
         "rho_lr": 0.01,
     }
 
+    @classmethod
+    def starts_from(cls, config):
+        """``init=map`` starts the means from the MAP network."""
+        return "map" if config.get("init", cls.defaults.get("init")) == "map" else "scratch"
+
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)
         self.net: VDPNetwork | None = None

@@ -282,3 +282,32 @@ def test_laplace_diag_grid_in_one_pass_equals_the_grid_point_by_point():
     search = m.meta["prior_search"]  # the fit used the batched grid: its losses are the per-point ones
     torch.testing.assert_close(torch.tensor(search["val_nll"]),
                                torch.tensor([one(10.0 ** lg) for lg in search["log10_grid"]]), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_last_layer_kron_variance_equals_laplace_torchs_jacobian_path(bias):
+    """The closed-form diagonal of J Sigma J^T for a last-layer KFAC Laplace equals laplace-torch's
+    own value from the explicit (B, K, K x D) Jacobian, at two prior precisions, and for a damped
+    Kronecker precision the value of its inv_square_form on the explicit Jacobians."""
+    from laplace import Laplace
+
+    from bench.laplace.kron_diag import last_layer_kron_variance
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 7, bias=bias))
+    x, y = torch.randn(80, 6), torch.randint(0, 7, (80,))
+    la = Laplace(model, "classification", subset_of_weights="last_layer", hessian_structure="kron")
+    la.fit(DataLoader(TensorDataset(x, y), batch_size=20))
+    xt = torch.randn(9, 6)
+    for tau in (0.3, 4.0):
+        la.prior_precision = tau
+        f_mu_ref, f_var_ref = la._glm_predictive_distribution(xt)
+        f_mu, f_var = last_layer_kron_variance(la, xt)
+        assert torch.allclose(f_mu, f_mu_ref, atol=1e-6)
+        assert torch.allclose(f_var, f_var_ref.diagonal(dim1=1, dim2=2), rtol=1e-4, atol=1e-7)
+        P = la.posterior_precision
+        P.damping = True
+        Js, _ = la.backend.last_layer_jacobians(xt)
+        ref = P.inv_square_form(Js).diagonal(dim1=1, dim2=2)
+        assert torch.allclose(last_layer_kron_variance(la, xt, precision=P)[1], ref, rtol=1e-4, atol=1e-7)
+        assert not torch.allclose(ref, f_var, rtol=1e-3)  # damping changes the value: the test can tell

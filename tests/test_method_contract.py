@@ -97,3 +97,18 @@ def test_no_option_silently_replaces_the_training_budget(name):
     silent = {k for k in Method.TRAIN_OVERRIDES if k in cls.defaults and cls.defaults[k] is not None}
     assert silent <= set(cls.OWN_BUDGET), f"{name}: {sorted(silent - set(cls.OWN_BUDGET))} undeclared"
     assert all(isinstance(why, str) and why for why in cls.OWN_BUDGET.values())
+
+
+@pytest.mark.parametrize("name", sorted(METHODS.names()))
+def test_starts_from_says_which_map_networks_a_fit_uses(name, tmp_path):
+    """``starts_from`` decides whether a method can run on a pretrained MAP network (imagenetc):
+    "map" fits use the seed's MAP network and no other, "maps" several, "scratch" none."""
+    ctx, m = fitted(name, tmp_path)
+    used = set(ctx.map_cache.requested)
+    kind = METHODS.get(name).starts_from(m.config)
+    if kind == "map":
+        assert used == {ctx.seed}, used
+    elif kind == "maps":
+        assert len(used) > 1, used
+    else:
+        assert kind == "scratch" and not used, used

@@ -18,8 +18,10 @@ def nll(probs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def probit_probs(f_mu: torch.Tensor, f_var: torch.Tensor) -> torch.Tensor:
     """laplace-torch's probit approximation of the linearised predictive:
-    ``softmax(f_mu / sqrt(1 + pi/8 diag(f_var)))`` (MacKay 1992)."""
-    kappa = 1 / torch.sqrt(1.0 + math.pi / 8 * f_var.diagonal(dim1=1, dim2=2))
+    ``softmax(f_mu / sqrt(1 + pi/8 diag(f_var)))`` (MacKay 1992); ``f_var`` is the (B, K, K)
+    covariance or its (B, K) diagonal."""
+    var = f_var if f_var.dim() == 2 else f_var.diagonal(dim1=1, dim2=2)
+    kappa = 1 / torch.sqrt(1.0 + math.pi / 8 * var)
     return torch.softmax(kappa * f_mu, dim=-1)
 
 

@@ -16,7 +16,7 @@ from .data import (CLASSIFICATION_METRICS, REGRESSION_METRICS, SectionData, Swee
                    severity_axis_label, shift_families, slugify, split_sections, sweep_order)
 from .document import Bullets, Definitions, Document, Figure, KeyValues, Paragraph, Section
 from .render import to_html, to_markdown
-from .tables import (cost_table, criteria_overlap_table, failed_table, layer_distribution_frame, layer_distribution_table,
+from .tables import (corruption_error_table, cost_table, criteria_overlap_table, failed_table, layer_distribution_frame, layer_distribution_table,
                      leaderboard, methods_table, paper_cost_table, regression_tables, sweep_metrics_per_seed,
                      sweep_table)
 
@@ -422,6 +422,13 @@ def _classification_blocks(s: Section, sec: SectionData, pal: dict) -> None:
         s.add(lb)
     _shift_blocks(s, sec, pal, CLASSIFICATION_METRICS)
     _corruption_blocks(s, sec, pal)
+    reference = _mce_reference(str(df["suite"].iloc[0])) if len(df) else None
+    if reference is not None:
+        ce = corruption_error_table(df, None if reference == "none" else reference)
+        if ce is not None:
+            m = Section("Mean corruption error")
+            m.add(ce)
+            s.add(m)
     hist = plots.entropy_histograms(df, pal)
     if hist is not None:
         o = Section("Out-of-distribution detection")
@@ -439,6 +446,16 @@ def _classification_blocks(s: Section, sec: SectionData, pal: dict) -> None:
                      "to the bin's mean confidence, dashed diagonal = perfect calibration; lower panels: "
                      "examples per bin.", alt="reliability diagrams"))
         s.add(r)
+
+
+def _mce_reference(suite_name: str) -> str | None:
+    """The suite's corruption-error reference ("alexnet", "none" = unnormalised), or None (no table)."""
+    from bench.suites import SUITES
+
+    try:
+        return getattr(SUITES.get(suite_name), "mce_reference", None)
+    except Exception:  # noqa: BLE001 - records of a suite this version does not know: no table
+        return None
 
 
 def _regression_blocks(s: Section, sec: SectionData, pal: dict) -> None:

@@ -184,6 +184,34 @@ def leaderboard(df: pd.DataFrame) -> Table | None:
     return _assemble("Leaderboard", per_seed, columns, labels, caption, seeds_from=df)
 
 
+def corruption_error_table(df: pd.DataFrame, reference: str | None) -> Table | None:
+    """mCE and relative mCE per method (Hendrycks & Dietterich 2019), and each corruption's CE:
+    normalised by AlexNet's published errors (``reference="alexnet"``, ImageNet-C) or, without a
+    reference network, the unnormalised mean error (Tiny-ImageNet-C)."""
+    from bench.mce import corruption_error_frame
+
+    per_seed = corruption_error_frame(df, reference)
+    if per_seed.empty or not np.isfinite(per_seed["mce"].astype(float)).any():
+        return None
+    corr = [c for c in per_seed.columns if c.startswith("ce.")]
+    normalised = reference == "alexnet"
+    columns = [Column("mce", "mCE ↓" if normalised else "mean corruption error ↓", "min"),
+               Column("relative_mce", "relative mCE ↓" if normalised else "mean error increase ↓", "min"),
+               Column("n_corruptions", "corruptions", integers=True)]
+    columns += [Column(c, f"CE {c[3:]}", "min") for c in corr]
+    if normalised:
+        caption = ("Corruption errors (Hendrycks & Dietterich 2019): per corruption, CE = the top-1 error summed over "
+                   "severities 1-5 divided by AlexNet's published errors; relative CE uses the errors minus the clean "
+                   "error. mCE / relative mCE: their means over the standard corruptions with all five severities "
+                   "(column 'corruptions'; the published figures use 15). Lower is better; AlexNet = 1.")
+    else:
+        caption = ("No reference network exists for Tiny-ImageNet-C: per corruption the top-1 error averaged over "
+                   "severities 1-5 (unnormalised CE), its mean over corruptions, and the mean increase over the clean "
+                   "error. Lower is better.")
+    return _assemble("Corruption errors", [per_seed[[c.key for c in columns]]], columns,
+                     labels_in_order(df), caption, seeds_from=df)
+
+
 def regression_tables(df: pd.DataFrame) -> list[Table]:
     """One table per evaluation kind (id, shift, ood) with rmse / nll / mean std / coverage."""
     labels = labels_in_order(df)

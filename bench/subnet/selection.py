@@ -376,7 +376,10 @@ def as_torch_loader(train_loader, batch_size: int | None = None, *, shuffle: boo
         keep = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))[:max_examples].sort().values
         x, y = x[keep], y[keep]
     gen = torch.Generator().manual_seed(seed) if shuffle else None
-    return DataLoader(TensorDataset(x, y), batch_size=int(bs), shuffle=shuffle, generator=gen)
+    from bench.data import SourceDataset
+
+    dataset = TensorDataset(x, y) if isinstance(x, torch.Tensor) else SourceDataset(x, y)  # files: read per item
+    return DataLoader(dataset, batch_size=int(bs), shuffle=shuffle, generator=gen)
 
 
 #: backends laplace-torch offers for a diagonal GGN (``auto`` tries them in the order of

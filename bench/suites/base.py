@@ -63,6 +63,11 @@ class Suite(abc.ABC):
                       {**COMMON_DATA_CONSTRAINTS, **self.data_constraints})
         return {**self.DEFAULT_DATA, **data_cfg}
 
+    def legacy_fingerprint(self, record: dict) -> str:
+        """The data fingerprint (:attr:`bench.data.EvalSet.fingerprint`) of a record written before
+        records stored one, read from what it does say (e.g. its ``eval_note``); "" by default."""
+        return ""
+
     @abc.abstractmethod
     def load(self, data_root: Path, data_cfg: dict, download: bool) -> SuiteData:
         """Decode the data once and build every evaluation set for this profile."""

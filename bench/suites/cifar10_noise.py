@@ -27,6 +27,7 @@ from bench.suites.cifar10c import Cifar10C, balanced_subset, load_cifar10_splits
 from bench.suites.mnist_noise import CLEAN_SEVERITY, SNR_LEVELS_DB, add_noise
 from bench.tasks import classification
 from datasets.cifar10 import NormalizedImages, normalize
+from datasets.sources import Computed
 
 
 @register_suite("cifar10_noise")
@@ -82,15 +83,13 @@ class Cifar10Noise(Suite):
         (tr_x, tr_y), (val_x, val_y), (te_x, te_y), n_train_total = load_cifar10_splits(root, cfg, download)
         idx = balanced_subset(te_y, cfg["n_test"], seed=2)  # cifar10c's clean subset
         te_x, te_y = te_x[idx], te_y[idx]
-        clean = normalize(te_x)
         eval_sets = [EvalSet("id", "clean", CLEAN_SEVERITY, NormalizedImages(te_x), te_y,
                              note=f"clean test set, no noise (SNR = inf); severity {CLEAN_SEVERITY:g} is its plotting position")]
-        for snr in levels:  # float32 normalised images: 123 MB per level for the 10,000 test images
-            eval_sets.append(EvalSet("shift", "gaussian_noise_snr", snr,
-                                     add_noise(clean, snr, derive_seed("cifar10_noise", snr)), te_y,
+        for snr in levels:  # computed when read (123 MB per level for 10,000 images): one level at a time
+            noisy = Computed(lambda snr=snr: add_noise(normalize(te_x), snr, derive_seed("cifar10_noise", snr)), len(te_x))
+            eval_sets.append(EvalSet("shift", "gaussian_noise_snr", snr, noisy, te_y,
                                      note="Gaussian noise added to the normalised image, "
                                           "variance = mean(x^2) / 10^(SNR/10) per image, no clipping"))
-        del clean
         ood_x, ood_note = load_svhn_ood(root, cfg["n_ood"])
         if ood_x is not None:
             eval_sets.append(EvalSet("ood", "svhn", None, NormalizedImages(ood_x), None))

@@ -13,12 +13,14 @@ images = severities 1..5 x the 10,000 test images in test order, plus ``labels.n
 Where files are missing they are generated once from the CIFAR-10 test set by
 ``datasets.cifar10c.generate.ensure_cifar10c`` and written to the data root in that layout
 (with a ``GENERATED.json`` manifest, which an official copy lacks). Every shift record
-says which copy was used. Evaluation images stay uint8 until a batch is drawn
-(:class:`datasets.cifar10.NormalizedImages`).
+says which copy was used. The corruption cells are memory-mapped and read per batch when
+evaluated (:class:`datasets.sources.NpyRows`); the clean test images stay uint8 in memory until a
+batch is drawn (:class:`datasets.cifar10.NormalizedImages`).
 """
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +33,7 @@ from bench.suites.base import CLASSIFICATION_METHODS, Suite, register_suite
 from bench.tasks import classification
 from datasets.cifar10 import MEAN, STD, NormalizedImages, load_cifar10, load_svhn_test, normalize, svhn_test_paths
 from datasets.errors import DatasetNotFoundError
+from datasets.sources import NpyRows
 
 C10C_DIR = "CIFAR-10-C"
 MANIFEST = "GENERATED.json"
@@ -46,13 +49,13 @@ SEVERITIES = (1, 2, 3, 4, 5)
 # ------------------------------------------------------------------------------ augmentation
 
 
-def make_augment(pad: int = 4, flip: bool = True):
+def make_augment(pad: int = 4, flip: bool = True, mean=MEAN, std=STD):
     """``augment(x, generator)`` for :class:`bench.data.TensorLoader`: per image, a random
     HxW crop of the image padded by ``pad`` black pixels (in normalised units: -mean/std per
-    channel, as torchvision's RandomCrop(32, padding=4) before Normalize) and a horizontal
+    channel, CIFAR-10's by default, as torchvision's RandomCrop(32, padding=4) before Normalize) and a horizontal
     flip with probability 1/2. Offsets and flips come from ``generator`` (CPU), the
     gathering runs on ``x``'s device; shapes and dtype are preserved."""
-    black = torch.tensor([-m / s for m, s in zip(MEAN, STD)])
+    black = torch.tensor([-m / s for m, s in zip(mean, std)])
 
     def augment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         b, c, h, w = x.shape
@@ -167,6 +170,22 @@ def cifar10c_provenance(root: Path, names: list[str]) -> dict:
     return out
 
 
+def cell_fingerprint(prov: dict, name: str) -> str:
+    """What the file of corruption ``name`` was made by: "official", or "regenerated <generator
+    version> seed <seed>" from the manifest's entry for that file (records store it; a record made
+    from another version is redone)."""
+    if prov["source"] == "official" or name in (prov.get("official_files") or []):
+        return "official"
+    entries = (prov.get("manifest") or {}).get("corruptions")
+    entry = entries.get(name) if isinstance(entries, dict) else None
+    version = entry.get("generator_version") if isinstance(entry, dict) else prov.get("generator_version")
+    seed = entry.get("seed") if isinstance(entry, dict) else prov.get("seed")
+    return f"regenerated {version} seed {seed}"
+
+
+_LEGACY_NOTE = re.compile(r"generator version ([^,]+), seed (\d+)")
+
+
 def provenance_line(prov: dict) -> str:
     if prov["source"] == "official":
         return f"CIFAR-10-C: official release files ({prov['path']})"
@@ -198,19 +217,20 @@ def ensure_corruptions(root: Path, names: list[str], test_nhwc: torch.Tensor, te
     ensure_cifar10c(root, test_nhwc.numpy(), test_y.numpy(), corruptions=names, seed=seed, progress=progress)
 
 
-def read_cell(root: Path, name: str, severity: int, idx: np.ndarray, n_test: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """uint8 NCHW images and labels of test images ``idx`` under ``name`` at ``severity``
-    (memory-mapped: only the selected rows are read)."""
+def cell_source(root: Path, name: str, severity: int, idx: np.ndarray, n_test: int) -> tuple[NpyRows, torch.Tensor]:
+    """Test images ``idx`` under ``name`` at ``severity`` as a memory-mapped source (read per
+    batch when evaluated: nothing is loaded here) and their labels."""
     d = Path(root) / C10C_DIR
     arr = np.load(d / f"{name}.npy", mmap_mode="r")
     labels = np.load(d / "labels.npy", mmap_mode="r")
-    if arr.ndim != 4 or arr.shape[1:] != (32, 32, 3) or arr.shape[0] != 5 * n_test or len(labels) < arr.shape[0]:
+    if arr.ndim != 4 or arr.shape[1:] != (32, 32, 3) or arr.shape[0] != 5 * n_test or len(labels) < arr.shape[0] \
+            or arr.dtype != np.uint8:
         raise DatasetNotFoundError(
             "CIFAR-10-C", [d / f"{name}.npy"], f"(5 x {n_test}, 32, 32, 3) uint8, severities 1..5 stacked",
-            "delete the file to regenerate it, or copy the official release", reason=f"malformed (shape {arr.shape})")
+            "delete the file to regenerate it, or copy the official release",
+            reason=f"malformed (shape {arr.shape}, dtype {arr.dtype})")
     rows = (severity - 1) * n_test + idx
-    x = torch.from_numpy(np.ascontiguousarray(arr[rows].transpose(0, 3, 1, 2)))
-    return x, torch.from_numpy(np.asarray(labels[rows], dtype=np.int64))
+    return NpyRows(d / f"{name}.npy", rows, normalize), torch.from_numpy(np.asarray(labels[rows], dtype=np.int64))
 
 
 # --------------------------------------------------------------------------------- suite
@@ -274,6 +294,16 @@ class Cifar10C(Suite):
     }
 
 
+    def legacy_fingerprint(self, record: dict) -> str:
+        """Shift records written before records stored ``data_fingerprint``: their note names the copy."""
+        if record.get("kind") != "shift":
+            return ""
+        note = record.get("eval_note") or ""
+        m = _LEGACY_NOTE.search(note)
+        if m:
+            return f"regenerated {m.group(1)} seed {m.group(2)}"
+        return "official" if "official release files" in note else ""
+
     def describe_shifts(self, data_cfg):
         cfg = self.data_cfg(data_cfg)
         names = corruption_names(cfg["corruptions"])
@@ -304,13 +334,14 @@ class Cifar10C(Suite):
         eval_sets = [EvalSet("id", "clean", 0.0, NormalizedImages(te_x[clean_idx]), te_y[clean_idx])]
         for name in names:
             for sev in severities:
-                x, y = read_cell(root, name, sev, cell_idx, n_test_total)
+                x, y = cell_source(root, name, sev, cell_idx, n_test_total)
                 if not torch.equal(y, te_y[cell_idx]):
                     raise DatasetNotFoundError("CIFAR-10-C", [root / C10C_DIR / "labels.npy"],
                                                "labels.npy = the test labels tiled 5 times",
                                                "delete CIFAR-10-C to regenerate it",
                                                reason=f"malformed (labels of {name} severity {sev} differ from the test set's)")
-                eval_sets.append(EvalSet("shift", name, float(sev), NormalizedImages(x), y, note=line))
+                eval_sets.append(EvalSet("shift", name, float(sev), x, y, note=line,
+                                         fingerprint=cell_fingerprint(prov, name)))
         ood_x, ood_note = load_svhn_ood(root, cfg["n_ood"])
         if ood_x is not None:
             eval_sets.append(EvalSet("ood", "svhn", None, NormalizedImages(ood_x), None))

@@ -24,6 +24,7 @@ from bench.suites.base import Suite, register_suite
 from bench.suites.mnist_rotated import MnistRotated
 from bench.tasks import classification
 from datasets.mnist import load_mnist_splits, normalize
+from datasets.sources import Computed
 
 #: plotting position (dB) of the clean, noise-free test set
 CLEAN_SEVERITY = 40.0
@@ -91,8 +92,8 @@ class MnistNoise(Suite):
         clean = normalize(te_x)
         eval_sets = [EvalSet("id", "clean", CLEAN_SEVERITY, clean, te_y,
                              note=f"clean test set, no noise (SNR = inf); severity {CLEAN_SEVERITY:g} is its plotting position")]
-        for snr in levels:
-            eval_sets.append(EvalSet("shift", "gaussian_noise_snr", snr,
-                                     add_noise(clean, snr, derive_seed("mnist_noise", snr)), te_y))
+        for snr in levels:  # computed when read: one noise level in memory at a time
+            noisy = Computed(lambda snr=snr: add_noise(clean, snr, derive_seed("mnist_noise", snr)), len(clean))
+            eval_sets.append(EvalSet("shift", "gaussian_noise_snr", snr, noisy, te_y))
         eval_sets.append(EvalSet("ood", "fashion_mnist", None, normalize(sp["ood_x"]), None))
         return SuiteData(normalize(sp["train_x"]), sp["train_y"], normalize(sp["val_x"]), sp["val_y"], eval_sets)

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from bench.data import EvalSet, SuiteData
 from bench.suites.base import CLASSIFICATION_METHODS, Suite, register_suite
 from bench.tasks import classification
 from datasets.mnist import load_mnist_splits, normalize
 from datasets.shifts import rotate_images
+from datasets.sources import Computed
 
 
 @register_suite("mnist_rotated")
@@ -63,10 +63,11 @@ class MnistRotated(Suite):
         sp = load_mnist_splits(data_root, cfg, download)
         te_x, te_y, ood_x = sp["test_x"], sp["test_y"], sp["ood_x"]
         test01 = te_x.float() / 255.0
-        eval_sets = []
-        for angle in cfg["angles"]:
-            rotated = rotate_images(test01, angle)
-            x = (rotated - 0.1307) / 0.3081
-            eval_sets.append(EvalSet("id" if angle == 0 else "shift", "rotation", float(angle), x, te_y))
+
+        def rotated(angle):  # computed when the set is read (one rotation in memory at a time)
+            return lambda: (rotate_images(test01, angle) - 0.1307) / 0.3081
+
+        eval_sets = [EvalSet("id" if angle == 0 else "shift", "rotation", float(angle),
+                             Computed(rotated(angle), len(te_x)), te_y) for angle in cfg["angles"]]
         eval_sets.append(EvalSet("ood", "fashion_mnist", None, normalize(ood_x), None))
         return SuiteData(normalize(sp["train_x"]), sp["train_y"], normalize(sp["val_x"]), sp["val_y"], eval_sets)
