@@ -1,18 +1,20 @@
-"""The CIFAR-10-C quick-profile table of the README and docs/ssvi.md, from the results store:
-clean and corrupted (mean over the 95 corruption x severity cells) accuracy / NLL / Brier / ECE,
-corrupted accuracy per severity, stochastic parameters and train time, mean ± std over seeds.
-Only seeds with every cell count. One row per (method, config).
+"""The corruption-suite tables of the README and docs/ssvi.md (CIFAR-10-C, Tiny-ImageNet-C,
+ImageNet-C), from the results store: clean and corrupted (mean over every corruption x severity
+cell) accuracy / NLL / Brier / ECE, corrupted accuracy per severity, for suites with a corruption-
+error reference the mean corruption error (``bench.mce``: AlexNet-normalised mCE for ImageNet-C,
+the unnormalised mean error for Tiny-ImageNet-C), stochastic parameters and train time, mean ± std
+over seeds. Only seeds with every cell count. One row per (method, config).
 
 Run from the repository root:
   .venv/bin/python benchmarks/cifar10c_table.py --seeds 0,1,2                       # every method
   .venv/bin/python benchmarks/cifar10c_table.py --seeds 0 --methods deterministic,mfvi,ssvi
+  .venv/bin/python benchmarks/cifar10c_table.py --suite tinyimagenetc --seeds 0,1,2
 """
 import argparse
 import statistics
 
 from bench.store import load_records
 
-N_CELLS = 95  # 19 corruptions x 5 severities
 ORDER = ["deterministic", "mc_dropout", "deep_ensemble", "pbn", "mfvi", "ssvi", "subnet_laplace",
          "laplace_last_layer", "laplace_diag", "vdp"]
 HEADER = ["method", "seeds", "clean acc", "clean NLL", "clean ECE", "corrupted acc", "corrupted NLL",
@@ -35,15 +37,35 @@ def label(method: str, cfg: dict) -> str:
     return method
 
 
-def rows(results: str, seeds: list[int], methods: list[str] | None, model: str, profile: str):
-    df = load_records(results, "cifar10c")
+def mce_reference(suite: str):
+    from bench.suites import SUITES
+
+    ref = getattr(SUITES.get(suite), "mce_reference", None)
+    return None if ref is None else (None if ref == "none" else ref), ref is not None
+
+
+def seed_mce(idr, sh, reference) -> float:
+    """The mean corruption error of one seed (bench.mce)."""
+    from bench.mce import corruption_errors
+
+    cells: dict = {}
+    for _, r in sh.iterrows():
+        cells.setdefault(r["shift"], {})[float(r["severity"])] = 1.0 - float(r["metrics.accuracy"])
+    return corruption_errors(1.0 - float(idr["metrics.accuracy"].mean()), cells, reference)["mce"]
+
+
+def rows(results: str, seeds: list[int], methods: list[str] | None, model: str, profile: str, suite: str = "cifar10c"):
+    df = load_records(results, suite)
     df = df[(df["status"] == "ok") & df["seed"].isin(seeds) & (df["model"] == model) & (df["profile"] == profile)]
     if methods:
         df = df[df["method"].isin(methods)]
+    # every (corruption, severity) cell any seed of the profile has: a seed counts when it has them all
+    n_cells = len(df[df["kind"] == "shift"][["shift", "severity"]].drop_duplicates())
+    reference, with_mce = mce_reference(suite)
     out = []
     for (method, _), g in df.groupby(["method", "config_hash"]):
         idr, sh = g[g["kind"] == "id"], g[g["kind"] == "shift"]
-        complete = [s for s, n in sh.groupby("seed").size().items() if n == N_CELLS and s in set(idr["seed"])]
+        complete = [s for s, n in sh.groupby("seed").size().items() if n == n_cells and s in set(idr["seed"])]
         if not complete:
             continue
         idr, sh = idr[idr["seed"].isin(complete)], sh[sh["seed"].isin(complete)]
@@ -54,8 +76,10 @@ def rows(results: str, seeds: list[int], methods: list[str] | None, model: str, 
             mean_std(idr["metrics.accuracy"]), mean_std(idr["metrics.nll"]), mean_std(idr["metrics.ece"]),
             mean_std(per["metrics.accuracy"].mean()), mean_std(per["metrics.nll"].mean(), "{:.3f}"),
             mean_std(per["metrics.brier"].mean(), "{:.3f}"), mean_std(per["metrics.ece"].mean(), "{:.3f}"),
-            " / ".join(f"{v:.3f}" for v in sev.values), f"{int(idr['cost.stochastic_params'].iloc[0]):,}",
-            mean_std(idr["cost.train_time_s"], "{:.0f}")]))
+            " / ".join(f"{v:.3f}" for v in sev.values)]
+            + ([mean_std([seed_mce(idr[idr["seed"] == s_], sh[sh["seed"] == s_], reference) for s_ in complete],
+                         "{:.3f}")] if with_mce else [])
+            + [f"{int(idr['cost.stochastic_params'].iloc[0]):,}", mean_std(idr["cost.train_time_s"], "{:.0f}")]))
     out.sort(key=lambda r: (ORDER.index(r[0]) if r[0] in ORDER else len(ORDER), r[1][0]))
     return [r for _, r in out]
 
@@ -67,11 +91,14 @@ def main(argv=None) -> int:
     p.add_argument("--methods", default=None, help="comma-separated; default: all")
     p.add_argument("--model", default="resnet_small")
     p.add_argument("--profile", default="quick")
+    p.add_argument("--suite", default="cifar10c")
     a = p.parse_args(argv)
     table = rows(a.results, [int(s) for s in a.seeds.split(",")], a.methods.split(",") if a.methods else None,
-                 a.model, a.profile)
-    print("| " + " | ".join(HEADER) + " |")
-    print("|" + "|".join(" --- " for _ in HEADER) + "|")
+                 a.model, a.profile, a.suite)
+    reference, with_mce = mce_reference(a.suite)
+    header = HEADER[:-2] + (["mCE (AlexNet = 1)" if reference else "mean corruption error"] if with_mce else []) + HEADER[-2:]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join(" --- " for _ in header) + "|")
     for r in table:
         print("| " + " | ".join(r) + " |")
     return 0
