@@ -112,6 +112,21 @@ def score_set(task_kind: str, pred, eval_set: EvalSet, id_pred=None) -> tuple[di
     return M.classification_metrics(pred.probs, eval_set.y, pred.sample_probs, pred.variance)
 
 
+def score_segmentation(method, e: EvalSet, task, batch_size: int, device, workers: int = 0) -> tuple[dict, dict, float]:
+    """Per-pixel metrics of one segmentation set (:class:`bench.segmentation_metrics.SegmentationScores`),
+    accumulated batch by batch: images and label maps are read in step (``e.x`` and ``e.y``
+    sources), each batch's predictive is scored and dropped. Returns (metrics, curves, seconds)."""
+    from bench.segmentation_metrics import SegmentationScores
+
+    acc = SegmentationScores(task.num_outputs, ignore_index=task.ignore_index)
+    with Timer(device) as t, torch.no_grad():
+        for xb, yb in zip(batches(e.x, batch_size, device, workers), batches(e.y, batch_size, "cpu", workers)):
+            pred = method.predict(xb)
+            check_finite(pred, f"{e.kind} set {e.shift} severity {e.severity}")
+            acc.update(pred.probs, yb.reshape(-1).to(pred.probs.device), pred.sample_probs)
+    return acc.result(), acc.curves(), t.seconds
+
+
 def check_finite(pred, where: str) -> None:
     """Raise :class:`DivergedError` when a predictive holds NaN or infinite values."""
     for name in ("probs", "mean", "var"):
@@ -230,7 +245,7 @@ class Harness:
         fhash = chash if fit_cfg == cfg else config_hash({**identity, "method_config": fit_cfg})
         work_dir = self.store.checkpoint_dir(self.suite.name) / "partial" / model_name / f"{method_name}-{fhash}" / f"seed{seed}"
         ctx = ctx_cls(task=self.suite.task, build_model=build, train=self.plan.train, device=self.device,
-                      seed=seed, map_cache=map_cache, num_train=len(self.data.train_x), work_dir=work_dir,
+                      seed=seed, map_cache=map_cache, num_train=self.num_observations(), work_dir=work_dir,
                       progress=self.progress, extras=self.data.extras)
         fit_seed = derive_seed(self.suite.name, model_name, method_name, fhash, seed)
         seed_everything(fit_seed)  # initialisation inside the constructor depends on it
@@ -272,6 +287,14 @@ class Harness:
             self.evaluate(method, run_dir, base, cost, pending, started, tag, seed)
         except Exception as exc:  # noqa: BLE001 - e.g. a non-finite predictive: the fitted method is unusable
             self.record_failure(run_dir, base, started, exc, tag)
+
+    def num_observations(self) -> int:
+        """N of the likelihood (e.g. the KL / N of an ELBO): training examples, or for segmentation
+        training pixels (pixels are the observations, as the networks output a row per pixel)."""
+        n = len(self.data.train_x)
+        if self.suite.task.kind == "segmentation":
+            n *= int(self.suite.in_shape[-2]) * int(self.suite.in_shape[-1])
+        return n
 
     def made_from(self, record: dict, e: EvalSet) -> bool:
         """Whether ``record`` was made from the data ``e`` holds now (same fingerprint)."""
@@ -329,13 +352,17 @@ class Harness:
 
         for e in tqdm(order, desc=f"eval {tag}", leave=False, disable=not progress_enabled(self.progress)):
             seed_everything(derive_seed("eval", seed, e.kind, e.shift, e.severity))
-            pred, secs = predict_all(method, e.x, self.eval_batch_size, self.device, self.workers)
-            check_finite(pred, f"{e.kind} set {e.shift} severity {e.severity}")
+            if kind == "segmentation":  # scored batch by batch: a split's pixels never sit in memory
+                scores, curves, secs = score_segmentation(method, e, self.suite.task, self.eval_batch_size,
+                                                          self.device, self.workers)
+            else:
+                pred, secs = predict_all(method, e.x, self.eval_batch_size, self.device, self.workers)
+                check_finite(pred, f"{e.kind} set {e.shift} severity {e.severity}")
+                if e is id_set:
+                    id_pred = pred
+                scores, curves = score_set(kind, pred, e, id_pred)
             times += secs
             n_seen += e.n
-            if e is id_set:
-                id_pred = pred
-            scores, curves = score_set(kind, pred, e, id_pred)
             if e is id_set and kind == "regression":
                 curves["band"] = self.band_curve(method)
             rec = {**base, "status": "ok", "kind": e.kind, "shift": e.shift, "severity": e.severity, "n": e.n,

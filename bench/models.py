@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+import torch
 from torch import nn
 
 from bench.registry import Registry
@@ -130,6 +131,87 @@ def resnet18_pbn(in_shape, num_outputs: int, dropout: float = 0.0) -> nn.Module:
     kept but with stride 1, max pool removed; otherwise as ``resnet18_cifar``."""
     stem = [nn.Conv2d(in_shape[0], 64, 7, stride=1, padding=3, bias=False), nn.BatchNorm2d(64), nn.ReLU()]
     return _resnet(in_shape, num_outputs, dropout, stem, 64, _RESNET18_BLOCKS)
+
+
+# ------------------------------------------------------------------------------ segmentation
+
+
+class PixelRows(nn.Module):
+    """``(B, C, H, W)`` feature maps -> ``(B H W, C)``: one row per pixel (batch-major, then rows,
+    then columns). A segmentation network ends with it and an ``nn.Linear`` (= a 1x1 convolution),
+    so that every method sees pixels as examples: a classifier's losses, predictives and Laplace
+    approximations apply unchanged (the last-layer Laplace is the 1x1 classifier, pixels are
+    its observations)."""
+
+    def forward(self, x):
+        return x.permute(0, 2, 3, 1).reshape(-1, x.shape[1])
+
+
+def _double_conv(c_in: int, c_out: int, dropout: float) -> nn.Sequential:
+    """(3x3 conv, BN, ReLU) x 2, dropout after the block when ``dropout > 0``."""
+    layers = [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(),
+              nn.Conv2d(c_out, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU()]
+    return nn.Sequential(*layers, *_dropout(dropout))
+
+
+class UNetBody(nn.Module):
+    """UNet (Ronneberger et al. 2015) without its classifier: an encoder of double convolutions
+    and 2x2 max pools (``widths``), a decoder that upsamples bilinearly, convolves to the skip's
+    width, concatenates the skip and applies a double convolution. Inputs of any size: padded to a
+    multiple of 2^depth (zeros = the normalised mean), the output cropped back. Dropout after the
+    bottleneck and every decoder block (Bayesian SegNet's placement in the central and decoder
+    units, Kendall et al. 2017) when ``dropout > 0``."""
+
+    def __init__(self, c_in: int, widths=(16, 32, 64, 128), dropout: float = 0.0):
+        super().__init__()
+        self.depth = len(widths) - 1
+        self.down = nn.ModuleList()
+        c = c_in
+        for i, w in enumerate(widths):
+            self.down.append(_double_conv(c, w, dropout if i == len(widths) - 1 else 0.0))
+            c = w
+        self.up_conv = nn.ModuleList()
+        self.dec = nn.ModuleList()
+        for w in reversed(widths[:-1]):
+            self.up_conv.append(nn.Conv2d(c, w, 1))
+            self.dec.append(_double_conv(2 * w, w, dropout))
+            c = w
+        self.out_channels = c
+
+    def forward(self, x):
+        import torch.nn.functional as F
+
+        h, w = x.shape[-2:]
+        m = 2 ** self.depth
+        ph, pw = (-h) % m, (-w) % m
+        if ph or pw:
+            x = F.pad(x, (0, pw, 0, ph))
+        skips = []
+        for i, block in enumerate(self.down):
+            x = block(x)
+            if i < self.depth:
+                skips.append(x)
+                x = F.max_pool2d(x, 2)
+        for up, dec, skip in zip(self.up_conv, self.dec, reversed(skips)):
+            x = up(F.interpolate(x, size=skip.shape[-2:], mode="bilinear", align_corners=False))
+            x = dec(torch.cat([skip, x], dim=1))
+        return x[..., :h, :w]
+
+
+@MODELS.register("unet_small")
+def unet_small(in_shape, num_outputs: int, dropout: float = 0.0) -> nn.Module:
+    """A 4-level UNet (widths 16 / 32 / 64 / 128, 0.45 M weights at 11 classes) for 2-CPU runs: the body, one row per
+    pixel (:class:`PixelRows`), and the 1x1 classifier as an ``nn.Linear``."""
+    body = UNetBody(in_shape[0], (16, 32, 64, 128), dropout)
+    return nn.Sequential(body, PixelRows(), nn.Linear(body.out_channels, num_outputs))
+
+
+@MODELS.register("unet_pbn")
+def unet_pbn(in_shape, num_outputs: int, dropout: float = 0.0) -> nn.Module:
+    """The PBN paper's Cityscapes UNet (App. H.4): blocks of 64 / 128 / 256 / 512 / 1024 features,
+    bilinear upsampling between decoder blocks (31 M weights); for the paper profile."""
+    body = UNetBody(in_shape[0], (64, 128, 256, 512, 1024), dropout)
+    return nn.Sequential(body, PixelRows(), nn.Linear(body.out_channels, num_outputs))
 
 
 def _torchvision_resnet(arch: str, num_outputs: int, dropout: float) -> nn.Sequential:

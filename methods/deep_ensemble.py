@@ -22,6 +22,7 @@ from methods.base import Method, register_method
 class DeepEnsemble(Method):
     STARTS_FROM = "maps"
     description = "M independently seeded MAP networks; predictive = average of member predictives"
+    tasks = ("classification", "regression", "segmentation")  # segmentation: pixels as examples
     defaults = {"members": 5}
     constraints = {"members": Range(1, integer=True)}
 

@@ -40,12 +40,14 @@ def stochastic_forward(prefix: nn.Module, rest: nn.Module, x: torch.Tensor, samp
         out = hs
     else:
         out = rest(hs)
-    return out.reshape(samples, h.shape[0], *out.shape[1:])
+    # (S N, ...) -> (S, N, ...); N rows per sample: examples, or B H W pixels of a segmentation network
+    return out.reshape(samples, out.shape[0] // samples, *out.shape[1:])
 
 
 @register_method("mc_dropout")
 class MCDropout(Method):
     description = "dropout after every hidden layer, kept on at test time; S Monte Carlo samples"
+    tasks = ("classification", "regression", "segmentation")  # segmentation: pixels as examples
     defaults = {"p": 0.1, "samples": 20}
     constraints = {"p": Range(0, 1, hi_open=True), "samples": Range(1, integer=True)}
     PREDICT_OPTIONS = ("samples",)

@@ -7,6 +7,6 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 bash "$repo/scripts/ensure_venv.sh"
 cd "$repo"
 if [ -x ../shared/data/unpack.sh ] && [ -z "${BENCH_NO_UNPACK:-}" ]; then
-  ../shared/data/unpack.sh data MNIST FashionMNIST-test cifar-10-batches-py tiny-imagenet-200 >&2
+  ../shared/data/unpack.sh data MNIST FashionMNIST-test cifar-10-batches-py tiny-imagenet-200 CamVid-240x180 >&2
 fi
 exec .venv/bin/python -m bench "$@"

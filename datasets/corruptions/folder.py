@@ -78,8 +78,9 @@ def _cell_files(directory: Path, name: str, severity: int, wnids, filenames) -> 
     return [base / w / f for w, f in zip(wnids, filenames)]
 
 
-def _write_cell(directory: Path, name: str, severity: int, corrupted: np.ndarray, wnids, filenames) -> None:
-    """All JPEGs of one cell into a temporary directory, then renamed into place."""
+def _write_cell(directory: Path, name: str, severity: int, corrupted: np.ndarray, wnids, filenames,
+                image_format: str = "JPEG") -> None:
+    """All images of one cell into a temporary directory, then renamed into place."""
     parent = directory / name
     parent.mkdir(parents=True, exist_ok=True)
     for stale in parent.glob(f".{severity}.tmp-*"):      # left by an interrupted run
@@ -90,7 +91,7 @@ def _write_cell(directory: Path, name: str, severity: int, corrupted: np.ndarray
         for w in sorted(set(wnids)):
             (tmp / w).mkdir()
         for img, w, f in zip(corrupted, wnids, filenames):
-            Image.fromarray(img).save(tmp / w / f, format="JPEG", **JPEG)
+            Image.fromarray(img).save(tmp / w / f, format=image_format, **(JPEG if image_format == "JPEG" else {}))
         final = parent / str(severity)
         if final.exists():
             old = Path(tempfile.mkdtemp(dir=parent, prefix=f".{severity}.tmp-old-"))
@@ -106,9 +107,14 @@ def _write_cell(directory: Path, name: str, severity: int, corrupted: np.ndarray
 
 def ensure_image_folder_c(root: Path, dirname: str, images_uint8: np.ndarray, wnids_per_image: Sequence[str],
                           filenames: Sequence[str], release: str, corruptions: Sequence[str] | None = None,
-                          severities: Sequence[int] = SEVERITIES, seed: int = 0, progress: bool = False) -> Path:
+                          severities: Sequence[int] = SEVERITIES, seed: int = 0, progress: bool = False,
+                          image_format: str = "JPEG") -> Path:
     """Make sure ``root/dirname`` holds every requested (corruption, severity) cell of the images
-    corrupted with ``release``'s parameters; returns that directory. See the module docstring."""
+    corrupted with ``release``'s parameters; returns that directory. See the module docstring.
+    ``image_format``: "JPEG" (quality 85, as the ImageNet-C releases) or "PNG" (lossless, for
+    segmentation sets, whose corruptions are not JPEG-compressed afterwards)."""
+    if image_format not in ("JPEG", "PNG"):
+        raise ValueError(f"image_format must be JPEG or PNG, got {image_format!r}")
     from datasets.corruptions.tables import NAMES
 
     names = list(NAMES if corruptions is None else corruptions)
@@ -143,6 +149,8 @@ def ensure_image_folder_c(root: Path, dirname: str, images_uint8: np.ndarray, wn
     digest = source_digest(images, wnids, filenames)
     identity = {"generator_version": GENERATOR_VERSION, "release": release, "seed": int(seed),
                 "source_digest": digest, "n": n}
+    if image_format != "JPEG":  # (JPEG cells made before the option keep their identity)
+        identity["format"] = image_format
     with directory_lock(directory, LOCK):
         manifest = read_manifest(directory) or {}
         cells = dict(manifest.get("cells", {}))
@@ -150,7 +158,7 @@ def ensure_image_folder_c(root: Path, dirname: str, images_uint8: np.ndarray, wn
             "generator": f"bench datasets/corruptions (regenerated {dirname}; not an official release)",
             "generator_version": GENERATOR_VERSION, "release": release, "seed": int(seed), "n": n,
             "source_digest": digest, "image_size": list(images.shape[1:3]), "layout": layout(dirname),
-            "jpeg": JPEG,
+            **({"jpeg": JPEG} if image_format == "JPEG" else {"format": image_format}),
         })
         manifest.setdefault("created", now())
         todo = []
@@ -167,7 +175,8 @@ def ensure_image_folder_c(root: Path, dirname: str, images_uint8: np.ndarray, wn
         total = time.perf_counter()
         for k, (name, s) in enumerate(todo, 1):
             start = time.perf_counter()
-            _write_cell(directory, name, s, corrupt(images, name, s, seed, release=release), wnids, filenames)
+            _write_cell(directory, name, s, corrupt(images, name, s, seed, release=release), wnids, filenames,
+                        image_format)
             seconds = time.perf_counter() - start
             cells[f"{name}/{s}"] = {**identity, "seconds": round(seconds, 2), "created": now()}
             manifest["cells"] = cells

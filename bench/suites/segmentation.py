@@ -1,0 +1,213 @@
+"""Semantic segmentation under corruption: Cityscapes -> Cityscapes-C (Kamann & Rother 2020: the
+ImageNet-C corruptions applied to the validation images at 5 severities), the PBN paper's
+segmentation protocol (Sec. 4.6, App. H.4: a UNet, 256 x 512), and CamVid, its stand-in here.
+
+Networks output one row of class logits per pixel (``bench.models.PixelRows``), so every method
+treats pixels as examples; the per-pixel metrics are accumulated batch by batch
+(``bench.harness.score_segmentation``). The corrupted copies of the test images are generated
+once at the evaluation resolution by the project's corruption module with ImageNet-C's parameters
+(``datasets.corruptions``, release ``imagenet_c``), saved losslessly (PNG) in
+``<root>/<C_DIR>/<corruption>/<severity>/<folder>/<file>`` with a ``GENERATED.json``; a copy
+without a manifest is read as it is.
+
+* ``camvid``: SegNet's CamVid copy (367 train / 101 val / 233 test, 240 x 180, 11 classes + void
+  = ignore); the validation images tune, the test images are tested, at the native resolution.
+* ``cityscapes``: the official layout; ``val`` (500 images) is the test split (its test split
+  has no public labels), the last ``data.n_val`` training images tune, the rest train; images
+  resized to ``data.size`` (default 256 x 512, the PBN paper's), labels by nearest neighbour.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.data import EvalSet, SuiteData
+from bench.errors import BenchError
+from bench.options import Check, ListOf, OneOf, Range
+from bench.suites.base import Suite, register_suite
+from bench.suites.cifar10c import SEVERITIES, corruption_names
+from bench.tasks import segmentation
+from datasets.imagenet import MEAN, STD
+from datasets.segmentation import (CAMVID_CLASSES, CITYSCAPES_CLASSES, IGNORE, LabelFiles, SegImages, camvid_labels,
+                                   camvid_split, cityscapes_labels, cityscapes_split)
+
+#: the methods that support the segmentation task (the others say why in ``bench list``)
+SEGMENTATION_METHODS = ("deterministic", "mc_dropout", "deep_ensemble")
+
+
+def _size(value) -> bool:
+    return value is None or (isinstance(value, (list, tuple)) and len(value) == 2 and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 32 for v in value))
+
+
+class _CorruptedSegmentation(Suite):
+    default_methods = SEGMENTATION_METHODS
+    shift_label = "corruption severity"
+    C_DIR = "?"
+    CLASSES: tuple = ()
+    data_constraints = {
+        "corruptions": Check(corruption_names, "all, standard, extra, a corruption name or a list of them"),
+        "severities": ListOf(OneOf(*SEVERITIES)),
+        "n_train": Range(1, integer=True, optional=True),
+        "n_test": Range(1, integer=True, optional=True),
+        "size": Check(_size, "[height, width], both >= 32, or unset (native resolution)"),
+        "generator_seed": Range(0, integer=True),
+    }
+
+    def splits(self, root: Path, cfg: dict):
+        """``(train, val, test)`` lists of (image, label) paths and the label mapping."""
+        raise NotImplementedError
+
+    def describe_shifts(self, data_cfg):
+        cfg = self.data_cfg(data_cfg)
+        names = corruption_names(cfg["corruptions"])
+        return ["clean test images (in-distribution)",
+                f"{self.C_DIR}: {len(names)} corruptions x severities {','.join(map(str, cfg['severities']))} "
+                f"(ImageNet-C parameters, generated once at the evaluation resolution)"]
+
+    def load(self, data_root: Path, data_cfg: dict, download: bool) -> SuiteData:
+        cfg = self.data_cfg(data_cfg)
+        root = Path(data_root)
+        (train, val, test), to_ids = self.splits(root, cfg)
+        size = tuple(cfg["size"]) if cfg["size"] else None
+        if cfg["n_train"]:
+            train = train[: cfg["n_train"]]
+        if cfg["n_test"]:
+            test = test[: cfg["n_test"]]
+
+        def images(pairs):
+            return SegImages([p for p, _ in pairs], MEAN, STD, size)
+
+        def labels(pairs):
+            return LabelFiles([lab for _, lab in pairs], to_ids, size)
+
+        names = corruption_names(cfg["corruptions"])
+        severities = [int(s) for s in cfg["severities"]]
+        folders = [p.parent.name for p, _ in test]
+        files = [p.name for p, _ in test]
+        line, fingerprint = self._ensure_c(root, cfg, images(test), folders, files, names, severities)
+        eval_sets = [EvalSet("id", "clean", 0.0, images(test), labels(test))]
+        for name in names:
+            for sev in severities:
+                cell = [(root / self.C_DIR / name / str(sev) / d / f, lab) for d, f, (_, lab) in zip(folders, files, test)]
+                eval_sets.append(EvalSet("shift", name, float(sev), images(cell), labels(cell), note=line,
+                                         fingerprint=fingerprint))
+        # training and tuning sets in memory (a TensorLoader indexes them)
+        train_x, train_y = images(train)[:], labels(train)[:]
+        val_x, val_y = images(val)[:], labels(val)[:]
+        h, w = train_x.shape[-2:]
+        if (3, h, w) != tuple(self.in_shape):
+            raise BenchError(f"{self.name}: images are {h} x {w}, the suite's networks expect {self.in_shape[1:]}; "
+                             f"set data.size={list(self.in_shape[1:])}")
+        lines = [f"{len(train)} training images, {len(val)} to tune on, {len(test)} test images at {h} x {w}; "
+                 f"{len(self.CLASSES)} classes, label {IGNORE} ignored", line]
+        extras = {"artifacts": {"data.json": json.dumps({"lines": lines}, indent=1).encode()},
+                  "classes": list(self.CLASSES)}
+        return SuiteData(train_x, train_y, val_x, val_y, eval_sets, extras=extras)
+
+    def _ensure_c(self, root: Path, cfg: dict, test_images: SegImages, folders, files, names, severities):
+        from datasets.corruptions import GENERATOR_VERSION
+        from datasets.corruptions.folder import ensure_image_folder_c, read_manifest
+
+        d = Path(root) / self.C_DIR
+        if d.is_dir() and read_manifest(d) is None and any(d.iterdir()):
+            return f"{self.C_DIR}: a copy without a manifest, read as it is ({d})", "official"
+        ensure_image_folder_c(root, self.C_DIR, test_images.uint8(slice(None)), folders, files, release="imagenet_c",
+                              corruptions=names, severities=severities, seed=int(cfg["generator_seed"]), progress=True,
+                              image_format="PNG")
+        return (f"{self.C_DIR}: generated from the test images by datasets.corruptions (generator {GENERATOR_VERSION}, "
+                f"ImageNet-C parameters, seed {cfg['generator_seed']}, PNG), {d}",
+                f"regenerated {GENERATOR_VERSION} seed {cfg['generator_seed']}")
+
+
+@register_suite("camvid")
+class CamVidC(_CorruptedSegmentation):
+    description = ("CamVid (SegNet's copy, 11 classes), test images under the ImageNet-C corruptions x 5 severities "
+                   "(CamVid-C, generated once): the runnable stand-in for cityscapes")
+    task = segmentation(len(CAMVID_CLASSES))
+    in_shape = (3, 180, 240)
+    C_DIR = "CamVid-C"
+    CLASSES = CAMVID_CLASSES
+    profiles = {
+        "smoke": {
+            "models": ["unet_small"], "seeds": [0],
+            "train": {"epochs": 1, "batch_size": 4, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4},
+            "data": {"n_train": 8, "n_test": 4, "corruptions": ["gaussian_noise", "contrast"], "severities": [1, 3],
+                     "eval_batch_size": 4},
+            "methods": {"deep_ensemble": {"members": 2}, "mc_dropout": {"samples": 3}},
+            "note": "smoke profile: 8 training and 4 test images, one epoch; numbers are meaningless",
+        },
+        "quick": {
+            # the PBN paper's UNet recipe (SGD 0.9) at CPU size: unet_small, cosine lr from 0.05
+            "models": ["unet_small"], "seeds": [0, 1, 2],
+            "train": {"epochs": 30, "batch_size": 4, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4,
+                      "schedule": "cosine"},
+            "data": {},
+            "methods": {},
+            "note": "quick profile: CamVid at its native 240 x 180, unet_small trained from scratch",
+        },
+        "paper": {
+            # PBN paper App. H.4 (for Cityscapes): UNet 64..1024, SGD momentum 0.9, lr 0.1, 150 epochs
+            "models": ["unet_pbn"], "seeds": [0, 1, 2],
+            "train": {"epochs": 150, "batch_size": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4,
+                      "schedule": "cosine"},
+            "data": {},
+            "methods": {},
+            "note": ("the PBN paper's Cityscapes UNet and optimiser on CamVid; its plateau schedule (lr x 0.5) and "
+                     "weighted cross-entropy are not reproduced: cosine schedule, unweighted loss"),
+        },
+    }
+    DEFAULT_DATA = {"corruptions": "all", "severities": list(SEVERITIES), "n_train": None, "n_test": None,
+                    "size": None, "generator_seed": 0, "eval_batch_size": 8}
+
+    def splits(self, root, cfg):
+        return (camvid_split(root, "train"), camvid_split(root, "val"), camvid_split(root, "test")), camvid_labels
+
+
+@register_suite("cityscapes")
+class CityscapesC(_CorruptedSegmentation):
+    description = ("Cityscapes (19 classes), val images under the ImageNet-C corruptions x 5 severities "
+                   "(Cityscapes-C, Kamann & Rother 2020, generated once); PBN paper Sec. 4.6")
+    task = segmentation(len(CITYSCAPES_CLASSES))
+    in_shape = (3, 256, 512)
+    C_DIR = "Cityscapes-C"
+    CLASSES = CITYSCAPES_CLASSES
+    profiles = {
+        "smoke": {
+            "models": ["unet_small"], "seeds": [0],
+            "train": {"epochs": 1, "batch_size": 2, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4},
+            "data": {"n_val": 1, "n_test": 2, "corruptions": ["gaussian_noise", "contrast"], "severities": [1, 3],
+                     "eval_batch_size": 2},
+            "methods": {"deep_ensemble": {"members": 2}, "mc_dropout": {"samples": 3}},
+            "note": "smoke profile: a few images, one epoch; numbers are meaningless",
+        },
+        "quick": {
+            "models": ["unet_small"], "seeds": [0, 1, 2],
+            "train": {"epochs": 20, "batch_size": 4, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4,
+                      "schedule": "cosine"},
+            "data": {"n_train": 500, "n_test": 100},
+            "methods": {},
+            "note": "quick profile: 500 training images, 100 of the 500 validation images as the test set",
+        },
+        "paper": {
+            "models": ["unet_pbn"], "seeds": [0, 1, 2],
+            "train": {"epochs": 150, "batch_size": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4,
+                      "schedule": "cosine"},
+            "data": {},
+            "methods": {},
+            "note": ("PBN paper App. H.4: UNet 64..1024, 256 x 512, SGD momentum 0.9, lr 0.1, 150 epochs; its plateau "
+                     "schedule and weighted cross-entropy are not reproduced (cosine, unweighted)"),
+        },
+    }
+    DEFAULT_DATA = {"corruptions": "all", "severities": list(SEVERITIES), "n_train": None, "n_val": 100,
+                    "n_test": None, "size": [256, 512], "generator_seed": 0, "eval_batch_size": 4}
+
+    def splits(self, root, cfg):
+        train = cityscapes_split(root, "train")
+        n_val = int(cfg["n_val"])
+        if not 0 < n_val < len(train):
+            raise BenchError(f"data.n_val={n_val} must be in 1..{len(train) - 1}")
+        return (train[:-n_val], train[-n_val:], cityscapes_split(root, "val")), cityscapes_labels
+
+
+__all__ = ["CamVidC", "CityscapesC", "SEGMENTATION_METHODS"]

@@ -1,0 +1,162 @@
+"""The segmentation task and suites: pixels as examples (PixelRows + the task's loss with an ignore
+label, against a hand computation), CamVid and Cityscapes read in their published layouts
+(fixtures), the corrupted copies generated once, and whole smoke runs."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from bench.cli import main
+
+
+def _png(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(array).save(path)
+
+
+def make_fake_camvid(root: Path, n=(8, 3, 4), size=(60, 80), seed=0) -> None:
+    """SegNet's CamVid layout: <split>/*.png (RGB), <split>annot/*.png (0-10, 11 = void)."""
+    rng = np.random.default_rng(seed)
+    h, w = size
+    for split, count in zip(("train", "val", "test"), n):
+        lines = []
+        for i in range(count):
+            lab = rng.integers(0, 12, (h, w)).astype(np.uint8)
+            img = (lab[..., None] * 20 + rng.integers(0, 15, (h, w, 3))).astype(np.uint8)
+            name = f"{split}_{i:04d}.png"
+            _png(root / "CamVid" / split / name, img)
+            _png(root / "CamVid" / f"{split}annot" / name, lab)
+            lines.append(f"{split}/{name} {split}annot/{name}")
+        (root / "CamVid" / f"{split}.txt").write_text("\n".join(lines) + "\n")
+
+
+def make_fake_cityscapes(root: Path, n=(3, 2), size=(64, 128), seed=0) -> None:
+    """leftImg8bit/<split>/<city>/<city>_<seq>_<frame>_leftImg8bit.png and the gtFine labelIds."""
+    rng = np.random.default_rng(seed)
+    h, w = size
+    for split, count in zip(("train", "val"), n):
+        for i in range(count):
+            city = "aachen" if split == "train" else "frankfurt"
+            stem = f"{city}_{i:06d}_000019"
+            ids = rng.choice([0, 7, 8, 11, 21, 23, 24, 26, 33], (h, w)).astype(np.uint8)
+            _png(root / "cityscapes" / "leftImg8bit" / split / city / f"{stem}_leftImg8bit.png",
+                 rng.integers(0, 255, (h, w, 3)).astype(np.uint8))
+            _png(root / "cityscapes" / "gtFine" / split / city / f"{stem}_gtFine_labelIds.png", ids)
+
+
+def test_pixel_rows_and_the_segmentation_loss_by_hand():
+    from bench.models import PixelRows
+    from bench.tasks import segmentation
+
+    torch.manual_seed(0)
+    z = torch.randn(2, 3, 4, 5)  # (B, K, H, W)
+    rows = PixelRows()(z)
+    assert rows.shape == (2 * 4 * 5, 3) and torch.equal(rows[1 * 20 + 2 * 5 + 3], z[1, :, 2, 3])
+    y = torch.randint(0, 3, (2, 4, 5))
+    y[0, 0, :] = 255
+    task = segmentation(3)
+    loss = task.loss(rows, y)
+    logp = torch.log_softmax(z, dim=1)
+    keep = y != 255
+    by_hand = -torch.stack([logp[b, y[b, i, j], i, j] for b, i, j in keep.nonzero().tolist()]).mean()
+    assert torch.allclose(loss, by_hand, atol=1e-6)
+    assert torch.allclose(loss, F.cross_entropy(z, y, ignore_index=255), atol=1e-6)
+
+
+def test_unet_keeps_the_input_size_and_batch_independence():
+    from bench.models import build_model
+
+    torch.manual_seed(0)
+    net = build_model("unet_small", (3, 45, 70), 5).eval()
+    x = torch.randn(3, 3, 45, 70)
+    out = net(x)
+    assert out.shape == (3 * 45 * 70, 5)
+    assert torch.allclose(net(x[1:2]), out[45 * 70: 2 * 45 * 70], atol=1e-5)
+
+
+def _run(args, capsys):
+    code = main(args)
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def test_camvid_smoke_run_on_the_published_layout(tmp_path, capsys):
+    root = tmp_path / "data"
+    make_fake_camvid(root)
+    out = tmp_path / "results"
+    code, text = _run(["run", "--suite", "camvid", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
+                       "--quiet", "--workers", "1", "--set", "data.size=[64,80]"], capsys)
+    assert code == 2 and "data.size" in text  # the suite's networks expect 180 x 240
+    # at the suite's resolution
+    make_fake_camvid(root, size=(180, 240))
+    code, text = _run(["run", "--suite", "camvid", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
+                       "--quiet", "--workers", "1"], capsys)
+    assert code == 0, text
+    recs = [json.loads(p.read_text()) for p in out.glob("camvid/records/**/*.json")]
+    assert {r["method"] for r in recs} == {"deterministic", "mc_dropout", "deep_ensemble"}
+    assert all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
+    det = {(r["kind"], r["shift"], r["severity"]): r for r in recs if r["method"] == "deterministic"}
+    assert set(det) == {("id", "clean", 0.0), ("val", "validation", None)} | {
+        ("shift", c, s) for c in ("gaussian_noise", "contrast") for s in (1.0, 3.0)}
+    m = det[("id", "clean", 0.0)]["metrics"]
+    assert 0.0 <= m["miou"] <= 1.0 and m["n_pixels"] > 0 and m["mutual_information"] is None
+    # void (label 11) is ignored: the labelled pixels of the 4 test images
+    from datasets.segmentation import camvid_labels
+
+    labs = [camvid_labels(np.asarray(Image.open(p))) for p in sorted((root / "CamVid" / "testannot").glob("*.png"))]
+    assert m["n_pixels"] == sum(int((lab != 255).sum()) for lab in labs)
+    mc = next(r for r in recs if r["method"] == "mc_dropout" and r["kind"] == "id")
+    assert mc["metrics"]["mutual_information"] is not None and mc["metrics"]["mutual_information"] >= 0
+    # CamVid-C: PNG cells of the 4 test images, with a manifest; the records name the copy
+    cells = sorted((root / "CamVid-C").glob("*/*/test/*.png"))
+    assert len(cells) == 2 * 2 * 4 and json.loads((root / "CamVid-C" / "GENERATED.json").read_text())["format"] == "PNG"
+    assert all(r["data_fingerprint"].startswith("regenerated") for r in recs if r["kind"] == "shift")
+
+
+def test_cityscapes_smoke_run_maps_label_ids_and_missing_data_is_exit_2(tmp_path, capsys):
+    root = tmp_path / "data"
+    out = tmp_path / "results"
+    code, text = _run(["run", "--suite", "cityscapes", "--profile", "smoke", "--data-root", str(root),
+                       "--out", str(out), "--methods", "deterministic"], capsys)
+    assert code == 2 and "leftImg8bit" in text and "gtFine_labelIds" in text and "cityscapes-dataset.com" in text
+    assert not out.exists() or not any(out.rglob("*.json"))
+    make_fake_cityscapes(root, size=(128, 256))
+    code, text = _run(["run", "--suite", "cityscapes", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
+                       "--methods", "deterministic", "--quiet"], capsys)
+    assert code == 0, text
+    recs = [json.loads(p.read_text()) for p in out.glob("cityscapes/records/**/*.json")]
+    assert recs and all(r["status"] == "ok" for r in recs)
+    from datasets.segmentation import LabelFiles, cityscapes_labels
+
+    gt = sorted((root / "cityscapes" / "gtFine" / "val").glob("*/*_labelIds.png"))
+    raw = np.asarray(Image.open(gt[0]))
+    mapped = LabelFiles([gt[0]], cityscapes_labels)[0].numpy()
+    assert (mapped[raw == 26] == 13).all() and (mapped[raw == 7] == 0).all() and (mapped[raw == 0] == 255).all()
+    idr = next(r for r in recs if r["kind"] == "id")
+    # the labels are resized to 256 x 512 by nearest neighbour: the ignored share is kept
+    resized = LabelFiles(gt, cityscapes_labels, (256, 512))[:]
+    assert idr["metrics"]["n_pixels"] == int((resized != 255).sum())
+
+
+@pytest.mark.real_data
+def test_camvid_smoke_on_the_real_copy(tmp_path, capsys):
+    from tests.conftest import real_data_root
+
+    real = real_data_root()
+    if real is None or not (real / "CamVid" / "testannot").is_dir():
+        pytest.skip("real CamVid not unpacked (run ../shared/data/unpack.sh data)")
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "CamVid").symlink_to(real / "CamVid")
+    out = tmp_path / "results"
+    code, text = _run(["run", "--suite", "camvid", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
+                       "--methods", "deterministic", "--quiet"], capsys)
+    assert code == 0, text
+    idr = next(json.loads(p.read_text()) for p in out.glob("camvid/records/**/id-*.json"))
+    assert idr["n"] == 4 and 0.5 * 4 * 180 * 240 < idr["metrics"]["n_pixels"] <= 4 * 180 * 240
