@@ -50,6 +50,8 @@ MAX_SIGMA_VALUES = 5000
 class VIMethod(Method):
     """Common fit / predict / save / cost code of PBN and full mean-field VI."""
 
+    tasks = ("classification", "regression", "segmentation")  # segmentation: pixels as examples
+
     #: hyperparameters shared by both (PBN paper, Sec. 3 and Appendix H.6)
     vi_defaults = {
         "train_samples": 5,  # Sec. 3 "Five posterior samples were chosen"; App. H.6

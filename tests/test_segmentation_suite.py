@@ -160,3 +160,20 @@ def test_camvid_smoke_on_the_real_copy(tmp_path, capsys):
     assert code == 0, text
     idr = next(json.loads(p.read_text()) for p in out.glob("camvid/records/**/id-*.json"))
     assert idr["n"] == 4 and 0.5 * 4 * 180 * 240 < idr["metrics"]["n_pixels"] <= 4 * 180 * 240
+
+
+def test_pbn_and_mfvi_run_per_pixel(tmp_path, capsys):
+    """The partial / full mean-field VI of PBN and mfvi on a UNet: S samples of B H W pixel rows,
+    the ELBO over labelled pixels; mutual information recorded."""
+    root = tmp_path / "data"
+    make_fake_camvid(root, n=(4, 2, 2), size=(180, 240))
+    out = tmp_path / "results"
+    code, text = _run(["run", "--suite", "camvid", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
+                       "--quiet", "--methods", "pbn,mfvi", "--set", "data.severities=[1]",
+                       "--set", "data.corruptions=contrast"], capsys)
+    assert code == 0, text
+    recs = [json.loads(p.read_text()) for p in out.glob("camvid/records/**/*.json")]
+    assert {r["method"] for r in recs} == {"pbn", "mfvi"} and all(r["status"] == "ok" for r in recs)
+    for r in recs:
+        if r["kind"] == "id":
+            assert r["metrics"]["mutual_information"] is not None and r["metrics"]["mutual_information"] > 0

@@ -417,7 +417,6 @@ class PartialVI(nn.Module):
             raise BenchError("eps fixes weight draws; it has no meaning with local_reparam")
         if not local_reparam and eps is None:
             eps = self.sample_eps(S, generator)
-        n = x.shape[0]
         h, i0 = x, None
         if self._chain is not None:
             i0 = self._chain[0]
@@ -438,7 +437,8 @@ class PartialVI(nn.Module):
                 fns = self._module_fns(c, draws=self._draws(part, local))  # zero-fill its gradient)
             outs.append(self._rest(h, i0, c, fns))
         out = outs[0] if len(outs) == 1 else torch.cat(outs)  # sample-major (S*N, ...)
-        return out.reshape(S, n, *out.shape[1:])
+        # N rows per sample: the batch's examples, or its B H W pixels (segmentation networks)
+        return out.reshape(S, out.shape[0] // S, *out.shape[1:])
 
     def _rest(self, h: torch.Tensor, i0: int | None, samples: int, fns: dict[str, Callable]) -> torch.Tensor:
         """The network after the prefix (from child ``i0``; the whole net if None) for S draws."""
@@ -488,7 +488,7 @@ def elbo_loss(task, num_train: int, *, samples: int = 5, beta_start: float = 0.2
     def fn(model: PartialVI, x, y, fraction_done):
         out = model(x, n_samples=samples, local_reparam=local_reparam)  # (S, N, ...)
         ys = y.unsqueeze(0).expand(samples, *y.shape).reshape(samples * y.shape[0], *y.shape[1:])
-        nll = task.loss(out.reshape(samples * x.shape[0], *out.shape[2:]), ys)
+        nll = task.loss(out.reshape(-1, *out.shape[2:]), ys)  # rows: sample-major, as ys
         beta = beta_schedule(fraction_done, beta_start, beta_end)
         kl = model.kl()
         loss = nll + beta * kl / num_train
