@@ -17,6 +17,7 @@ LL_BACKENDS = ("auto", "backpack", "asdl", "curvlinops")
 @register_method("laplace_last_layer")
 class LaplaceLastLayer(LaplaceMethod):
     description = "last-layer KFAC Laplace of the MAP network (laplace-torch), prior tuned on validation"
+    tasks = ("classification", "segmentation")  # segmentation: the 1x1 classifier, pixels as observations
     subset_of_weights = "last_layer"
     hessian_structure = "kron"
     defaults = {**LaplaceMethod.common_defaults}

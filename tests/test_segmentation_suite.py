@@ -177,3 +177,22 @@ def test_pbn_and_mfvi_run_per_pixel(tmp_path, capsys):
     for r in recs:
         if r["kind"] == "id":
             assert r["metrics"]["mutual_information"] is not None and r["metrics"]["mutual_information"] > 0
+
+
+def test_last_layer_laplace_per_pixel(tmp_path, capsys):
+    """The last-layer KFAC Laplace on the UNet's 1x1 classifier, pixels as observations: fitted,
+    its prior precision searched on the validation pixels (ignored ones left out), predictions per
+    pixel row."""
+    root = tmp_path / "data"
+    make_fake_camvid(root, n=(4, 2, 2), size=(180, 240))
+    out = tmp_path / "results"
+    code, text = _run(["run", "--suite", "camvid", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
+                       "--quiet", "--methods", "laplace_last_layer", "--set", "data.severities=[1]",
+                       "--set", "data.corruptions=contrast", "--set", "laplace_last_layer.val_examples=2"], capsys)
+    assert code == 0, text
+    recs = [json.loads(p.read_text()) for p in out.glob("camvid/records/**/*.json")]
+    assert recs and all(r["status"] == "ok" for r in recs)
+    idr = next(r for r in recs if r["kind"] == "id")
+    d = idr["diagnostics"]
+    assert d["prior_search"]["log10_grid"] and len(d["prior_precision"]) == 1
+    assert idr["cost"]["stochastic_params"] == 16 * 11 + 11  # the 1x1 classifier: weights + biases
