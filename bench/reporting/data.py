@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-CLASSIFICATION_METRICS = ["accuracy", "nll", "brier", "ece"]
+#: the classification columns; segmentation records (per-pixel metrics) add mIoU, pixel accuracy and
+#: how well the entropy finds misclassified pixels (columns show only where records have them)
+CLASSIFICATION_METRICS = ["accuracy", "miou", "pixel_accuracy", "nll", "brier", "ece", "error_auroc"]
 REGRESSION_METRICS = ["rmse", "nll", "mean_std", "coverage_3sigma"]
 OOD_METRICS = ["auroc", "aupr"]
 

@@ -20,9 +20,10 @@ from .data import (CLASSIFICATION_METRICS, OOD_METRICS, REGRESSION_METRICS, Swee
 METRIC_TITLES = {
     "accuracy": "acc", "nll": "NLL", "brier": "Brier", "ece": "ECE", "entropy": "entropy",
     "mutual_information": "MI", "auroc": "AUROC", "aupr": "AUPR", "rmse": "RMSE",
-    "mean_std": "mean std", "coverage_3sigma": "3σ coverage",
+    "mean_std": "mean std", "coverage_3sigma": "3σ coverage", "miou": "mIoU", "pixel_accuracy": "pixel acc",
+    "error_auroc": "error AUROC (entropy)",
 }
-HIGHER_IS_BETTER = {"accuracy", "auroc", "aupr"}
+HIGHER_IS_BETTER = {"accuracy", "auroc", "aupr", "miou", "pixel_accuracy", "error_auroc"}
 LOWER_IS_BETTER = {"nll", "brier", "ece", "rmse"}
 TARGETS = {"coverage_3sigma": 0.9973}  # best = closest to the Gaussian 3-sigma mass
 
