@@ -131,6 +131,9 @@ class EvalSet:
     #: corruption generator's version of a regenerated CIFAR-10-C file); stored in its records, and
     #: a record made from other data is redone (with the fitted method) instead of kept
     fingerprint: str = ""
+    #: segmentation: keep the prediction, entropy and mutual-information maps of the first this many
+    #: images in the record (downsampled, quantised), for the report's uncertainty maps
+    keep_maps: int = 0
 
     @property
     def n(self) -> int:

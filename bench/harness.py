@@ -7,6 +7,7 @@ does not retrain. MAP networks are shared through :class:`bench.checkpoints.MapC
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 import traceback
@@ -119,12 +120,46 @@ def score_segmentation(method, e: EvalSet, task, batch_size: int, device, worker
     from bench.segmentation_metrics import SegmentationScores
 
     acc = SegmentationScores(task.num_outputs, ignore_index=task.ignore_index)
+    maps, seen = [], 0
     with Timer(device) as t, torch.no_grad():
         for xb, yb in zip(batches(e.x, batch_size, device, workers), batches(e.y, batch_size, "cpu", workers)):
             pred = method.predict(xb)
             check_finite(pred, f"{e.kind} set {e.shift} severity {e.severity}")
             acc.update(pred.probs, yb.reshape(-1).to(pred.probs.device), pred.sample_probs)
-    return acc.result(), acc.curves(), t.seconds
+            for i in range(max(0, min(e.keep_maps - seen, len(xb)))):
+                maps.append(uncertainty_maps(pred, i, xb.shape[-2:], task.num_outputs))
+            seen += len(xb)
+    curves = acc.curves()
+    if maps:
+        curves["maps"] = maps
+    return acc.result(), curves, t.seconds
+
+
+#: the report's uncertainty maps are stored at 1 / MAP_STRIDE of the image's resolution
+MAP_STRIDE = 2
+
+
+def uncertainty_maps(pred, i: int, hw, num_classes: int) -> dict:
+    """Image ``i`` of a batch's per-pixel predictive as small maps for the report: the predicted
+    class, the predictive entropy and (sampling methods) the mutual information, every
+    ``MAP_STRIDE``-th pixel, entropies quantised to 0-255 over [0, log K]."""
+    from bench.metrics import entropy, mutual_information
+
+    h, w = int(hw[0]), int(hw[1])
+    rows = slice(i * h * w, (i + 1) * h * w)
+    probs = pred.probs[rows].float()
+    scale = math.log(num_classes)
+
+    def q(v):
+        v = v.reshape(h, w)[::MAP_STRIDE, ::MAP_STRIDE]
+        return (v / scale * 255).round().clamp(0, 255).to(torch.uint8).cpu().tolist()
+
+    ent = entropy(probs)
+    out = {"pred": probs.argmax(-1).reshape(h, w)[::MAP_STRIDE, ::MAP_STRIDE].to(torch.uint8).cpu().tolist(),
+           "entropy": q(ent), "mi": None, "scale": scale, "stride": MAP_STRIDE}
+    if pred.sample_probs is not None:
+        out["mi"] = q(mutual_information(pred.sample_probs[:, rows].float()))
+    return out
 
 
 def check_finite(pred, where: str) -> None:

@@ -96,7 +96,7 @@ def test_camvid_smoke_run_on_the_published_layout(tmp_path, capsys):
     # at the suite's resolution
     make_fake_camvid(root, size=(180, 240))
     code, text = _run(["run", "--suite", "camvid", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
-                       "--quiet", "--workers", "1"], capsys)
+                       "--quiet", "--workers", "1", "--methods", "deterministic,mc_dropout,deep_ensemble"], capsys)
     assert code == 0, text
     recs = [json.loads(p.read_text()) for p in out.glob("camvid/records/**/*.json")]
     assert {r["method"] for r in recs} == {"deterministic", "mc_dropout", "deep_ensemble"}
@@ -117,6 +117,16 @@ def test_camvid_smoke_run_on_the_published_layout(tmp_path, capsys):
     cells = sorted((root / "CamVid-C").glob("*/*/test/*.png"))
     assert len(cells) == 2 * 2 * 4 and json.loads((root / "CamVid-C" / "GENERATED.json").read_text())["format"] == "PNG"
     assert all(r["data_fingerprint"].startswith("regenerated") for r in recs if r["kind"] == "shift")
+    # uncertainty maps: the first 2 test images, clean and under the first corruption, every second pixel
+    with_maps = {(r["method"], r["kind"], r["shift"], r["severity"]) for r in recs if (r.get("curves") or {}).get("maps")}
+    assert {(k, s, v) for _, k, s, v in with_maps} == {("id", "clean", 0.0), ("shift", "gaussian_noise", 1.0),
+                                                        ("shift", "gaussian_noise", 3.0)}
+    m = next(r for r in recs if r["method"] == "mc_dropout" and r["kind"] == "id")["curves"]["maps"]
+    assert len(m) == 2 and np.asarray(m[0]["pred"]).shape == (90, 120) and m[0]["mi"] is not None
+    assert np.asarray(m[0]["entropy"]).max() <= 255
+    code, text = _run(["report", "--results", str(out), "--out", str(tmp_path / "rep")], capsys)
+    assert code == 0, text
+    assert (tmp_path / "rep" / "camvid" / "figures" / "unet_small-smoke-uncertainty-maps.png").exists()
 
 
 def test_cityscapes_smoke_run_maps_label_ids_and_missing_data_is_exit_2(tmp_path, capsys):

@@ -124,7 +124,7 @@ def suite_document(df: pd.DataFrame, suite: str, generated_at: str, artifacts_di
     palette = plots.make_palette(labels_in_order(ok_records(df)))  # failed-only labels get no colour
     for sec in sections:
         if not sec.records.empty:
-            doc.sections.append(_model_section(sec, palette))
+            doc.sections.append(_model_section(sec, palette, artifacts_dir))
     failed = failed_table(failed_records(df))
     if failed is not None:
         s = Section("Failed runs", anchor="failed-runs")
@@ -179,7 +179,7 @@ def _overview(df: pd.DataFrame, suite: str, generated_at: str) -> Section:
     return s
 
 
-def _model_section(sec: SectionData, palette: dict) -> Section:
+def _model_section(sec: SectionData, palette: dict, artifacts_dir: Path | None = None) -> Section:
     df = sec.records
     s = Section(f"Model: {sec.title}", anchor=f"model-{sec.slug}")
     labels = labels_in_order(df)
@@ -188,6 +188,8 @@ def _model_section(sec: SectionData, palette: dict) -> Section:
         _regression_blocks(s, sec, pal)
     else:
         _classification_blocks(s, sec, pal)
+    if sec.task == "segmentation":
+        _segmentation_maps_block(s, sec, artifacts_dir)
     sweeps = find_sweeps(df)
     _sweep_blocks(s, sec, pal, sweeps)
     _ablation_blocks(s, sec, find_ablations(df))
@@ -446,6 +448,31 @@ def _classification_blocks(s: Section, sec: SectionData, pal: dict) -> None:
                      "to the bin's mean confidence, dashed diagonal = perfect calibration; lower panels: "
                      "examples per bin.", alt="reliability diagrams"))
         s.add(r)
+
+
+def _segmentation_maps_block(parent: Section, sec: SectionData, artifacts_dir: Path | None) -> None:
+    """Uncertainty maps from the records and the suite's input panels (one profile's artifacts)."""
+    if artifacts_dir is None:
+        return
+    import numpy as np
+
+    from bench.suites.segmentation import SEG_MAPS_ARTIFACT
+
+    for profile in distinct(sec.records["profile"]):
+        path = Path(artifacts_dir) / str(profile) / SEG_MAPS_ARTIFACT
+        if not path.exists():
+            continue
+        with np.load(path) as inputs:
+            png = plots.segmentation_maps(sec.records[sec.records["profile"] == profile], dict(inputs))
+        if png is not None:
+            m = Section(f"Uncertainty maps ({profile} profile)")
+            m.add(Figure(f"{sec.slug}-{profile}-uncertainty-maps", png,
+                         "The first test image, clean and under the suite's first corruption at severities 1 / 3 / 5 "
+                         "(columns): input, ground truth (white: ignored), then per method its prediction, predictive "
+                         "entropy and, for sampling methods, mutual information (0 to log K, dark to bright), every "
+                         "second pixel, first seed. Uncertainty that finds errors is bright where the prediction "
+                         "differs from the ground truth.", alt="uncertainty maps"))
+            parent.add(m)
 
 
 def _mce_reference(suite_name: str) -> str | None:

@@ -610,3 +610,59 @@ def layer_distribution_figure(frames: dict) -> bytes | None:
 __all__ = ["make_palette", "to_png", "shift_lines", "shift_boxes", "entropy_histograms",
            "reliability_diagrams", "regression_bands", "summed_reliability", "sweep_figure", "sigma_heatmaps",
            "sigma_image", "layer_distribution_figure", "scoped_axis_title"]
+
+
+def segmentation_maps(df: pd.DataFrame, inputs: dict) -> bytes | None:
+    """Uncertainty maps of the first test image, clean and under one corruption at increasing
+    severity (columns): the input and its ground truth, then per method its prediction, predictive
+    entropy and (sampling methods) mutual information, from the maps the harness keeps in the
+    records (``curves.maps``, first seed of each method). ``inputs``: the suite's
+    ``segmentation_maps_inputs.npz`` (names, set images, labels)."""
+    names = [str(n) for n in inputs["names"]]
+    recs = df[df["kind"].isin(["id", "shift"])]
+    by_label: dict = {}
+    for _, r in recs.sort_values("seed").iterrows():
+        curves = r.get("curves")
+        maps = curves.get("maps") if isinstance(curves, dict) else None
+        if not maps:
+            continue
+        key = "clean" if r["kind"] == "id" else f"{r['shift']} {int(r['severity'])}"
+        by_label.setdefault(r["label"], {}).setdefault(key, maps[0])
+    if not by_label:
+        return None
+    rows = [("input", None), ("ground truth", None)]
+    for label, sets in by_label.items():
+        rows += [(label, "pred"), (label, "entropy")]
+        if any(m.get("mi") is not None for m in sets.values()):
+            rows.append((label, "mi"))
+    n_classes = int(max(int(np.max(inputs["labels"][inputs["labels"] != 255], initial=0)),
+                        *[int(np.max(m["pred"])) for s in by_label.values() for m in s.values()])) + 1
+    cmap = matplotlib.colormaps["tab20"].resampled(max(n_classes, 2))
+    fig = Figure(figsize=(2.2 * len(names), 1.7 * len(rows)))
+    axes = fig.subplots(len(rows), len(names), squeeze=False)
+    for j, name in enumerate(names):
+        for i, (label, what) in enumerate(rows):
+            ax = axes[i, j]
+            ax.set_xticks([]), ax.set_yticks([])
+            if what is None and label == "input":
+                ax.imshow(inputs[f"set{j}"][0])
+            elif what is None:
+                lab = np.ma.masked_equal(inputs["labels"][0].astype(int), 255)
+                ax.imshow(lab, cmap=cmap, vmin=0, vmax=max(n_classes, 2) - 1, interpolation="nearest")
+            else:
+                m = by_label[label].get(name)
+                if m is None or m.get(what) is None:
+                    ax.axis("off")
+                    continue
+                a = np.asarray(m[what])
+                if what == "pred":
+                    ax.imshow(a, cmap=cmap, vmin=0, vmax=max(n_classes, 2) - 1, interpolation="nearest")
+                else:  # quantised 0-255 over [0, log K]
+                    ax.imshow(a, cmap="magma", vmin=0, vmax=255, interpolation="nearest")
+            if i == 0:
+                ax.set_title(name, fontsize=8)
+            if j == 0:
+                kind = {"pred": "prediction", "entropy": "entropy", "mi": "MI"}.get(what, "")
+                ax.set_ylabel(f"{label}\n{kind}" if kind else label, fontsize=6)
+    fig.tight_layout()
+    return to_png(fig)

@@ -35,6 +35,28 @@ from datasets.segmentation import (CAMVID_CLASSES, CITYSCAPES_CLASSES, IGNORE, L
 SEGMENTATION_METHODS = ("deterministic", "mc_dropout", "deep_ensemble", "pbn", "mfvi", "laplace_last_layer")
 
 
+#: uncertainty maps in the report: the first MAP_IMAGES test images, clean and under the suite's
+#: first corruption at these severities (bench.harness.uncertainty_maps)
+MAP_IMAGES = 2
+MAP_SEVERITIES = (1, 3, 5)
+SEG_MAPS_ARTIFACT = "segmentation_maps_inputs.npz"
+
+
+def _maps_inputs(panels: dict, labels) -> bytes:
+    """The report's input panels (images per set, ground truth) at the maps' resolution, as .npz."""
+    import io
+
+    import numpy as np
+
+    from bench.harness import MAP_STRIDE
+
+    buf = io.BytesIO()
+    names = list(panels)
+    np.savez_compressed(buf, names=np.array(names), labels=labels.numpy()[:, ::MAP_STRIDE, ::MAP_STRIDE].astype(np.uint8),
+                        **{f"set{i}": panels[n][:, ::MAP_STRIDE, ::MAP_STRIDE] for i, n in enumerate(names)})
+    return buf.getvalue()
+
+
 def _size(value) -> bool:
     return value is None or (isinstance(value, (list, tuple)) and len(value) == 2 and all(
         isinstance(v, int) and not isinstance(v, bool) and v >= 32 for v in value))
@@ -86,12 +108,19 @@ class _CorruptedSegmentation(Suite):
         folders = [p.parent.name for p, _ in test]
         files = [p.name for p, _ in test]
         line, fingerprint = self._ensure_c(root, cfg, images(test), folders, files, names, severities)
-        eval_sets = [EvalSet("id", "clean", 0.0, images(test), labels(test))]
+        # the report's uncertainty maps: the first test images, clean and under the first corruption
+        keep = min(MAP_IMAGES, len(test))
+        map_sev = [s for s in severities if s in MAP_SEVERITIES] or severities[:1]
+        eval_sets = [EvalSet("id", "clean", 0.0, images(test), labels(test), keep_maps=keep)]
+        panels = {"clean": images(test).uint8(slice(0, keep))}
         for name in names:
             for sev in severities:
                 cell = [(root / self.C_DIR / name / str(sev) / d / f, lab) for d, f, (_, lab) in zip(folders, files, test)]
+                shown = name == names[0] and sev in map_sev
                 eval_sets.append(EvalSet("shift", name, float(sev), images(cell), labels(cell), note=line,
-                                         fingerprint=fingerprint))
+                                         fingerprint=fingerprint, keep_maps=keep if shown else 0))
+                if shown:
+                    panels[f"{name} {sev}"] = images(cell).uint8(slice(0, keep))
         # training and tuning sets in memory (a TensorLoader indexes them)
         train_x, train_y = images(train)[:], labels(train)[:]
         val_x, val_y = images(val)[:], labels(val)[:]
@@ -101,7 +130,8 @@ class _CorruptedSegmentation(Suite):
                              f"set data.size={list(self.in_shape[1:])}")
         lines = [f"{len(train)} training images, {len(val)} to tune on, {len(test)} test images at {h} x {w}; "
                  f"{len(self.CLASSES)} classes, label {IGNORE} ignored", line]
-        extras = {"artifacts": {"data.json": json.dumps({"lines": lines}, indent=1).encode()},
+        extras = {"artifacts": {"data.json": json.dumps({"lines": lines}, indent=1).encode(),
+                                SEG_MAPS_ARTIFACT: _maps_inputs(panels, labels(test)[slice(0, keep)])},
                   "classes": list(self.CLASSES)}
         return SuiteData(train_x, train_y, val_x, val_y, eval_sets, extras=extras)
 
