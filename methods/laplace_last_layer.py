@@ -7,6 +7,8 @@ the probit approximation; laplace-torch's own default, the marginal likelihood, 
 """
 from __future__ import annotations
 
+import torch
+
 from bench.errors import BenchError
 from methods.base import register_method
 from methods._laplace_base import LaplaceMethod
@@ -43,6 +45,29 @@ class LaplaceLastLayer(LaplaceMethod):
 
             return last_layer_kron_variance(self.la, x)
         return super().glm_moments(x)
+
+    #: the prior search keeps the validation features (N_val x D floats) up to this size
+    FEATURE_CACHE_BYTES = 1 << 30
+
+    def val_predictors(self, chunks):
+        """The probit predictive with the validation features and MAP logits computed once: per
+        prior precision only the closed-form variances change."""
+        if self.config["link_approx"] != "probit":
+            return super().val_predictors(chunks)
+        from bench.laplace.kron_diag import last_layer_kron_variance_of_features
+        from bench.laplace.predictive import probit_probs
+
+        dev, cached, size = self.ctx.device, [], 0
+        with torch.no_grad():
+            for x, y in chunks:
+                f_mu, phi = self.la.model.forward_with_features(x.to(dev))
+                size += (phi.numel() + f_mu.numel()) * phi.element_size()
+                if size > self.FEATURE_CACHE_BYTES:
+                    return super().val_predictors(chunks)
+                cached.append((f_mu, phi, y))
+        K = self.ctx.task.num_outputs
+        return [(lambda f_mu=f_mu, phi=phi: probit_probs(f_mu, last_layer_kron_variance_of_features(self.la, phi, K)).float(),
+                 y) for f_mu, phi, y in cached]
 
     def num_stochastic_params(self):
         return 0 if self.la is None else int(self.la.n_params)

@@ -311,3 +311,19 @@ def test_last_layer_kron_variance_equals_laplace_torchs_jacobian_path(bias):
         ref = P.inv_square_form(Js).diagonal(dim1=1, dim2=2)
         assert torch.allclose(last_layer_kron_variance(la, xt, precision=P)[1], ref, rtol=1e-4, atol=1e-7)
         assert not torch.allclose(ref, f_var, rtol=1e-3)  # damping changes the value: the test can tell
+
+
+def test_last_layer_prior_search_with_cached_features_equals_the_plain_predictive(tmp_path, monkeypatch):
+    """The last-layer Laplace's prior search computes the validation features once; its validation
+    NLL at any prior precision equals the one from the full predictive (no cache)."""
+    from methods.laplace_last_layer import LaplaceLastLayer
+    from tests.test_method_contract import data, fitted
+
+    _, m = fitted("laplace_last_layer", tmp_path)
+    chunks = m._val_chunks(data(48, seed=1))
+    cached = m.val_nll_function(chunks)
+    monkeypatch.setattr(LaplaceLastLayer, "FEATURE_CACHE_BYTES", 0)
+    plain = m.val_nll_function(chunks)
+    for tau in (1e-3, 0.7, 30.0):
+        assert cached(tau) == pytest.approx(plain(tau), rel=1e-6)
+    assert cached(1e-3) != pytest.approx(cached(30.0), rel=1e-3)  # the prior matters here

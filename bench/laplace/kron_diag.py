@@ -28,9 +28,16 @@ def last_layer_kron_variance(la, x: torch.Tensor, precision=None) -> tuple[torch
     adds the prior, so the damped form only applies to a precision that keeps it)."""
     with torch.no_grad():
         f_mu, phi = la.model.forward_with_features(x)
+    return f_mu, last_layer_kron_variance_of_features(la, phi, f_mu.shape[-1], precision)
+
+
+def last_layer_kron_variance_of_features(la, phi: torch.Tensor, num_outputs: int, precision=None) -> torch.Tensor:
+    """The ``(B, K)`` variances of :func:`last_layer_kron_variance` from the last layer's input
+    features ``phi`` (which do not depend on the prior precision: a prior search computes them once)."""
+    with torch.no_grad():
         P = la.posterior_precision if precision is None else precision
-        B, K = f_mu.shape
-        f_var = f_mu.new_zeros(B, K)
+        B, K = phi.shape[0], int(num_outputs)
+        f_var = phi.new_zeros(B, K)
         blocks = list(zip(P.eigenvalues, P.eigenvectors, P.deltas))
         for ls, Qs, delta in blocks:
             if len(ls) == 2:  # the weight (K x D): Kronecker factors (outputs, inputs)
@@ -44,4 +51,4 @@ def last_layer_kron_variance(la, x: torch.Tensor, precision=None) -> tuple[torch
             else:  # the bias (K): one factor
                 (lam,), (Q,) = ls, Qs
                 f_var += ((Q ** 2) @ (1.0 / (lam + delta))).to(f_var.dtype).unsqueeze(0)
-    return f_mu, f_var
+    return f_var
