@@ -127,8 +127,9 @@ def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
         if unknown:
             raise BenchError(f"unknown option(s) {sorted(unknown)} for method {name!r}; valid: {sorted(cls.defaults) or 'none'}")
         if suite.task.kind not in cls.tasks:
-            raise BenchError(f"method {name!r} does not support {suite.task.kind} tasks (suite {suite.name}); "
-                             f"it supports: {', '.join(cls.tasks)}")
+            why = cls.UNSUPPORTED.get(suite.task.kind)
+            raise BenchError(f"method {name!r} does not support {suite.task.kind} tasks (suite {suite.name})"
+                             + (f": {why}" if why else "") + f"; it supports: {', '.join(cls.tasks)}")
         keys = list(sweep)
         configs = []
         for combo in itertools.product(*(sweep[k] for k in keys)) if keys else [()]:

@@ -116,6 +116,8 @@ class Method(abc.ABC):
     #: initialisation). On a suite whose MAP network is a pretrained one (e.g. ImageNet's ResNet-50)
     #: only "map" methods can run; :meth:`starts_from` refines it per configuration.
     STARTS_FROM: ClassVar[str] = "scratch"
+    #: task kind -> why the method does not support it (shown by ``bench list`` and the report)
+    UNSUPPORTED: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def starts_from(cls, config: dict) -> str:

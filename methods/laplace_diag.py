@@ -26,6 +26,8 @@ from methods.base import register_method
 
 @register_method("laplace_diag")
 class LaplaceDiag(LaplaceMethod):
+    UNSUPPORTED = {"segmentation": ("its Jacobians take one row per input example, while a segmen"
+                                    "tation network's pixel rows share features through the convolutions (docs/segmentation.md)")}
     description = "diagonal GGN Laplace over all weights of the MAP network (laplace-torch), prior tuned on validation"
     subset_of_weights = "all"
     hessian_structure = "diag"

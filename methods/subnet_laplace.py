@@ -45,6 +45,8 @@ from methods.base import register_method
 
 @register_method("subnet_laplace")
 class SubnetLaplace(LaplaceMethod):
+    UNSUPPORTED = {"segmentation": ("its Jacobians take one row per input example, while a segmen"
+                                    "tation network's pixel rows share features through the convolutions (docs/segmentation.md)")}
     description = ("Wasserstein subnetwork Laplace (Daxberger et al. 2021): largest-variance subnet of the MAP "
                    "network, full-covariance GGN Laplace over it (laplace-torch)")
     subset_of_weights = "subnetwork"

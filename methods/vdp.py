@@ -46,6 +46,8 @@ from methods.base import Method, register_method
 
 @register_method("vdp")
 class VDP(Method):
+    UNSUPPORTED = {"segmentation": ("the moment propagation has no UNet (functional pad / pool / "
+                                    "interpolate / concatenation) yet (docs/segmentation.md)")}
     description = ("VDP++: mean-field Gaussian weights, one deterministic pass propagating mean and "
                    "variance per activation, ELBO training; output variance as uncertainty")
     tasks = ("classification",)

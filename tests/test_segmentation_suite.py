@@ -206,3 +206,13 @@ def test_last_layer_laplace_per_pixel(tmp_path, capsys):
     d = idr["diagnostics"]
     assert d["prior_search"]["log10_grid"] and len(d["prior_precision"]) == 1
     assert idr["cost"]["stochastic_params"] == 16 * 11 + 11  # the 1x1 classifier: weights + biases
+
+
+def test_methods_without_segmentation_are_refused_with_their_reason(tmp_path, capsys):
+    code, text = _run(["run", "--suite", "camvid", "--profile", "smoke", "--data-root", str(tmp_path / "none"),
+                       "--out", str(tmp_path / "r"), "--methods", "subnet_laplace"], capsys)
+    assert code == 2 and "does not support segmentation" in text and "pixel rows share features" in text
+    from bench.reporting.build import _unsupported_methods
+
+    listed = _unsupported_methods(["segmentation"])
+    assert {x.split(":")[0] for x in listed} == {"subnet_laplace", "laplace_diag", "vdp"}

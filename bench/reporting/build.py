@@ -176,7 +176,24 @@ def _overview(df: pd.DataFrame, suite: str, generated_at: str) -> Section:
         m = Section("Method configurations")
         m.add(methods)
         s.add(m)
+    absent = _unsupported_methods(distinct(df["task"]))
+    if absent:
+        s.add(Paragraph("Methods that do not support this task (not run):"))
+        s.add(Bullets(absent))
     return s
+
+
+def _unsupported_methods(tasks) -> list[str]:
+    """``"name: why"`` for every registered method that does not support one of ``tasks``."""
+    from methods import METHODS
+
+    out = []
+    for name in METHODS.names():
+        cls = METHODS.get(name)
+        for task in tasks:
+            if task not in cls.tasks:
+                out.append(f"{name}: {cls.UNSUPPORTED.get(task, f'no {task} support')}")
+    return out
 
 
 def _model_section(sec: SectionData, palette: dict, artifacts_dir: Path | None = None) -> Section:
