@@ -86,6 +86,8 @@ def table_criteria(runs: Runs, a) -> list[list[str]]:
     rows = []
 
     def row(label, p, vs_random=True):
+        if p.empty:  # no seed with every shift set yet
+            return
         rows.append([label, ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["id_nll"]), ms(p["sh_nll"], "{:.3f}"),
                      ms(p["sh_ece"], "{:.3f}"), ms(p["auroc"], "{:.3f}"), tau_text(p), excluded_text(p),
                      "-" if base is None else paired(p, base, "sh_nll", "{:+.3f}"),

@@ -56,6 +56,10 @@ class Runs:
         self.df = df[(df["status"] == "ok") & (df["model"] == model) & (df["profile"] == profile)
                      & df["seed"].isin(seeds)]
         self.model, self.suite, self.profile, self.results = model, suite, profile, results
+        # a seed counts only when it has every shift set of the suite (a run still evaluating, or
+        # killed half-way, would otherwise enter with the sets it has)
+        sh = self.df[self.df["kind"] == "shift"]
+        self.n_shift = len(sh[["shift", "severity"]].drop_duplicates())
 
     def configs(self, method: str, **match) -> list[tuple[str, dict]]:
         """(config hash, full config) of ``method`` whose options equal ``match``."""
@@ -81,7 +85,7 @@ class Runs:
         for seed, s in g.groupby("seed"):
             idr, sh, ood = s[s["kind"] == "id"], s[s["kind"] == "shift"], s[s["kind"] == "ood"]
             val = s[s["kind"] == "val"]
-            if idr.empty or sh.empty:
+            if idr.empty or sh.empty or len(sh[["shift", "severity"]].drop_duplicates()) < self.n_shift:
                 continue
             diag = idr["diagnostics"].iloc[0] or {}
             rows.append({"seed": int(seed), "id_acc": idr["metrics.accuracy"].iloc[0], "id_nll": idr["metrics.nll"].iloc[0],
@@ -101,6 +105,8 @@ class Runs:
     def per_seed_with(self, h: str, extract) -> pd.DataFrame:
         """:meth:`per_seed` plus the columns ``extract(diagnostics, seed)`` returns per seed."""
         p = self.per_seed(h)
+        if p.empty:
+            return p
         g = self.df[(self.df["config_hash"] == h) & (self.df["kind"] == "id")].set_index("seed")
         extra = [{"seed": seed, **extract(g.loc[seed, "diagnostics"] or {}, seed)} for seed in p["seed"]]
         return p.merge(pd.DataFrame(extra), on="seed") if extra else p
