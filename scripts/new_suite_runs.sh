@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The quick-profile runs behind the Tiny-ImageNet-C and CamVid tables (issues 14 and 15).
+# Resumable: finished cells are skipped. On 2 cores run two of the blocks at a time (each with
+# OMP_NUM_THREADS=1); then
+#   .venv/bin/python benchmarks/cifar10c_table.py --suite tinyimagenetc --seeds 0,1,2
+#   .venv/bin/python -m bench report --results results --suite camvid
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/ensure_venv.sh
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMP_WAIT_POLICY=PASSIVE
+B=".venv/bin/python -m bench run --profile quick --data-root ${DATA_ROOT:-data} --no-report"
+# Tiny-ImageNet-C (generated once from the test part, ~4 min): every classification method, seeds 0-2
+$B --suite tinyimagenetc --seeds 0,1,2 --methods deterministic,mc_dropout,deep_ensemble,laplace_last_layer
+$B --suite tinyimagenetc --seeds 0,1,2 --methods pbn,mfvi,ssvi,vdp
+# 200 classes: the linearised predictives of these two need 200 backward passes per batch (hours)
+$B --suite tinyimagenetc --seeds 0,1,2 --methods subnet_laplace,laplace_diag
+# CamVid under CamVid-C: every method that supports segmentation, seeds 0-2
+$B --suite camvid --seeds 0,1,2
