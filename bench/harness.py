@@ -119,6 +119,8 @@ def score_segmentation(method, e: EvalSet, task, batch_size: int, device, worker
     sources), each batch's predictive is scored and dropped. Returns (metrics, curves, seconds)."""
     from bench.segmentation_metrics import SegmentationScores
 
+    if len(e.x) != len(e.y):
+        raise ValueError(f"{e.kind} set {e.shift}: {len(e.x)} images but {len(e.y)} label maps")
     acc = SegmentationScores(task.num_outputs, ignore_index=task.ignore_index)
     maps, seen = [], 0
     with Timer(device) as t, torch.no_grad():
