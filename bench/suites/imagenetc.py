@@ -292,15 +292,16 @@ class TinyImageNetC(_CorruptedValSuite):
         """Generate the missing (or stale) Tiny-ImageNet-C cells of the test part once; the
         provenance line and the cells' data fingerprint."""
         from datasets.corruptions import GENERATOR_VERSION
-        from datasets.corruptions.folder import ensure_image_folder_c, read_manifest
+        from datasets.corruptions.folder import ensure_image_folder_c, is_official_copy
 
         d = Path(root) / self.C_DIR
-        official = d.is_dir() and read_manifest(d) is None and any(d.iterdir())  # an empty folder is ours to fill
+        official = is_official_copy(d)
+        # an official copy is only checked for the requested cells; a regenerated one is completed
+        ensure_image_folder_c(root, self.C_DIR, images[test], [wnids[labels[i]] for i in test],
+                              [names[i] for i in test], release="tiny_imagenet_c", corruptions=corruptions,
+                              severities=[int(s) for s in cfg["severities"]], seed=int(cfg["generator_seed"]),
+                              progress=True)
         if not official:
-            ensure_image_folder_c(root, self.C_DIR, images[test], [wnids[labels[i]] for i in test],
-                                  [names[i] for i in test], release="tiny_imagenet_c", corruptions=corruptions,
-                                  severities=[int(s) for s in cfg["severities"]], seed=int(cfg["generator_seed"]),
-                                  progress=True)
             return (f"Tiny-ImageNet-C: regenerated from the test part by datasets.corruptions (generator "
                     f"{GENERATOR_VERSION}, Tiny-ImageNet-C parameters, seed {cfg['generator_seed']}), {d}",
                     f"regenerated {GENERATOR_VERSION} seed {cfg['generator_seed']}")

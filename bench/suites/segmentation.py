@@ -137,14 +137,16 @@ class _CorruptedSegmentation(Suite):
 
     def _ensure_c(self, root: Path, cfg: dict, test_images: SegImages, folders, files, names, severities):
         from datasets.corruptions import GENERATOR_VERSION
-        from datasets.corruptions.folder import ensure_image_folder_c, read_manifest
+        from datasets.corruptions.folder import ensure_image_folder_c, is_official_copy
 
         d = Path(root) / self.C_DIR
-        if d.is_dir() and read_manifest(d) is None and any(d.iterdir()):
-            return f"{self.C_DIR}: a copy without a manifest, read as it is ({d})", "official"
+        official = is_official_copy(d)
+        # an official copy is only checked for the requested cells (exit 2 naming the missing ones)
         ensure_image_folder_c(root, self.C_DIR, test_images.uint8(slice(None)), folders, files, release="imagenet_c",
                               corruptions=names, severities=severities, seed=int(cfg["generator_seed"]), progress=True,
                               image_format="PNG")
+        if official:
+            return f"{self.C_DIR}: a copy without a manifest, read as it is ({d})", "official"
         return (f"{self.C_DIR}: generated from the test images by datasets.corruptions (generator {GENERATOR_VERSION}, "
                 f"ImageNet-C parameters, seed {cfg['generator_seed']}, PNG), {d}",
                 f"regenerated {GENERATOR_VERSION} seed {cfg['generator_seed']}")

@@ -69,6 +69,11 @@ def read_manifest(directory: Path) -> dict | None:
         return json.load(fh)
 
 
+def is_official_copy(directory: Path) -> bool:
+    """A directory with content and no manifest: an official release, read as it is, never written."""
+    return read_manifest(Path(directory)) is None and _has_content(Path(directory))
+
+
 def _has_content(directory: Path) -> bool:
     return directory.is_dir() and any(not p.name.startswith(".") for p in directory.iterdir())
 
@@ -134,7 +139,7 @@ def ensure_image_folder_c(root: Path, dirname: str, images_uint8: np.ndarray, wn
         raise ValueError("file names must be unique plain names; wnids plain names")
     directory = Path(root) / dirname
 
-    if read_manifest(directory) is None and _has_content(directory):   # an official copy: read only
+    if is_official_copy(directory):   # read only
         missing = [p for name in names for s in severities
                    for p in _cell_files(directory, name, s, wnids, filenames) if not p.exists()]
         if missing:
