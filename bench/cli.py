@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench {run,report,list,perf}``. Bad input exits with code 2."""
+"""Command line: ``python -m bench {run,report,leaderboard,select,list,perf}``. Bad input exits with code 2."""
 from __future__ import annotations
 
 import argparse
@@ -90,6 +90,21 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", default=None, help="report directory (default: reports/ beside a results directory "
                                                  "named 'results', else <results>/reports)")
     rep.add_argument("--suite", action="append", default=None, help="only this suite (repeatable)")
+
+    lb = sub.add_parser("leaderboard", help="rank method configurations across results directories (HTML, "
+                                            "markdown, CSV), quality beside cost")
+    lb.add_argument("--results", nargs="+", default=["results"], metavar="DIR",
+                    help="one or more results directories, pooled (default: results)")
+    lb.add_argument("--out", default="reports/leaderboard",
+                    help="where leaderboard.{html,md,csv} and figures/ go (default: reports/leaderboard)")
+    lb.add_argument("--metric", default="shift.nll",
+                    help="ranking column: id.<m>, shift.<m> (m: accuracy, nll, brier, ece; segmentation: miou, "
+                         "pixel_accuracy; regression: rmse) or ood.<set>.auroc (default: shift.nll)")
+    for name, what in (("suite", "suites"), ("model", "models"), ("profile", "profiles"), ("method", "methods"),
+                       ("commit", "commits (prefixes)")):
+        lb.add_argument(f"--{name}", type=_csv, default=None, help=f"only these {what}, comma-separated")
+    lb.add_argument("--include-smoke", action="store_true",
+                    help="also rank smoke-profile records (marked as such wherever shown)")
 
     sel = sub.add_parser("select", help="choose swept options of a method on the validation split (no training)")
     sel.add_argument("--results", default="results", help="results directory (default: results)")
@@ -218,6 +233,24 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_leaderboard(args) -> int:
+    from bench.leaderboard import build_boards, load_runs, select_runs, write_leaderboard
+
+    check_writable(args.out, "leaderboard directory (--out)")
+    filters = {"suite": args.suite, "model": args.model, "profile": args.profile, "method": args.method,
+               "commit": args.commit}
+    df = select_runs(load_runs(args.results), suites=args.suite, models=args.model, profiles=args.profile,
+                     methods=args.method, commits=args.commit, include_smoke=args.include_smoke)
+    boards = build_boards(df, args.metric)
+    paths = write_leaderboard(boards, args.out, args.results, filters, args.metric)
+    for b in boards:
+        print(f"{b.suite} / {b.model} ({b.profile}): {len(b.rows)} configurations, ranked by {args.metric}; "
+              f"first: {b.rows[0]}")
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return 0
+
+
 def cmd_select(args) -> int:
     from bench.selection import select
 
@@ -247,7 +280,7 @@ def main(argv=None) -> int:
     try:
         check_datasets_package()
         return {"run": cmd_run, "report": cmd_report, "list": cmd_list, "perf": cmd_perf,
-                "select": cmd_select}[args.command](args)
+                "select": cmd_select, "leaderboard": cmd_leaderboard}[args.command](args)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -86,8 +86,9 @@ def build_report(results_dir, out_dir="reports", suites=None) -> list[Path]:
     return written
 
 
-def write_report(doc: Document, dest: Path) -> Path:
-    """Write figures, README.md and index.html (each atomically); returns index.html's path.
+def write_report(doc: Document, dest: Path, html_name: str = "index.html", md_name: str = "README.md") -> Path:
+    """Write figures, README.md and index.html (each atomically; other names with ``html_name`` and
+    ``md_name``); returns the HTML file's path.
 
     PNGs left in ``figures/`` by an earlier report that this one does not contain are removed.
     """
@@ -103,8 +104,8 @@ def write_report(doc: Document, dest: Path) -> Path:
         for old in fig_dir.glob("*.png"):
             if old.name not in names:
                 os.unlink(old)
-    atomic_write_bytes(dest / "README.md", to_markdown(doc, FIGURES_DIR).encode("utf-8"))
-    index = dest / "index.html"
+    atomic_write_bytes(dest / md_name, to_markdown(doc, FIGURES_DIR).encode("utf-8"))
+    index = dest / html_name
     atomic_write_bytes(index, to_html(doc).encode("utf-8"))
     return index
 

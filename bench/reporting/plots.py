@@ -36,6 +36,22 @@ def make_palette(labels: list[str]) -> dict:
     return {lab: colors[i] for i, lab in enumerate(labels)}
 
 
+#: Okabe & Ito (2008), "Color Universal Design": eight colours told apart with every common form
+#: of colour blindness (black first); markers and line styles repeat on a different period, so
+#: no two of the first 56 methods share colour, marker and style
+OKABE_ITO = ["#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
+LINESTYLES = ["-", "--", "-.", ":"]
+
+
+def make_styles(labels: list[str]) -> dict:
+    """label -> {"color", "marker", "linestyle"}: a colour-blind-safe colour, a marker and a line
+    style per method, so that methods are told apart without colour and coinciding lines show."""
+    return {lab: {"color": OKABE_ITO[i % len(OKABE_ITO)], "marker": MARKERS[i % len(MARKERS)],
+                  "linestyle": LINESTYLES[(i // len(OKABE_ITO)) % len(LINESTYLES)]}
+            for i, lab in enumerate(labels)}
+
+
 def to_png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     # no "Software" text chunk: smaller files, identical bytes for identical figures

@@ -26,6 +26,7 @@ tbody tr:nth-child(even) { background: #fafafa; }
 th[scope=row] { text-align: left; font-weight: 600; white-space: nowrap; }
 td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
 td.best { font-weight: 700; background: #e3f4e1; }
+td.tie { font-style: italic; background: #f4f1dc; }
 td.code { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: .92em;
           white-space: pre-wrap; word-break: break-word; max-width: 60em; }
 caption { caption-side: bottom; text-align: left; color: #555; font-size: .9em; padding-top: .4em; }
@@ -53,6 +54,7 @@ def png_data_uri(png: bytes) -> str:
 
 def _html_table(t: Table) -> str:
     best = {c.key: t.best_rows(c.key) for c in t.columns}
+    tied = {c.key: t.tied_rows(c.key) for c in t.columns}
     head = "".join(f"<th>{_e(c.title)}</th>" for c in t.columns)
     out = [f'<div class="scroll"><table class="{_e(_slug(t.name))}">']
     if t.caption:
@@ -61,7 +63,7 @@ def _html_table(t: Table) -> str:
     for row in t.rows:
         cells = []
         for c in t.columns:
-            cls = "num best" if row in best[c.key] else "num"
+            cls = "num best" if row in best[c.key] else "num tie" if row in tied[c.key] else "num"
             cells.append(f'<td class="{cls}">{_e(t.cell_text(row, c.key))}</td>')
         out.append(f'<tr><th scope="row">{_e(row)}</th>{"".join(cells)}</tr>')
     out.append("</tbody></table></div>")
@@ -142,13 +144,14 @@ def _md_row(cells) -> str:
 
 def _md_table(t: Table) -> str:
     best = {c.key: t.best_rows(c.key) for c in t.columns}
+    tied = {c.key: t.tied_rows(c.key) for c in t.columns}
     lines = [_md_row([_md_escape(t.index_title)] + [_md_escape(c.title) for c in t.columns]),
              _md_row([":---"] + ["---:"] * len(t.columns))]
     for row in t.rows:
         cells = [_md_escape(row)]
         for c in t.columns:
             text = _md_escape(t.cell_text(row, c.key))
-            cells.append(f"**{text}**" if row in best[c.key] else text)
+            cells.append(f"**{text}**" if row in best[c.key] else f"_{text}_" if row in tied[c.key] else text)
         lines.append(_md_row(cells))
     out = "\n".join(lines)
     if t.caption:

@@ -46,13 +46,23 @@ class Table:
     count: pd.DataFrame
     index_title: str = "method"
     caption: str = ""
+    #: (row, key) -> cell text, replacing the default ``mean ± std`` formatting
+    texts: dict = field(default_factory=dict)
+    #: key -> (best rows, tied rows), replacing the default "best = the top mean" marking
+    marks: dict = field(default_factory=dict)
 
     @property
     def rows(self) -> list[str]:
         return list(self.mean.index)
 
+    def tied_rows(self, key: str) -> set:
+        """Rows that cannot be told apart from the top row of column ``key`` (``marks`` only)."""
+        return set(self.marks[key][1]) if key in self.marks else set()
+
     def best_rows(self, key: str) -> set:
         """Row labels holding the best value of column ``key`` (ties all count)."""
+        if key in self.marks:
+            return set(self.marks[key][0])
         col = next(c for c in self.columns if c.key == key)
         if col.better is None:
             return set()
@@ -76,6 +86,8 @@ class Table:
         return next(c for c in self.columns if c.key == key)
 
     def cell_text(self, row, key) -> str:
+        if (row, key) in self.texts:
+            return self.texts[(row, key)]
         ints = self.column(key).integers
         return format_mean_std(self.mean.at[row, key], self.std.at[row, key], integers=ints)
 

@@ -1,0 +1,261 @@
+"""One leaderboard per (suite, model, profile): quality and cost of every method configuration.
+
+A seed contributes one value per quality column: the mean over its records of the kind (ID:
+the clean test set; shift: every shifted set; OOD: the named set). A seed whose shifted sets
+are incomplete (an interrupted run) contributes no shift value, so that shift averages are
+always over the same sets. Differences against the MAP network (the ``deterministic``
+configuration at its defaults) are paired over the seeds both have.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from bench.reporting.data import distinct, natural_key
+
+from .stats import paired, rank_marks
+
+#: quality metrics per task kind, shown for the clean (ID) and the shifted test sets
+QUALITY = {
+    "classification": ["accuracy", "nll", "brier", "ece"],
+    "segmentation": ["miou", "pixel_accuracy", "nll", "ece"],
+    "regression": ["rmse", "nll", "coverage_3sigma"],
+}
+HIGHER = {"accuracy", "auroc", "aupr", "miou", "pixel_accuracy", "error_auroc"}
+TITLES = {"accuracy": "acc", "nll": "NLL", "brier": "Brier", "ece": "ECE", "miou": "mIoU", "pixel_accuracy": "pixel acc",
+          "rmse": "RMSE", "coverage_3sigma": "3σ cover", "auroc": "AUROC", "error_auroc": "error AUROC"}
+#: (key, title, scale, integers): the cost columns, from each run's ID record
+COST = [("stochastic_params", "stoch. params", 1.0, True),
+        ("train_time_s", "train s", 1.0, False),
+        ("predict_time_per_example_s", "predict ms/ex", 1e3, False),
+        ("flops_per_example", "MFLOP/ex", 1e-6, False),
+        ("peak_memory_mb", "train peak MiB", 1.0, False)]
+MAP_LABEL = "deterministic"
+
+
+@dataclass
+class Column:
+    key: str            # "shift.nll", "ood.fashion_mnist.auroc", "cost.train_time_s"
+    title: str
+    better: str | None  # "max", "min" or None (cost columns are not ranked)
+    scale: float = 1.0
+    integers: bool = False
+
+
+@dataclass
+class Board:
+    suite: str
+    model: str
+    profile: str
+    task: str
+    metric: str                          # the ranking column
+    columns: list[Column]
+    rows: list[str]                      # labels in rank order
+    per_seed: pd.DataFrame               # index (label, seed), one column per Column.key
+    marks: dict = field(default_factory=dict)   # key -> (best rows, tied rows)
+    delta: pd.DataFrame | None = None    # label -> mean, std, n of the ranking metric minus MAP's
+    map_label: str | None = None
+    provenance: dict = field(default_factory=dict)   # label -> {field: text}
+    notes: list[str] = field(default_factory=list)
+
+    def mean(self) -> pd.DataFrame:
+        return self.per_seed.groupby(level=0).mean().reindex(self.rows)
+
+    def std(self) -> pd.DataFrame:
+        return self.per_seed.groupby(level=0).std(ddof=1).reindex(self.rows)
+
+    def seeds(self, label) -> list[int]:
+        return sorted(int(s) for s in self.per_seed.loc[label].index)
+
+    def column(self, key) -> Column:
+        return next(c for c in self.columns if c.key == key)
+
+
+def metric_direction(metric: str) -> str:
+    return "max" if metric.rsplit(".", 1)[-1] in HIGHER else "min"
+
+
+def build_boards(df: pd.DataFrame, metric: str = "shift.nll") -> list[Board]:
+    """A :class:`Board` per (suite, model, profile) of the ok evaluation records ``df``."""
+    boards = []
+    groups = df.groupby(["suite", "model", "profile"], sort=False)
+    for (suite, model, profile), sub in sorted(groups, key=lambda kv: tuple(natural_key(k) for k in kv[0])):
+        boards.append(build_board(sub, str(suite), str(model), str(profile), metric))
+    return boards
+
+
+def build_board(df: pd.DataFrame, suite: str, model: str, profile: str, metric: str) -> Board:
+    task = (distinct(df["task"]) or ["classification"])[0]
+    per_seed, columns, notes = _quality(df, task)
+    cost = _cost(df)
+    per_seed = per_seed.join(cost, how="outer") if not cost.empty else per_seed
+    columns += [Column(f"cost.{k}", t, None, s, i) for k, t, s, i in COST if f"cost.{k}" in per_seed.columns]
+    if metric not in per_seed.columns:
+        have = [c.key for c in columns if c.better]
+        from bench.errors import BenchError
+
+        raise BenchError(f"ranking metric {metric!r} is not in the {suite} / {model} records; "
+                         f"metrics there: {', '.join(have)}")
+    better = metric_direction(metric)
+    labels = sorted(per_seed.index.get_level_values(0).unique(), key=natural_key)
+    mlabel = map_label(df)
+    delta = paired_delta(per_seed[metric], mlabel, labels)
+    score = ranking_score(per_seed[metric], delta, mlabel)
+    order = sorted(labels, key=lambda lab: (not np.isfinite(score.get(lab, np.nan)),
+                                            -score.get(lab, 0) if better == "max" else score.get(lab, 0)))
+    board = Board(suite, model, profile, task, metric, columns, order, per_seed, notes=notes)
+    for c in columns:
+        if c.better:
+            col_score = ranking_score(per_seed[c.key], paired_delta(per_seed[c.key], mlabel, labels), mlabel)
+            board.marks[c.key] = rank_marks(per_seed[c.key].unstack(level=1), c.better, col_score)
+    board.map_label, board.delta = mlabel, delta.reindex(order) if delta is not None else None
+    board.provenance = {lab: provenance(df[df["label"] == lab]) for lab in order}
+    return board
+
+
+def paired_delta(values: pd.Series, mlabel: str | None, labels) -> pd.DataFrame | None:
+    """label -> mean, std, n of ``values`` (indexed (label, seed)) minus MAP's, paired over seeds."""
+    if mlabel is None:
+        return None
+    base = values.loc[mlabel]
+    rows = {}
+    for lab in labels:
+        d = paired(values.loc[lab], base)
+        rows[lab] = {"mean": d.mean() if len(d) else np.nan, "std": d.std(ddof=1) if len(d) > 1 else np.nan,
+                     "n": len(d)}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def ranking_score(values: pd.Series, delta: pd.DataFrame | None, mlabel: str | None) -> pd.Series:
+    """The value a row is ranked by: its mean on the MAP network's seeds, estimated as MAP's mean
+    plus the row's paired difference to MAP, so that rows evaluated on different seeds (one
+    interrupted, one with extra seeds) are compared on the same seeds; a row sharing no seed with
+    MAP (or a board without MAP) is ranked by its own mean."""
+    means = values.groupby(level=0).mean()
+    if delta is None or mlabel is None:
+        return means
+    adjusted = means[mlabel] + delta["mean"]
+    return adjusted.where(delta["n"] > 0, means.reindex(adjusted.index))
+
+
+def map_label(df: pd.DataFrame) -> str | None:
+    """The label of the MAP network: the ``deterministic`` configuration at its defaults (label
+    ``deterministic``; when records of several code versions give it several config hashes, the
+    one with the most seeds, then the most recent)."""
+    cand = df[(df["method"] == MAP_LABEL) & (df["method_label"] == MAP_LABEL)]
+    if cand.empty:
+        return None
+    stats = cand.groupby("label").agg(seeds=("seed", "nunique"), last=("finished_at", "max"))
+    return str(stats.sort_values(["seeds", "last"], ascending=False).index[0])
+
+
+def _quality(df: pd.DataFrame, task: str) -> tuple[pd.DataFrame, list[Column], list[str]]:
+    """Per (label, seed) quality values and their columns; notes on incomplete seeds."""
+    parts, columns, notes = [], [], []
+    for kind, scope in (("id", "ID"), ("shift", "shift")):
+        sub = df[df["kind"] == kind]
+        names = [m for m in QUALITY.get(task, QUALITY["classification"])
+                 if f"metrics.{m}" in sub.columns and sub[f"metrics.{m}"].notna().any()]
+        if kind == "id" and task == "segmentation" and "metrics.error_auroc" in sub.columns:
+            names.append("error_auroc")
+        if sub.empty or not names:
+            continue
+        if kind == "shift":
+            sub, dropped = _complete_seeds(sub)
+            notes += dropped
+        ps = sub.groupby(["label", "seed"])[[f"metrics.{m}" for m in names]].mean()
+        ps.columns = [f"{kind}.{m}" for m in names]
+        parts.append(ps)
+        columns += [Column(f"{kind}.{m}", f"{scope} {TITLES.get(m, m)}", "max" if m in HIGHER else "min")
+                    for m in names if m != "coverage_3sigma"]
+    ood = df[df["kind"] == "ood"]
+    for name in distinct(ood["shift"]):
+        sub = ood[ood["shift"] == name]
+        if "metrics.auroc" in sub.columns and sub["metrics.auroc"].notna().any():
+            ps = sub.groupby(["label", "seed"])[["metrics.auroc"]].mean()
+            ps.columns = [f"ood.{name}.auroc"]
+            parts.append(ps)
+            columns.append(Column(f"ood.{name}.auroc", f"OOD AUROC ({name})", "max"))
+    frame = pd.concat(parts, axis=1) if parts else pd.DataFrame(
+        index=pd.MultiIndex.from_arrays([[], []], names=["label", "seed"]))
+    return frame, columns, notes
+
+
+def _complete_seeds(shift: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The shift records of the (label, seed) runs that have every shifted set of the board."""
+    sets = shift["shift"].astype(str) + "@" + shift["severity"].astype(str)
+    expected = set(sets)
+    keep, notes = pd.Series(False, index=shift.index), []
+    for (lab, seed), idx in shift.groupby(["label", "seed"]).groups.items():
+        have = set(sets.loc[idx])
+        if have == expected:
+            keep.loc[idx] = True
+        else:
+            notes.append(f"{lab}, seed {int(seed)}: {len(have)} of {len(expected)} shifted sets evaluated; "
+                         f"its shift columns are left out")
+    return shift[keep], notes
+
+
+def _cost(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (label, seed): the cost of the run, from its ID record (else its first record)."""
+    cols = [f"cost.{k}" for k, *_ in COST if f"cost.{k}" in df.columns and df[f"cost.{k}"].notna().any()]
+    if not cols:
+        return pd.DataFrame()
+    d = df.assign(_rank=(df["kind"] != "id").astype(int)).sort_values("_rank", kind="stable")
+    return d.groupby(["label", "seed"])[cols].first()
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+def provenance(recs: pd.DataFrame) -> dict:
+    """What a configuration's numbers came from: commits, versions, device, seeds, data and the
+    training setup actually used (the profile's, with the method's own overrides)."""
+    first = recs.iloc[0]
+    versions = sorted({f"torch {v}" for v in recs.get("versions.torch", pd.Series(dtype=object)).dropna()}
+                      | {f"bench {v}" for v in recs.get("versions.bench", pd.Series(dtype=object)).dropna()})
+    data = distinct(recs["data_fingerprint"]) if "data_fingerprint" in recs.columns else []
+    return {
+        "method": str(first["method"]),
+        "config": _config_text(first.get("method_config")),
+        "commits": ", ".join(str(c)[:10] + ("+dirty" if str(c).endswith("+dirty") else "")
+                             for c in distinct(recs["git_commit"])) or "–",
+        "versions": ", ".join(versions) or "–",
+        "devices": ", ".join(map(str, distinct(recs["device"]))) or "–",
+        "seeds": ", ".join(str(int(s)) for s in sorted(recs["seed"].dropna().unique())),
+        "data": ", ".join(map(str, data)) or "as built by the suite (no file-backed shifted sets)",
+        "training": training_setup(first.get("method"), first.get("method_config"), first.get("train_config")),
+        "results": ", ".join(distinct(recs["results_dir"])) if "results_dir" in recs.columns else "–",
+    }
+
+
+def _config_text(cfg) -> str:
+    if not isinstance(cfg, dict) or not cfg:
+        return "defaults"
+    return ", ".join(f"{k}={v}" for k, v in sorted(cfg.items()))
+
+
+def training_setup(method, method_config, train_config) -> str:
+    """``starts from ...; <optimiser> lr .. <schedule>, .. epochs, batch .., weight decay ..``."""
+    cfg = dict(train_config) if isinstance(train_config, dict) else {}
+    mc = method_config if isinstance(method_config, dict) else {}
+    start = "?"
+    try:
+        from methods import METHODS
+
+        cls = METHODS.get(str(method))
+        for k in cls.TRAIN_OVERRIDES:
+            if mc.get(k) is not None:
+                cfg[k] = mc[k]
+        start = {"map": "the seed's MAP network", "maps": "independently trained MAP networks",
+                 "scratch": "a random initialisation"}.get(cls.starts_from(mc), cls.starts_from(mc))
+    except Exception:  # noqa: BLE001 - records of a method this version does not know
+        pass
+    if not cfg:
+        return f"starts from {start}"
+    parts = [f"{cfg.get('optimizer', '?')} lr {cfg.get('lr', '?')}", f"{cfg.get('schedule', '?')} schedule",
+             f"{cfg.get('epochs', '?')} epochs", f"batch {cfg.get('batch_size', '?')}",
+             f"weight decay {cfg.get('weight_decay', '?')}"]
+    return f"starts from {start}; " + ", ".join(parts)

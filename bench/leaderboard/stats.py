@@ -1,0 +1,88 @@
+"""Seed statistics of the leaderboard: paired differences, ties, rounding to the seed noise."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+#: two-sided level of the paired t-test that separates a best row from the runner-up
+ALPHA = 0.05
+
+
+def paired(a: pd.Series, b: pd.Series) -> np.ndarray:
+    """``a - b`` over the seeds both have a finite value for (``a``, ``b`` indexed by seed)."""
+    d = (a.astype(float) - b.reindex(a.index).astype(float)).to_numpy()
+    return d[np.isfinite(d)]
+
+
+def paired_p_value(d: np.ndarray) -> float:
+    """Two-sided p-value of a paired t-test on the differences ``d`` (H0: mean 0).
+
+    Identical values (every difference 0) give 1; a constant non-zero difference gives 0; fewer
+    than two pairs give NaN (the seed noise is unknown)."""
+    d = np.asarray(d, dtype=float)
+    if len(d) < 2:
+        return float("nan")
+    if np.all(d == 0):
+        return 1.0
+    sd = d.std(ddof=1)
+    if sd == 0:
+        return 0.0
+    from scipy.stats import t
+
+    stat = d.mean() / (sd / math.sqrt(len(d)))
+    return float(2 * t.sf(abs(stat), df=len(d) - 1))
+
+
+def rank_marks(per_seed: pd.DataFrame, better: str, score: pd.Series | None = None,
+               alpha: float = ALPHA) -> tuple[set, set]:
+    """(best, tied) rows of one column. ``per_seed``: rows = labels, columns = seeds.
+
+    The top row (by ``score``, default the mean over seeds) is *best* only when every other row is worse beyond the
+    seed noise: a paired t-test over their common seeds rejects equality at ``alpha``. Otherwise
+    the top row and every row it cannot be told apart from are *tied* (fewer than two common
+    seeds: cannot be told apart)."""
+    means = per_seed.mean(axis=1, skipna=True) if score is None else score.reindex(per_seed.index)
+    means = means[np.isfinite(means.astype(float))]
+    if len(means) < 2:
+        return set(), set()
+    top = means.idxmax() if better == "max" else means.idxmin()
+    tied = set()
+    for row in means.index:
+        if row == top:
+            continue
+        p = paired_p_value(paired(per_seed.loc[row], per_seed.loc[top]))
+        if not (p < alpha):
+            tied.add(row)
+    return ({top}, set()) if not tied else (set(), tied | {top})
+
+
+def decimals_for(std: float, default_sig: int = 3, value: float | None = None) -> int:
+    """Decimals that show ``std`` with two significant digits (the mean is rounded the same);
+    without a std (one seed), ``default_sig`` significant digits of ``value``."""
+    if std is not None and np.isfinite(std) and std > 0:
+        return max(0, 1 - math.floor(math.log10(std)))
+    if value is not None and np.isfinite(value) and value != 0:
+        return max(0, default_sig - 1 - math.floor(math.log10(abs(value))))
+    return default_sig
+
+
+def format_value(mean: float, std: float | None = None, scale: float = 1.0, integers: bool = False) -> str:
+    """``mean ± std`` rounded to what the std supports (``scale`` multiplies both first)."""
+    if mean is None or not np.isfinite(mean):
+        return "–"
+    m = mean * scale
+    s = std * scale if std is not None and np.isfinite(std) else None
+    if integers and float(m).is_integer() and (s is None or s == 0):
+        return f"{int(m):,}"
+    d = decimals_for(s if s else None, value=m)
+    if m != 0:  # never more than four significant digits of the mean
+        d = min(d, max(0, 3 - math.floor(math.log10(abs(m)))))
+    if abs(m) >= 1e4 and (s is None or d == 0):
+        text = f"{m:,.0f}"
+    else:
+        text = f"{m:.{d}f}"
+    if s is None:
+        return text
+    return f"{text} ± {s:.{d}f}"

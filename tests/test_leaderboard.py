@@ -1,0 +1,193 @@
+"""``python -m bench leaderboard``: records of two results directories pooled, ranked, compared with
+MAP paired over seeds, ties told from wins, written as HTML, markdown and CSV.
+
+The expected numbers are computed here from the values the synthetic records were written with."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bench.cli import main
+from bench.leaderboard.pareto import pareto_front
+from bench.leaderboard.stats import format_value, paired_p_value, rank_marks
+from bench.store import ResultsStore, config_hash
+
+SEEDS = [0, 1, 2, 3, 4]
+SHIFTS = [("fog", 1), ("fog", 3), ("contrast", 1), ("contrast", 3)]
+#: per-seed shift NLL: a common seed effect, pbn better by exactly 0.05 on every seed, mc_dropout
+#: differing from MAP by +-0.02 around zero (a tie)
+BASE = {s: 1.0 + 0.1 * s for s in SEEDS}
+OFFSET = {"deterministic": lambda s: 0.0, "pbn": lambda s: -0.05,
+          "mc_dropout": lambda s: 0.02 * (-1) ** s}
+CONFIGS = {"deterministic": ("deterministic", {"optimizer": None, "lr": None, "weight_decay": None, "epochs": None}),
+           "pbn": ("pbn[lr=0.05]", {"lr": 0.05, "epochs": 2, "r_bayes": 0.05}),
+           "mc_dropout": ("mc_dropout", {"p": 0.1, "samples": 10})}
+TRAIN = {"optimizer": "sgd", "lr": 0.1, "schedule": "cosine", "epochs": 12, "batch_size": 128, "weight_decay": 1e-5}
+
+
+def _write(root, method, seed, profile="quick", finished="2026-01-01T00:10:00+00:00", skip=(), bump=0.0):
+    label, cfg = CONFIGS[method]
+    store = ResultsStore(root)
+    run = store.run_dir("cifar10c", "resnet20", method, config_hash(cfg), seed)
+    base = {"status": "ok", "suite": "cifar10c", "profile": profile, "task": "classification", "method": method,
+            "method_label": label, "method_config": cfg, "config_hash": config_hash(cfg), "model": "resnet20",
+            "seed": seed, "git_commit": f"c0ffee{seed}", "device": "cpu:x86_64:1threads",
+            "versions": {"torch": "2.14.1", "bench": "0.1.0"}, "train_config": TRAIN,
+            "started_at": "2026-01-01T00:00:00+00:00", "finished_at": finished,
+            "cost": {"stochastic_params": 0 if method == "deterministic" else 500, "train_time_s": 100.0 + seed,
+                     "predict_time_per_example_s": 1e-4, "flops_per_example": 2e6, "peak_memory_mb": 50.0}}
+    store.write(run, {**base, "kind": "id", "shift": "clean", "severity": 0, "n": 100,
+                      "metrics": {"accuracy": 0.9, "nll": 0.3, "brier": 0.15, "ece": 0.03}})
+    for fam, sev in SHIFTS:
+        if (fam, sev) in skip:
+            continue
+        nll = BASE[seed] + OFFSET[method](seed) + 0.01 * sev + bump
+        store.write(run, {**base, "kind": "shift", "shift": fam, "severity": sev, "n": 100,
+                          "data_fingerprint": "regenerated bench-corruptions-2.0 seed 0",
+                          "metrics": {"accuracy": 0.8, "nll": nll, "brier": 0.3, "ece": 0.05}})
+    store.write(run, {**base, "kind": "ood", "shift": "svhn", "severity": None, "n": 100,
+                      "metrics": {"auroc": 0.8 + 0.01 * seed, "aupr": 0.7}})
+
+
+@pytest.fixture(scope="module")
+def two_dirs(tmp_path_factory):
+    """Seeds 0-2 in A, 3-4 in B; pbn seed 0 in both, B's copy finished later and the one that counts
+    (A's is off by +1); mc_dropout seed 4 misses one shifted set; a smoke-profile MAP run in B."""
+    a, b = tmp_path_factory.mktemp("A"), tmp_path_factory.mktemp("B")
+    for method in CONFIGS:
+        for seed in SEEDS:
+            skip = [("contrast", 3)] if (method, seed) == ("mc_dropout", 4) else []
+            _write(a if seed <= 2 else b, method, seed, skip=skip, bump=1.0 if (method, seed) == ("pbn", 0) else 0)
+    _write(b, "pbn", 0, finished="2026-01-02T00:00:00+00:00")
+    _write(b, "deterministic", 0, profile="smoke")
+    return a, b
+
+
+def _run(tmp_path, dirs, *extra):
+    out = tmp_path / "lb"
+    assert main(["leaderboard", "--results", *map(str, dirs), "--out", str(out), *extra]) == 0
+    return out
+
+
+def _csv(out) -> pd.DataFrame:
+    return pd.read_csv(out / "leaderboard.csv")
+
+
+def test_writes_three_formats_from_two_directories(tmp_path, two_dirs):
+    out = _run(tmp_path, two_dirs)
+    html = (out / "leaderboard.html").read_text()
+    md = (out / "leaderboard.md").read_text()
+    assert "<table" in html and "http://" not in html.split("<body>")[1].split("github.com")[0]
+    assert "| method | seeds |" in md and "pareto" in md
+    assert list((out / "figures").glob("pareto-*.png"))
+    df = _csv(out)
+    assert set(df["label"]) == {"deterministic", "pbn[lr=0.05]", "mc_dropout"}
+    assert set(df["profile"]) == {"quick"}     # smoke left out by default
+
+
+def test_pooled_seeds_counted_once_and_ranked(tmp_path, two_dirs):
+    df = _csv(_run(tmp_path, two_dirs)).set_index("label")
+    assert df.loc["pbn[lr=0.05]", "seeds"] == "0 1 2 3 4"          # seed 0 in both directories: once,
+    # the later copy (the values below are those of the copy in B)
+    assert df.loc["pbn[lr=0.05]", "rank"] == 1
+    for method, (label, _) in CONFIGS.items():
+        seeds = SEEDS if method != "mc_dropout" else SEEDS[:4]  # seed 4 misses a shifted set
+        want = np.mean([np.mean([BASE[s] + OFFSET[method](s) + 0.01 * sev for _, sev in SHIFTS]) for s in seeds])
+        assert df.loc[label, "shift.nll.mean"] == pytest.approx(want, abs=1e-12)
+        assert df.loc[label, "shift.nll.n"] == len(seeds)
+        assert df.loc[label, "id.accuracy.n"] == 5
+
+
+def test_incomplete_seed_is_named_in_the_notes(tmp_path, two_dirs):
+    md = (_run(tmp_path, two_dirs) / "leaderboard.md").read_text()
+    assert "mc_dropout, seed 4: 3 of 4 shifted sets evaluated" in md
+
+
+def test_paired_difference_to_map_and_marks(tmp_path, two_dirs):
+    df = _csv(_run(tmp_path, two_dirs)).set_index("label")
+    # pbn is better by exactly 0.05 on every seed: the paired difference and a clear best
+    assert df.loc["pbn[lr=0.05]", "delta_vs_map.mean"] == pytest.approx(-0.05, abs=1e-12)
+    assert df.loc["pbn[lr=0.05]", "delta_vs_map.std"] == pytest.approx(0.0, abs=1e-12)
+    assert df.loc["pbn[lr=0.05]", "delta_vs_map.n"] == 5
+    assert df.loc["mc_dropout", "delta_vs_map.n"] == 4
+    assert df.loc["pbn[lr=0.05]", "shift.nll.mark"] == "best"
+    assert df["shift.nll.mark"].fillna("").tolist().count("best") == 1
+    # identical ID accuracy everywhere: a three-way tie, nobody best
+    assert set(df["id.accuracy.mark"]) == {"tied"}
+
+
+def test_provenance_has_the_training_setup_used(tmp_path, two_dirs):
+    df = _csv(_run(tmp_path, two_dirs)).set_index("label")
+    assert "lr 0.05" in df.loc["pbn[lr=0.05]", "provenance.training"]
+    assert "2 epochs" in df.loc["pbn[lr=0.05]", "provenance.training"]
+    assert "lr 0.1" in df.loc["deterministic", "provenance.training"]
+    assert df.loc["deterministic", "provenance.data"] == "regenerated bench-corruptions-2.0 seed 0"
+    assert "torch 2.14.1" in df.loc["deterministic", "provenance.versions"]
+
+
+def test_filters_smoke_and_published_rows(tmp_path, two_dirs):
+    out = _run(tmp_path, two_dirs, "--include-smoke", "--method", "deterministic")
+    df = _csv(out)
+    assert set(df["profile"]) == {"quick", "smoke"} and set(df["label"]) == {"deterministic"}
+    md = (out / "leaderboard.md").read_text()
+    assert "SMOKE" in md
+    # the suite has published reference rows: shown, cited, never ranked
+    assert "Published reference rows (not ranked)" in md and "uncertainty-baselines" in md
+    assert "Wide ResNet-28-10" not in set(df["label"])
+
+
+def test_bad_input_exits_2_and_writes_nothing(tmp_path, two_dirs, capsys):
+    out = tmp_path / "none"
+    assert main(["leaderboard", "--results", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    assert main(["leaderboard", "--results", str(two_dirs[0]), "--out", str(out), "--metric", "shift.bogus"]) == 2
+    assert main(["leaderboard", "--results", str(two_dirs[0]), "--out", str(out), "--suite", "imagenetc"]) == 2
+    assert "ranking metric 'shift.bogus'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def test_paired_p_value_matches_scipy():
+    from scipy.stats import ttest_rel
+
+    rng = np.random.default_rng(0)
+    for n in (2, 3, 5, 10):
+        a, b = rng.normal(size=n), rng.normal(size=n)
+        assert paired_p_value(a - b) == pytest.approx(ttest_rel(a, b).pvalue, rel=1e-10)
+    assert paired_p_value(np.zeros(4)) == 1.0 and np.isnan(paired_p_value(np.array([0.3])))
+
+
+def test_rank_marks_best_only_beyond_the_noise():
+    seeds = pd.DataFrame({"a": [1.0, 2.0, 3.0], "b": [1.1, 2.1, 3.1], "c": [1.3, 1.9, 3.2]}).T  # rows: configs
+    best, tied = rank_marks(seeds.loc[["a", "b"]], "min")
+    assert best == {"a"} and not tied                  # better on every seed by the same margin
+    best, tied = rank_marks(seeds, "min")
+    assert not best and tied == {"a", "c"}             # c: +0.3, -0.1, +0.2 -> not told apart from a
+
+
+def test_pareto_front_matches_brute_force():
+    rng = np.random.default_rng(1)
+    x, y = rng.uniform(1, 100, 40), rng.uniform(0, 1, 40)
+    front = set(pareto_front(x, y, higher_is_better=False))
+    brute = {i for i in range(40)
+             if not np.any((x <= x[i]) & (y <= y[i]) & ((x < x[i]) | (y < y[i])))}
+    assert front == brute
+    assert set(pareto_front(x, -y, higher_is_better=True)) == brute
+
+
+def test_rounding_follows_the_seed_std():
+    assert format_value(0.123456, 0.0123) == "0.123 ± 0.012"
+    assert format_value(1.23456, 0.00012) == "1.235 ± 0.000"   # at most four significant digits
+    assert format_value(0.123456) == "0.123"                   # one seed: three significant digits
+    assert format_value(155450.0, 0.0, integers=True) == "155,450"
+    assert format_value(float("nan")) == "–"
+
+
+def test_csv_is_parseable_and_complete(tmp_path, two_dirs):
+    text = (_run(tmp_path, two_dirs) / "leaderboard.csv").read_text()
+    df = pd.read_csv(io.StringIO(text))
+    assert {"provenance.commits", "cost.train_time_s.mean", "ood.svhn.auroc.mean"} <= set(df.columns)
