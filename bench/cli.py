@@ -105,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
         lb.add_argument(f"--{name}", type=_csv, default=None, help=f"only these {what}, comma-separated")
     lb.add_argument("--include-smoke", action="store_true",
                     help="also rank smoke-profile records (marked as such wherever shown)")
+    lb.add_argument("--print-tables", action="store_true",
+                    help="print the ranked tables as markdown on stdout (for README/docs) instead of the summary")
 
     sel = sub.add_parser("select", help="choose swept options of a method on the validation split (no training)")
     sel.add_argument("--results", default="results", help="results directory (default: results)")
@@ -243,6 +245,11 @@ def cmd_leaderboard(args) -> int:
                      methods=args.method, commits=args.commit, include_smoke=args.include_smoke)
     boards = build_boards(df, args.metric)
     paths = write_leaderboard(boards, args.out, args.results, filters, args.metric)
+    if args.print_tables:
+        from bench.leaderboard.output import tables_markdown
+
+        print(tables_markdown(boards), end="")
+        return 0
     for b in boards:
         print(f"{b.suite} / {b.model} ({b.profile}): {len(b.rows)} configurations, ranked by {args.metric}; "
               f"first: {b.rows[0]}")

@@ -191,3 +191,11 @@ def test_csv_is_parseable_and_complete(tmp_path, two_dirs):
     text = (_run(tmp_path, two_dirs) / "leaderboard.csv").read_text()
     df = pd.read_csv(io.StringIO(text))
     assert {"provenance.commits", "cost.train_time_s.mean", "ood.svhn.auroc.mean"} <= set(df.columns)
+
+
+def test_print_tables_gives_the_ranked_markdown(tmp_path, two_dirs, capsys):
+    _run(tmp_path, two_dirs, "--print-tables")
+    out = capsys.readouterr().out
+    assert out.startswith("**cifar10c / resnet20 (quick profile)**")
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "seeds" not in line]
+    assert rows[0].startswith("| pbn[lr=0.05] | 5 |")

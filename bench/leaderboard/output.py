@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from bench.reporting.build import write_report
+from bench.reporting.render import markdown_table
 from bench.reporting.document import Bullets, Document, Figure, KeyValues, Paragraph, Section
 from bench.reporting.tables import Column as TableColumn
 from bench.reporting.tables import Table, TextTable
@@ -144,6 +145,18 @@ def leaderboard_document(boards: list[Board], results_dirs, filters: dict, metri
     for b in boards:
         doc.sections.append(board_section(b))
     return doc
+
+
+def tables_markdown(boards: list[Board]) -> str:
+    """The boards' tables and notes as markdown, for embedding in README/docs (``--print-tables``)."""
+    parts = []
+    for b in boards:
+        smoke = " — SMOKE PROFILE, not results" if b.profile == "smoke" else ""
+        parts.append(f"**{b.suite} / {b.model} ({b.profile} profile){smoke}**")
+        parts.append(markdown_table(board_table(b)))
+        if b.notes:
+            parts.append("\n".join(f"- {n}" for n in b.notes))
+    return "\n\n".join(parts) + "\n"
 
 
 def board_csv(boards: list[Board]) -> str:

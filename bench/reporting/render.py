@@ -159,6 +159,11 @@ def _md_table(t: Table) -> str:
     return out
 
 
+def markdown_table(t: Table) -> str:
+    """One table as GitHub markdown (its caption below it in italics)."""
+    return _md_table(t)
+
+
 def _md_code_cell(text: str, limit: int = 400) -> str:
     text = re.sub(r"\s+", " ", str(text)).strip()
     if not text:
