@@ -281,10 +281,13 @@ def test_leaderboard_values_and_best(report):
 def test_cost_table_and_header(report):
     _, out, _ = report
     html = (out / "mnist_rotated" / "index.html").read_text()
-    cost = html_table(html, "method", "train_time_s")
-    assert cost["pbn[r_bayes=0.01]"]["train_time_s"][1] == "25.0000"
-    assert cost["deterministic"]["total_params"][1] == "266,610"
-    assert cost["deterministic"]["stochastic_params"][1] == "0"
+    cost = html_table(html, "method", "train time (s)")
+    assert cost["pbn[r_bayes=0.01]"]["train time (s)"][1] == "25.0"      # three significant digits
+    assert cost["deterministic"]["parameters"][1] == "266,610"
+    assert cost["deterministic"]["stochastic params"][1] == "0"
+    assert cost["deterministic"]["predict (ms / example)"][1] == "0.0200"  # 2e-5 s, in ms
+    assert cost["deterministic"]["MFLOPs / example"][1] == "0.533"
+    assert "measured on: cpu" in html
     for text in ("mnist_rotated", "smoke", "abc1234", "2.14.1", "smoke profile: 200-image subset per cell",
                  "Metric definitions", "Ovadia"):
         assert text in html
@@ -567,12 +570,15 @@ def test_layer_distribution_tables(sweep_report):
 def test_cost_tables_split(sweep_report):
     _, path = sweep_report
     html = path.read_text()
-    main = html_table(html, "method", "train_time_s")
+    main = html_table(html, "method", "train time (s)")
     assert set(main) == {"deterministic", "pbn[r_bayes=0.01]", "pbn[r_bayes=0.1]"}
     cols = set(main["deterministic"])
-    assert {"total_params", "stochastic_params", "state_mb", "fit_time_s", "predict_time_per_example_s",
-            "flops_per_example", "peak_memory_mb", "predict_peak_memory_mb", "vi_train_time_s"} <= cols
-    assert not any(c.endswith("_paper") or c.startswith(("variational_", "param_ratio")) for c in cols)
+    assert {"parameters", "stochastic params", "state (MiB)", "own fit (s)", "predict (ms / example)",
+            "MFLOPs / example", "train peak memory (MiB)", "predict peak memory (MiB)"} <= cols
+    assert not any("_" in c for c in cols)                      # readable titles, no raw keys
+    specific = html_table(html, "method", "vi train time (s)")  # method-specific keys: their own table,
+    assert set(specific) == {"pbn[r_bayes=0.01]", "pbn[r_bayes=0.1]"}  # only the methods that record them
+    assert not any(c.endswith("_paper") or c.startswith(("variational_", "param_ratio")) for c in specific["pbn[r_bayes=0.1]"])
     paper = html_table(html, "method", "train_flops_paper")
     assert set(paper) == {"pbn[r_bayes=0.01]", "pbn[r_bayes=0.1]"}  # only methods with those keys
     k = [sum(SELECTED[(0.1, s)]) for s in (0, 1)]

@@ -20,6 +20,7 @@ from bench.store import atomic_write_bytes
 from .board import Board
 from .pareto import pareto_figure
 from .stats import ALPHA, format_value
+from .summary import summary_lines
 
 PUBLISHED = Path(__file__).with_name("published.json")
 
@@ -107,6 +108,8 @@ def board_section(board: Board, with_figure: bool = True) -> Section:
     if smoke:
         s.add(Paragraph("SMOKE PROFILE: tiny data and a few training steps to check that the code runs; these "
                         "numbers say nothing about the methods."))
+    s.add(Paragraph("What this shows:"))
+    s.add(Bullets(summary_lines(board)))
     s.add(board_table(board))
     if board.notes:
         s.add(Paragraph("Notes:"))

@@ -16,7 +16,7 @@ from .data import (CLASSIFICATION_METRICS, REGRESSION_METRICS, SectionData, Swee
                    severity_axis_label, shift_families, slugify, split_sections, sweep_order)
 from .document import Bullets, Definitions, Document, Figure, KeyValues, Paragraph, Section
 from .render import to_html, to_markdown
-from .tables import (corruption_error_table, cost_table, criteria_overlap_table, failed_table, layer_distribution_frame, layer_distribution_table,
+from .tables import (corruption_error_table, cost_table, method_cost_table, criteria_overlap_table, failed_table, layer_distribution_frame, layer_distribution_table,
                      leaderboard, methods_table, paper_cost_table, regression_tables, sweep_metrics_per_seed,
                      sweep_table)
 
@@ -116,21 +116,24 @@ def write_report(doc: Document, dest: Path, html_name: str = "index.html", md_na
 def suite_document(df: pd.DataFrame, suite: str, generated_at: str, artifacts_dir: Path | None = None) -> Document:
     """The report of one suite (``df``: its prepared records, ok and failed; ``artifacts_dir``:
     the files the suite wrote at run time, see :func:`_data_section`)."""
-    doc = Document(title=f"Benchmark report: {suite}")
+    smoke = "smoke" in distinct(df["profile"])
+    doc = Document(title=f"Benchmark report: {suite}" + (" (SMOKE PROFILE: not results)" if smoke else ""))
     doc.sections.append(_overview(df, suite, generated_at))
-    data = _data_section(artifacts_dir, distinct(df["profile"]))
-    if data is not None:
-        doc.sections.append(data)
     sections = split_sections(df)
     palette = plots.make_palette(labels_in_order(ok_records(df)))  # failed-only labels get no colour
     for sec in sections:
         if not sec.records.empty:
             doc.sections.append(_model_section(sec, palette, artifacts_dir))
+    # the answer first: data description, failures and provenance after the results
+    data = _data_section(artifacts_dir, distinct(df["profile"]))
+    if data is not None:
+        doc.sections.append(data)
     failed = failed_table(failed_records(df))
     if failed is not None:
         s = Section("Failed runs", anchor="failed-runs")
         s.add(failed)
         doc.sections.append(s)
+    doc.sections.append(_provenance(df))
     doc.sections.append(_definitions(df))
     return doc
 
@@ -158,11 +161,25 @@ def _overview(df: pd.DataFrame, suite: str, generated_at: str) -> Section:
         ("report generated", generated_at),
     ]
     s = Section("Overview", anchor="overview")
+    if "smoke" in distinct(df["profile"]):
+        s.add(Paragraph("SMOKE PROFILE: these records come from tiny data subsets and a few training steps, run "
+                        "to check that the code works. Their numbers say nothing about the methods; every table "
+                        "and figure of a smoke section is marked."))
     s.add(KeyValues(items))
     notes = distinct(df["eval_note"])
     if notes:
         s.add(Paragraph("Evaluation notes:"))
         s.add(Bullets([str(n) for n in notes]))
+    absent = _unsupported_methods(distinct(df["task"]))
+    if absent:
+        s.add(Paragraph("Methods that do not support this task (not run):"))
+        s.add(Bullets(absent))
+    return s
+
+
+def _provenance(df: pd.DataFrame) -> Section:
+    """Package versions and the full method configurations (after the results)."""
+    s = Section("Provenance", anchor="provenance")
     versions = []
     for col in sorted(c for c in df.columns if c.startswith("versions.")):
         vals = distinct(df[col])
@@ -172,15 +189,12 @@ def _overview(df: pd.DataFrame, suite: str, generated_at: str) -> Section:
         v = Section("Package versions")
         v.add(KeyValues(versions))
         s.add(v)
+    ok = ok_records(df)
     methods = methods_table(ok if not ok.empty else df)
     if methods is not None:
         m = Section("Method configurations")
         m.add(methods)
         s.add(m)
-    absent = _unsupported_methods(distinct(df["task"]))
-    if absent:
-        s.add(Paragraph("Methods that do not support this task (not run):"))
-        s.add(Bullets(absent))
     return s
 
 
@@ -199,9 +213,11 @@ def _unsupported_methods(tasks) -> list[str]:
 
 def _model_section(sec: SectionData, palette: dict, artifacts_dir: Path | None = None) -> Section:
     df = sec.records
-    s = Section(f"Model: {sec.title}", anchor=f"model-{sec.slug}")
+    smoke = " — SMOKE PROFILE, not results" if "smoke" in distinct(df["profile"]) else ""
+    s = Section(f"Model: {sec.title}{smoke}", anchor=f"model-{sec.slug}")
     labels = labels_in_order(df)
     pal = {lab: palette[lab] for lab in labels}
+    _glance_block(s, sec)
     if sec.task == "regression":
         _regression_blocks(s, sec, pal)
     else:
@@ -218,11 +234,42 @@ def _model_section(sec: SectionData, palette: dict, artifacts_dir: Path | None =
     if cost is not None or paper is not None:
         c = Section("Cost")
         c.add(cost)
+        c.add(method_cost_table(df))
         if paper is not None:
             c.add(Paragraph("Paper cost formulas (PBN Appendix B/C):"))
             c.add(paper)
         s.add(c)
     return s
+
+
+def _glance_block(parent: Section, sec: SectionData) -> None:
+    """"At a glance": sentences computed from the numbers (the ranking, ties, MAP comparisons, the
+    cheapest of the top) and the cost-quality Pareto figure, from ``bench.leaderboard``."""
+    from bench.leaderboard.board import build_board
+    from bench.leaderboard.pareto import pareto_figure
+    from bench.leaderboard.summary import summary_lines
+
+    df = sec.records
+    profile = str((distinct(df["profile"]) or ["?"])[0])
+    board = None
+    for metric in ("shift.nll", "id.nll"):
+        try:
+            board = build_board(df, str(df["suite"].iloc[0]), sec.model, profile, metric)
+            break
+        except BenchError:
+            continue
+    if board is None:
+        return
+    g = Section("At a glance")
+    g.add(Bullets(summary_lines(board)))
+    png = pareto_figure(board)
+    if png is not None:
+        g.add(Figure(f"{sec.slug}-pareto", png,
+                     f"Cost against quality ({board.column(board.metric).title}, mean ± std over seeds); dashed: the "
+                     f"Pareto front; numbers: rank. Best = better than every other configuration beyond the seed "
+                     f"noise (paired t-test over seeds, 5 %); `python -m bench leaderboard` gives the full table "
+                     f"across runs.", alt="Pareto view"))
+    parent.add(g)
 
 
 def _sweep_blocks(parent: Section, sec: SectionData, pal: dict, sweeps: list[Sweep]) -> None:

@@ -247,11 +247,6 @@ def regression_tables(df: pd.DataFrame) -> list[Table]:
 
 
 #: cost keys every method reports (bench.cost / harness); the main cost table shows these first
-COMMON_COST_KEYS = ["total_params", "stochastic_params", "state_mb", "train_time_s", "fit_time_s",
-                    "predict_time_per_example_s", "flops_per_example", "peak_memory_mb",
-                    "predict_peak_memory_mb"]
-
-
 def is_paper_cost_key(key: str) -> bool:
     """Cost keys of the PBN paper's cost model (Appendix B / C), not measurements."""
     return (key.endswith("_paper") or key.startswith(("variational_", "param_ratio"))
@@ -274,27 +269,80 @@ def _cost_columns(per_run: pd.DataFrame, titles: dict | None = None) -> list[Col
             for c in per_run.columns]
 
 
+#: key -> (title, scale): the measured cost columns every method has, with units
+COST_TITLES = {"total_params": ("parameters", 1.0), "stochastic_params": ("stochastic params", 1.0),
+               "train_time_s": ("train time (s)", 1.0), "upstream_train_time_s": ("of which MAP networks (s)", 1.0),
+               "fit_time_s": ("own fit (s)", 1.0), "predict_time_per_example_s": ("predict (ms / example)", 1e3),
+               "flops_per_example": ("MFLOPs / example", 1e-6), "peak_memory_mb": ("train peak memory (MiB)", 1.0),
+               "predict_peak_memory_mb": ("predict peak memory (MiB)", 1.0), "state_mb": ("state (MiB)", 1.0)}
+COST_ORDER = ["stochastic_params", "total_params", "train_time_s", "upstream_train_time_s", "fit_time_s",
+              "predict_time_per_example_s", "flops_per_example", "peak_memory_mb", "predict_peak_memory_mb",
+              "state_mb"]
+
+
+def readable_cost_title(key: str) -> str:
+    """``vi_train_time_s`` -> ``vi train time (s)``, ``covariance_bytes`` -> ``covariance (bytes)``."""
+    for suffix, unit in (("_s", "s"), ("_mb", "MiB"), ("_bytes", "bytes"), ("_gb", "GiB")):
+        if key.endswith(suffix):
+            return f"{key[: -len(suffix)].replace('_', ' ')} ({unit})"
+    return key.replace("_", " ")
+
+
+def _means_table(name, per_run: pd.DataFrame, keys: list[str], titles: dict, labels, caption) -> Table | None:
+    """Means over seeds, three significant digits, counts as integers, columns empty for every
+    row dropped, rows without any value dropped."""
+    from bench.leaderboard.stats import format_value
+
+    mean = per_run.groupby(level=0, sort=False).mean()
+    keys = [k for k in keys if k in mean.columns and mean[k].notna().any()]
+    rows = [lab for lab in labels if lab in mean.index and mean.loc[lab, keys].notna().any()]
+    if not keys or not rows:
+        return None
+    mean = mean.reindex(index=rows, columns=keys)
+    texts, columns = {}, []
+    for k in keys:
+        title, scale = titles.get(k, (readable_cost_title(k), 1.0))
+        counts = k.endswith(("params", "_bytes", "subnet_size")) or k.startswith("n_")
+        columns.append(Column(k, title, integers=counts))
+        for lab in rows:
+            v = mean.at[lab, k]
+            texts[(lab, k)] = format_value(v, None, scale, integers=counts) if counts or not np.isfinite(v) or v != 0 \
+                else "0"
+    nan = mean * np.nan
+    return Table(name, columns, mean, nan, mean.notna().astype(int), caption=caption, texts=texts)
+
+
 def cost_table(df: pd.DataFrame) -> Table | None:
-    """Measured cost per method: mean over seeds of the common ``cost.*`` keys (and any other
-    key that is not part of the paper's cost model, e.g. ``vi_train_time_s``), taken from each
-    run's id record. The paper-formula keys go to :func:`paper_cost_table`."""
-    cols = [c for c in cost_columns(df) if not is_paper_cost_key(c.split(".", 1)[1])]
+    """Measured cost per method: mean over seeds of the cost keys every method has, with units, from
+    each run's id record. Method-specific keys go to :func:`method_cost_table`, the paper-formula
+    keys to :func:`paper_cost_table`."""
+    cols = [c for c in cost_columns(df) if c.split(".", 1)[1] in COST_TITLES]
     if not cols:
         return None
-    rank = {k: i for i, k in enumerate(COMMON_COST_KEYS)}
-    cols.sort(key=lambda c: rank.get(c.split(".", 1)[1], len(rank)))  # stable: others keep their order
     per_run = _per_run_cost(df, cols)
-    caption = ("Cost per method: mean over seeds of each cost key (from the in-distribution record of each run). "
-               "train_time_s includes the MAP networks a method is built from (ensemble members, PBN's start); "
-               "fit_time_s is the method's own fit (vi_train_time_s: its variational training alone). "
-               "state_mb: bytes of the fitted method's state (exact). "
-               "peak_memory_mb / predict_peak_memory_mb: on CUDA the peak allocated memory; on a CPU the increase "
-               "of the process's resident set size, which under-reports when freed memory is reused. "
-               "flops_per_example: torch.utils.flop_counter on one prediction (all samples / members).")
-    table = _assemble("Cost", [per_run], _cost_columns(per_run), labels_in_order(df), caption)
-    if table is not None:
-        table.std.loc[:, :] = np.nan  # this table shows means only
-    return table
+    devices = ", ".join(str(d) for d in distinct(df["device"])) if "device" in df.columns else "?"
+    caption = ("Measured cost, mean over seeds (three significant digits), from the in-distribution record of each "
+               f"run; measured on: {devices} (device, architecture, threads). Train time includes the MAP networks a "
+               "method is built from (ensemble members, PBN's start: 'of which MAP networks'); own fit = the method's "
+               "own fitting. Timings are wall-clock on that machine and are upper bounds when other jobs shared it. "
+               "Peak memory: on CUDA the peak allocated memory; on a CPU the growth of the process's resident set, an "
+               "estimate that under-reports when freed memory is reused (small values are noise). MFLOPs / example: "
+               "torch.utils.flop_counter on one prediction (all samples / members). State: bytes of the fitted "
+               "method's state (exact).")
+    return _means_table("Cost", per_run, COST_ORDER, COST_TITLES, labels_in_order(df), caption)
+
+
+def method_cost_table(df: pd.DataFrame) -> Table | None:
+    """The cost keys only some methods record (e.g. a Laplace's curvature time, SSVI's sparse
+    FLOPs), readable titles, empty columns dropped; the paper-formula keys excluded."""
+    cols = [c for c in cost_columns(df) if c.split(".", 1)[1] not in COST_TITLES
+            and not is_paper_cost_key(c.split(".", 1)[1])]
+    if not cols:
+        return None
+    per_run = _per_run_cost(df, cols)
+    return _means_table("Method-specific cost", per_run, list(per_run.columns), {}, labels_in_order(df),
+                        "Cost quantities that only some methods record, mean over seeds (three significant "
+                        "digits); '–' = not recorded by that method.")
 
 
 PAPER_COST_ORDER = ["mean_params", "variational_params", "param_ratio_vs_deterministic",
