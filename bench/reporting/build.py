@@ -419,7 +419,9 @@ def _shift_blocks(parent: Section, sec: SectionData, pal: dict, metrics: list[st
            f"({', '.join(map(str, families))})." if len(families) > 1 else "")
     sh.add(Figure(f"{sec.slug}-shift", lines,
                   f"Metrics against {axis}; severity 0 is the clean in-distribution test set. Lines: mean "
-                  f"over seeds; band: ± 1 std over seeds.{avg}", alt=f"metrics vs {axis}"))
+                  f"over seeds; band: ± 1 std over seeds; each method has its own colour (colour-blind safe), "
+                  f"marker and line style, and is shifted slightly sideways so that methods with equal values "
+                  f"stay visible.{avg}", alt=f"metrics vs {axis}"))
     boxes = plots.shift_boxes(df, metrics, pal)
     if boxes is not None:
         sh.add(Figure(f"{sec.slug}-shift-boxes", boxes,
@@ -442,8 +444,8 @@ def _corruption_blocks(parent: Section, sec: SectionData, pal: dict) -> None:
                      "the family's severities and the seeds.", alt="per-corruption heat map"))
     if ent is not None:
         c.add(Figure(f"{sec.slug}-entropy-correctness", ent,
-                     "Mean predictive entropy of correctly (solid) and wrongly (dashed) classified test examples "
-                     "against severity (PBN paper Fig. 5, bottom right); at each severity the mean over shift "
+                     "One panel per method, shared axes: mean predictive entropy of correctly (solid) and wrongly "
+                     "(dashed) classified test examples against severity (PBN paper Fig. 5, bottom right); at each severity the mean over shift "
                      "families and seeds, severity 0 = clean test set. Dotted: mean entropy on the OOD set. "
                      "A method whose uncertainty tracks its errors keeps the dashed line well above the solid one.",
                      alt="entropy of correct vs incorrect predictions"))
@@ -508,10 +510,11 @@ def _classification_blocks(s: Section, sec: SectionData, pal: dict) -> None:
     if rel is not None:
         r = Section("Calibration")
         r.add(Figure(f"{sec.slug}-reliability", rel,
-                     "Reliability diagrams on the clean test set, bins pooled over seeds: bar height = "
-                     "accuracy of the examples whose top-label confidence falls in the bin, hatched = gap "
-                     "to the bin's mean confidence, dashed diagonal = perfect calibration; lower panels: "
-                     "examples per bin.", alt="reliability diagrams"))
+                     "Reliability diagrams, bins pooled over seeds. Bars: the clean test set (bar height = accuracy "
+                     "of the examples whose top-label confidence falls in the bin, hatched = gap to the bin's mean "
+                     "confidence); black line with squares: every shifted test set pooled (the same bins); dotted "
+                     "diagonal = perfect calibration; titles: the pooled ECE of both. Lower panels: examples per "
+                     "bin, clean (solid) and shifted (dashed), on one log axis for all panels.", alt="reliability diagrams"))
         s.add(r)
 
 

@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
-from matplotlib import MatplotlibDeprecationWarning  # noqa: E402
+from matplotlib import MatplotlibDeprecationWarning, patheffects  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
@@ -32,14 +32,32 @@ METRIC_AXIS = {
 
 
 def make_palette(labels: list[str]) -> dict:
-    colors = sns.color_palette("tab10" if len(labels) <= 10 else "husl", n_colors=max(len(labels), 1))
-    return {lab: colors[i] for i, lab in enumerate(labels)}
+    """label -> colour, colour-blind safe (Okabe-Ito, cycling); :func:`style_for` adds the marker
+    and line style that tell apart methods sharing a colour."""
+    return {lab: OKABE_ITO[i % len(OKABE_ITO)] for i, lab in enumerate(labels)}
+
+
+def wrap_label(label, width: int = 34) -> str:
+    """A long configuration label broken after commas into lines of at most ~``width`` characters."""
+    text, lines, line = str(label), [], ""
+    for part in text.replace(",", ",\0").split("\0"):
+        if line and len(line) + len(part) > width:
+            lines.append(line)
+            line = ""
+        line += part
+    lines.append(line)
+    return "\n".join(lines)
+
+
+def style_for(palette: dict, label) -> dict:
+    """The colour, marker and line style of ``label`` (its position in ``palette``)."""
+    return make_styles(list(palette))[label]
 
 
 #: Okabe & Ito (2008), "Color Universal Design": eight colours told apart with every common form
-#: of colour blindness (black first); markers and line styles repeat on a different period, so
+#: of colour blindness (black last, as bars and text are dark); markers and line styles repeat on a different period, so
 #: no two of the first 56 methods share colour, marker and style
-OKABE_ITO = ["#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7"]
+OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7", "#F0E442", "#000000"]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
 LINESTYLES = ["-", "--", "-.", ":"]
 
@@ -63,7 +81,9 @@ def _legend(fig: Figure, labels, palette, kind: str = "line", title: str | None 
     if kind == "patch":
         handles = [Patch(facecolor=palette[lab], edgecolor="#333", label=lab) for lab in labels]
     else:
-        handles = [Line2D([0], [0], color=palette[lab], marker="o", label=lab) for lab in labels]
+        styles = make_styles(list(palette))
+        handles = [Line2D([0], [0], color=palette[lab], marker=styles[lab]["marker"], linestyle=styles[lab]["linestyle"],
+                          markeredgecolor="#333", label=lab) for lab in labels]
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), frameon=False,
                bbox_to_anchor=(0.5, -0.01), title=title)
 
@@ -103,9 +123,19 @@ def shift_lines(df: pd.DataFrame, metrics: list[str], palette: dict) -> bytes | 
     ncols, nrows = _grid(len(cols), 2)
     fig = Figure(figsize=(5.2 * ncols, 3.6 * nrows))
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    styles = make_styles(list(palette))
+    sev = np.sort(per_seed["severity"].unique())
+    gap = float(np.min(np.diff(sev))) if len(sev) > 1 else 1.0
     for ax, col in zip(axes, cols):
-        sns.lineplot(data=per_seed, x="severity", y=col, hue="label", hue_order=labels, palette=palette,
-                     errorbar="sd", marker="o", markersize=4, legend=False, ax=ax)
+        for i, lab in enumerate(labels):
+            d = per_seed[per_seed["label"] == lab].groupby("severity")[col].agg(["mean", "std"]).reset_index()
+            # a small sideways offset per method, so that coinciding methods stay visible
+            x = d["severity"] + (0.25 * gap * (i / max(len(labels) - 1, 1) - 0.5) if len(labels) > 1 else 0.0)
+            st = styles[lab]
+            ax.plot(x, d["mean"], color=st["color"], marker=st["marker"], linestyle=st["linestyle"], markersize=4.5,
+                    markeredgecolor="#333", markeredgewidth=0.5, linewidth=1.3)
+            ax.fill_between(x, d["mean"] - d["std"].fillna(0), d["mean"] + d["std"].fillna(0), color=st["color"],
+                            alpha=0.12, linewidth=0)
         name = col.split(".", 1)[1]
         ax.set_ylabel(METRIC_AXIS.get(name, name))
         ax.set_xlabel(severity_axis_label(families))
@@ -155,10 +185,10 @@ def shift_boxes(df: pd.DataFrame, metrics: list[str], palette: dict) -> bytes | 
 
 
 def entropy_by_correctness(df: pd.DataFrame, palette: dict) -> bytes | None:
-    """PBN paper Fig. 5 (bottom right): mean predictive entropy of the correctly (solid) and
-    wrongly (dashed) classified examples against severity, one colour per method; at each
-    severity the mean over shift families and seeds. A dotted line marks each method's mean
-    entropy on the OOD set(s), when there are any."""
+    """PBN paper Fig. 5 (bottom right) as small multiples, one panel per method on a shared y axis:
+    mean predictive entropy of the correctly (solid) and wrongly (dashed) classified examples
+    against severity (at each severity the mean over shift families and seeds), and a dotted line
+    at the method's mean entropy on the OOD set(s), when there are any."""
     cols = ["metrics.entropy_correct", "metrics.entropy_incorrect"]
     if not all(c in df.columns for c in cols):
         return None
@@ -170,26 +200,33 @@ def entropy_by_correctness(df: pd.DataFrame, palette: dict) -> bytes | None:
     labels = [lab for lab in palette if lab in set(per_sev["label"])]
     families = shift_families(df)
     ood = df[(df["kind"] == "ood")] if "metrics.entropy" in df.columns else df.iloc[:0]
-    fig = Figure(figsize=(7.0, 4.2))
-    ax = fig.subplots()
-    for lab in labels:
+    ncols, nrows = _grid(len(labels), 4)
+    fig = Figure(figsize=(3.4 * ncols, 2.9 * nrows))
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True)
+    for i, lab in enumerate(labels):
+        ax = axes.ravel()[i]
         d = per_sev[per_sev["label"] == lab].sort_values("severity")
-        ax.plot(d["severity"], d[cols[0]], color=palette[lab], marker="o", markersize=4, linestyle="-")
-        ax.plot(d["severity"], d[cols[1]], color=palette[lab], marker="x", markersize=5, linestyle="--")
+        ax.plot(d["severity"], d[cols[0]], color=palette[lab], marker="o", markersize=3.5, linestyle="-",
+                markeredgecolor="#333", markeredgewidth=0.4, label="correct")
+        ax.plot(d["severity"], d[cols[1]], color=palette[lab], marker="x", markersize=4.5, linestyle="--",
+                label="incorrect")
         o = ood[ood["label"] == lab]["metrics.entropy"].dropna()
         if len(o):
-            ax.axhline(float(o.mean()), color=palette[lab], linestyle=":", linewidth=1.2)
-    ax.set_xlabel(severity_axis_label(families))
-    ax.set_ylabel("mean predictive entropy (nats)")
-    _severity_ticks(ax, per_sev["severity"].unique())
-    ax.grid(alpha=0.3)
-    style = [Line2D([0], [0], color="#333", marker="o", linestyle="-", label="correct"),
-             Line2D([0], [0], color="#333", marker="x", linestyle="--", label="incorrect")]
-    if len(ood):
-        style.append(Line2D([0], [0], color="#333", linestyle=":", label="OOD set (all)"))
-    ax.legend(handles=style, loc="best", fontsize=8, framealpha=0.8)
-    fig.tight_layout(rect=(0, 0.06 + 0.03 * math.ceil(len(labels) / 4), 1, 1))
-    _legend(fig, labels, palette)
+            ax.axhline(float(o.mean()), color="#333", linestyle=":", linewidth=1.1, label="OOD set (all)")
+        ax.set_title(wrap_label(lab), fontsize=8)
+        ax.grid(alpha=0.3)
+        _severity_ticks(ax, per_sev["severity"].unique())
+        r, c = divmod(i, ncols)
+        if c == 0:
+            ax.set_ylabel("entropy (nats)", fontsize=8)
+        if r == nrows - 1 or i + ncols >= len(labels):
+            ax.set_xlabel(severity_axis_label(families), fontsize=8)
+            ax.tick_params(labelbottom=True)
+        if i == 0:
+            ax.legend(loc="best", fontsize=6.5, framealpha=0.8)
+    for ax in axes.ravel()[len(labels):]:
+        ax.set_visible(False)
+    fig.tight_layout()
     return to_png(fig)
 
 
@@ -320,22 +357,28 @@ def summed_reliability(records: pd.DataFrame):
 
 
 def reliability_diagrams(df: pd.DataFrame, palette: dict) -> bytes | None:
-    """Per method: accuracy per confidence bin (bars) vs the diagonal, bin counts below."""
+    """Per method: accuracy per confidence bin on the clean test set (bars, gap to the diagonal
+    hatched) and pooled over every shifted test set (line), bin counts of both below on one log
+    axis for every panel."""
     labels = [lab for lab in palette if lab in set(df["label"])]
     panels = []
     for lab in labels:
-        bins = summed_reliability(df[(df["label"] == lab) & (df["kind"] == "id")])
-        if bins[0] is not None and bins[1].sum() > 0:
-            panels.append((lab, bins))
+        clean = summed_reliability(df[(df["label"] == lab) & (df["kind"] == "id")])
+        shifted = summed_reliability(df[(df["label"] == lab) & (df["kind"] == "shift")])
+        if clean[0] is not None and clean[1].sum() > 0:
+            panels.append((lab, clean, shifted if shifted[0] is not None and shifted[1].sum() > 0 else None))
     if not panels:
         return None
     ncols, nrows = _grid(len(panels), 4)
-    fig = Figure(figsize=(3.6 * ncols, 4.4 * nrows))
-    gs = fig.add_gridspec(2 * nrows, ncols, height_ratios=[3, 1] * nrows, hspace=0.08)
-    for i, (lab, (edges, count, conf, corr)) in enumerate(panels):
+    lines = max(wrap_label(lab).count("\n") + 2 for lab, _, _ in panels)   # title lines
+    fig = Figure(figsize=(3.7 * ncols, (4.6 + 0.18 * lines) * nrows))
+    outer = fig.add_gridspec(nrows, ncols, hspace=0.2 + 0.09 * lines, wspace=0.28)  # room for titles between rows
+    top = max(max(c[1].max(), s[1].max() if s is not None else 0) for _, c, s in panels)
+    for i, (lab, (edges, count, conf, corr), shifted) in enumerate(panels):
         r, c = divmod(i, ncols)
-        ax = fig.add_subplot(gs[2 * r, c])
-        axc = fig.add_subplot(gs[2 * r + 1, c], sharex=ax)
+        inner = outer[r, c].subgridspec(2, 1, height_ratios=[3, 1], hspace=0.06)
+        ax = fig.add_subplot(inner[0])
+        axc = fig.add_subplot(inner[1], sharex=ax)
         width = np.diff(edges)
         nz = count > 0
         acc = np.divide(corr, count, out=np.zeros_like(corr), where=nz)
@@ -343,25 +386,37 @@ def reliability_diagrams(df: pd.DataFrame, palette: dict) -> bytes | None:
         ece = float(np.abs(corr - conf).sum() / count.sum())
         color = palette[lab]
         ax.bar(edges[:-1][nz], acc[nz], width=width[nz], align="edge", color=color, alpha=0.75,
-               edgecolor="#333", linewidth=0.5, label="accuracy")
+               edgecolor="#333", linewidth=0.5, label="clean: accuracy")
         # gap to perfect calibration, drawn from the bin's accuracy to its mean confidence
         ax.bar(edges[:-1][nz], (mconf - acc)[nz], bottom=acc[nz], width=width[nz], align="edge",
-               facecolor="none", edgecolor="#c44e52", hatch="///", linewidth=0.5, label="gap")
-        ax.plot(mconf[nz], acc[nz], "o", color="#222", markersize=3, label="(mean conf., acc.)")
-        ax.plot([0, 1], [0, 1], "--", color="gray", linewidth=1)
+               facecolor="none", edgecolor="#c44e52", hatch="///", linewidth=0.5, label="clean: gap")
+        title = f"{wrap_label(lab)}\nECE clean {ece:.3f}"
+        axc.step(edges, np.append(count, count[-1]), where="post", color="#555", linewidth=1, label="clean")
+        if shifted is not None:
+            s_edges, s_count, s_conf, s_corr = shifted
+            snz = s_count > 0
+            s_acc = np.divide(s_corr, s_count, out=np.zeros_like(s_corr), where=snz)
+            s_ece = float(np.abs(s_corr - s_conf).sum() / s_count.sum())
+            ax.plot(((s_edges[:-1] + s_edges[1:]) / 2)[snz], s_acc[snz], "s-", color="#000", markersize=3,
+                    linewidth=1.2, label="shifted (pooled): accuracy",
+                    path_effects=[patheffects.Stroke(linewidth=2.8, foreground="white"), patheffects.Normal()])
+            axc.step(s_edges, np.append(s_count, s_count[-1]), where="post", color="#000", linewidth=1,
+                     linestyle="--", label="shifted")
+            title += f", shifted {s_ece:.3f}"
+        ax.plot([0, 1], [0, 1], ":", color="gray", linewidth=1)
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
-        ax.set_title(f"{lab}\nECE (pooled) = {ece:.4f}", fontsize=9)
+        ax.set_title(title, fontsize=8.5)
         ax.tick_params(labelbottom=False)
+        axc.set_yscale("log")                        # the same count axis in every panel
+        axc.set_ylim(0.8, top * 1.5)
         if c == 0:
             ax.set_ylabel("accuracy")
-            axc.set_ylabel("count")
-        axc.bar(edges[:-1], count, width=width, align="edge", color="#888", edgecolor="#333", linewidth=0.4)
-        if count.max() > 0 and count[nz].min() * 100 < count.max():
-            axc.set_yscale("log")
-        axc.set_xlabel("confidence (top label)")
+            axc.set_ylabel("count (log)")
+        axc.set_xlabel("confidence (top label)", fontsize=8)
         if i == 0:
-            ax.legend(loc="upper left", fontsize=7, frameon=False)
+            ax.legend(loc="upper left", fontsize=6.5, frameon=False)
+            axc.legend(loc="upper left", fontsize=6, frameon=False)
     return to_png(fig)
 
 
