@@ -624,3 +624,47 @@ def test_sigma_images():
     png = sigma_heatmaps([("a", per_input), ("b", {"values": conv.tolist(), "shape": [6, 1, 5, 5], "stochastic": 150})])
     assert png.startswith(PNG_MAGIC)
     assert sigma_heatmaps([("c", {"param": "w"})]) is None
+
+
+def test_uncertainty_table_reports_mutual_information(report):
+    _, out, _ = report
+    html = (out / "mnist_rotated" / "index.html").read_text()
+    u = html_table(html, "method", "ID MI")
+    # the synthetic pbn records carry MI 0.01 on every clean and shifted set; deterministic none
+    assert u["pbn[r_bayes=0.01]"]["ID MI"][1] == "0.0100 ± 0.0000"
+    assert u["deterministic"]["ID MI"][1] == "–"
+    assert "OOD AUPR ↑" in u["pbn[r_bayes=0.01]"]
+    aupr = [AUROC[("pbn", s)] - 0.05 for s in (0, 1)]
+    assert u["pbn[r_bayes=0.01]"]["OOD AUPR ↑"][1] == mean_std_text(aupr)
+
+
+def test_markdown_keeps_greater_than_and_escapes_tags():
+    from bench.reporting.render import _md_escape
+
+    assert _md_escape("p > 0.5 and <script>") == "p > 0.5 and &lt;script>"
+    assert _md_escape("> quoted") == "\\> quoted"
+
+
+def test_swept_default_value_in_the_labels_own_notation():
+    from bench.reporting.build import _display_names
+    from bench.reporting.data import Sweep
+
+    sw = Sweep("pbn", "r_bayes", {"pbn": 0.01, "pbn[r_bayes=0.1]": 0.1})
+    sw2 = Sweep("pbn", "r_bayes", {"pbn[lr=0.05]": 0.01, "pbn[lr=0.05,r_bayes=0.1]": 0.1})
+    names = _display_names(["pbn", "pbn[r_bayes=0.1]", "pbn[lr=0.05]"], [sw, sw2])
+    assert names == {"pbn": "pbn[r_bayes=0.01]", "pbn[r_bayes=0.1]": "pbn[r_bayes=0.1]",
+                     "pbn[lr=0.05]": "pbn[lr=0.05,r_bayes=0.01]"}
+
+
+def test_mnist_rotated_hands_its_data_description_to_the_report(fake_mnist):
+    import json as _json
+
+    from bench.suites.mnist_rotated import MnistRotated
+
+    suite = MnistRotated()
+    cfg = {**suite.profiles["smoke"]["data"], "n_train": 100, "n_val": 100, "n_test": 50, "n_ood": 50}
+    data = suite.load(fake_mnist, cfg, download=False)
+    art = data.extras["artifacts"]
+    lines = _json.loads(art["data.json"])["lines"]
+    assert any("0, 60, 120, 180 degrees" in line for line in lines)
+    assert any("FashionMNIST" in line for line in lines) and art["gallery.png"].startswith(b"\x89PNG")

@@ -17,7 +17,7 @@ from .data import (CLASSIFICATION_METRICS, REGRESSION_METRICS, SectionData, Swee
 from .document import Bullets, Definitions, Document, Figure, KeyValues, Paragraph, Section
 from .render import to_html, to_markdown
 from .tables import (corruption_error_table, cost_table, method_cost_table, criteria_overlap_table, failed_table, layer_distribution_frame, layer_distribution_table,
-                     leaderboard, methods_table, paper_cost_table, regression_tables, sweep_metrics_per_seed,
+                     leaderboard, methods_table, uncertainty_table, paper_cost_table, regression_tables, sweep_metrics_per_seed,
                      sweep_table)
 
 FIGURES_DIR = "figures"
@@ -329,13 +329,17 @@ def _ablation_blocks(parent: Section, sec: SectionData, ablations: list[Sweep]) 
 
 
 def _display_names(labels, sweeps: list[Sweep]) -> dict:
-    """label -> label, plus the swept value when the label does not show it (a default value:
-    ``pbn`` -> ``pbn (r_bayes=0.01)``)."""
+    """label -> label, plus the swept value when the label does not show it (a default value), in
+    the labels' own bracket notation: ``pbn`` -> ``pbn[r_bayes=0.01]``, ``pbn[lr=0.05]`` ->
+    ``pbn[lr=0.05,r_bayes=0.01]``."""
     names = {lab: str(lab) for lab in labels}
     for sw in sweeps:
         for lab, v in sw.values.items():
-            if lab in names and names[lab] == str(lab) and f"{sw.option}=" not in str(lab):
-                names[lab] = f"{lab} ({sw.option}={v:g})"
+            text = str(lab)
+            if lab in names and names[lab] == text and f"{sw.option}=" not in text:
+                base, _, tag = text.partition("#")
+                base = f"{base[:-1]},{sw.option}={v:g}]" if base.endswith("]") else f"{base}[{sw.option}={v:g}]"
+                names[lab] = base + (f"#{tag}" if tag else "")
     return names
 
 
@@ -488,6 +492,7 @@ def _classification_blocks(s: Section, sec: SectionData, pal: dict) -> None:
     if board is not None:
         lb = Section("Leaderboard")
         lb.add(board)
+        lb.add(uncertainty_table(df))
         s.add(lb)
     _shift_blocks(s, sec, pal, CLASSIFICATION_METRICS)
     _corruption_blocks(s, sec, pal)

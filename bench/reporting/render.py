@@ -134,8 +134,9 @@ def to_html(doc: Document) -> str:
 def _md_escape(text) -> str:
     """Escape text for a GitHub markdown table cell or paragraph."""
     text = str(text).replace("\\", "\\\\").replace("|", "\\|")
-    text = text.replace("<", "&lt;").replace(">", "&gt;")
-    return re.sub(r"\s*\n\s*", " ", text).strip()
+    text = text.replace("<", "&lt;")  # no raw HTML; ">" is plain text except at a line start (a quote)
+    text = re.sub(r"\s*\n\s*", " ", text).strip()
+    return "\\" + text if text.startswith(">") else text
 
 
 def _md_row(cells) -> str:

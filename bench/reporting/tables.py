@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .data import (CLASSIFICATION_METRICS, OOD_METRICS, REGRESSION_METRICS, Sweep, cost_columns,
+from .data import (CLASSIFICATION_METRICS, REGRESSION_METRICS, Sweep, cost_columns,
                    distinct, labels_in_order, metric_columns, natural_key, per_seed_mean,
                    scoped_metrics_per_seed, seed_summary)
 
@@ -184,7 +184,7 @@ def leaderboard(df: pd.DataFrame) -> Table | None:
     ood = df[df["kind"] == "ood"]
     for name in distinct(ood["shift"]):
         sub = ood[ood["shift"] == name]
-        cols = metric_columns(sub, OOD_METRICS)
+        cols = metric_columns(sub, ["auroc"])       # AUPR, entropy and MI: the uncertainty table
         ps = per_seed_mean(sub, cols)
         ps.columns = [f"ood.{name}.{c.split('.', 1)[1]}" for c in ps.columns]
         per_seed.append(ps)
@@ -192,9 +192,33 @@ def leaderboard(df: pd.DataFrame) -> Table | None:
                     for c in cols]
     caption = ("Mean ± std over seeds (just the mean for one seed). ID: clean test set. "
                "Shift: per seed, the mean over every shifted test set (all shift families and "
-               "severities), then mean ± std over seeds. OOD: detection of the named data set from "
-               "predictive entropy. Best per column in bold; ↑ higher is better, ↓ lower is better.")
+               "severities), then mean ± std over seeds. "
+               + ("OOD: detection of the named data set from predictive entropy (AUROC). " if not ood.empty else "")
+               + "Best per column in bold; ↑ higher is better, ↓ lower is better.")
     return _assemble("Leaderboard", per_seed, columns, labels, caption, seeds_from=df)
+
+
+def uncertainty_table(df: pd.DataFrame) -> Table | None:
+    """Predictive entropy and mutual information (the epistemic part) on the clean, shifted and
+    OOD sets, and OOD detection's AUPR; mutual information only for methods that sample."""
+    labels = labels_in_order(df)
+    per_seed, columns = [], []
+    for kind, scope in (("id", "ID"), ("shift", "shift"), ("ood", "OOD")):
+        sub = df[df["kind"] == kind]
+        cols = metric_columns(sub, ["entropy", "mutual_information"] + (["aupr"] if kind == "ood" else []))
+        if not cols:
+            continue
+        ps = per_seed_mean(sub, cols)
+        ps.columns = [f"u.{kind}.{c.split('.', 1)[1]}" for c in ps.columns]
+        per_seed.append(ps)
+        columns += [_metric_column(f"u.{kind}.{c.split('.', 1)[1]}", c.split(".", 1)[1], scope) for c in cols]
+    if not any("mutual_information" in c.key or "aupr" in c.key for c in columns):
+        return None
+    caption = ("Mean ± std over seeds of the per-set means: predictive entropy H[p̄] and mutual information "
+               "(its epistemic part; '–' for methods that do not sample) on the clean (ID), shifted (mean over "
+               "every shifted set) and OOD sets (mean over OOD sets), and the AUPR of OOD detection by entropy. "
+               "Higher uncertainty on shifted and OOD data than on clean data is what a method should show.")
+    return _assemble("Predictive uncertainty", per_seed, columns, labels, caption, seeds_from=df)
 
 
 def corruption_error_table(df: pd.DataFrame, reference: str | None) -> Table | None:

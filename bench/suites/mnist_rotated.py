@@ -5,6 +5,7 @@ rotated by 0..180 degrees in 15-degree steps; FashionMNIST test is the OOD set.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from bench.data import EvalSet, SuiteData
@@ -70,4 +71,36 @@ class MnistRotated(Suite):
         eval_sets = [EvalSet("id" if angle == 0 else "shift", "rotation", float(angle),
                              Computed(rotated(angle), len(te_x)), te_y) for angle in cfg["angles"]]
         eval_sets.append(EvalSet("ood", "fashion_mnist", None, normalize(ood_x), None))
-        return SuiteData(normalize(sp["train_x"]), sp["train_y"], normalize(sp["val_x"]), sp["val_y"], eval_sets)
+        lines = [f"MNIST from {Path(data_root) / 'MNIST'} (torchvision layout): {len(sp['train_x']):,} training images "
+                 f"(the training set minus its last {int(cfg['n_val']):,}, which are the validation split), "
+                 f"{len(te_x):,} test images",
+                 f"shift: the test set rotated by {', '.join(f'{a:g}' for a in cfg['angles'])} degrees (bilinear, "
+                 f"zero fill; 0 = the clean in-distribution set), computed when read",
+                 f"OOD: FashionMNIST test, {len(ood_x):,} images (from {Path(data_root) / 'FashionMNIST'})",
+                 "inputs scaled to [0, 1] and normalised with MNIST's mean 0.1307 and std 0.3081"]
+        artifacts = {"data.json": json.dumps({"lines": lines, "captions": {
+            "gallery.png": "The first test image at every rotation angle of the suite, and the first OOD image."}},
+            indent=1).encode(), "gallery.png": rotation_gallery(test01[0], ood_x[0], cfg["angles"])}
+        return SuiteData(normalize(sp["train_x"]), sp["train_y"], normalize(sp["val_x"]), sp["val_y"], eval_sets,
+                         extras={"artifacts": artifacts})
+
+
+def rotation_gallery(image, ood_image, angles) -> bytes:
+    """PNG: ``image`` (1 x 28 x 28 in [0, 1]) at every angle, then the OOD image."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from bench.reporting.plots import to_png
+
+    fig = Figure(figsize=(1.1 * (len(angles) + 1), 1.5))
+    axes = fig.subplots(1, len(angles) + 1, squeeze=False)[0]
+    for ax, angle in zip(axes, angles):
+        ax.imshow(rotate_images(image[None].float(), angle)[0, 0].numpy(), cmap="gray", vmin=0, vmax=1)
+        ax.set_title(f"{angle:g}°", fontsize=8)
+    axes[-1].imshow(ood_image.float().squeeze().numpy() / 255.0, cmap="gray", vmin=0, vmax=1)
+    axes[-1].set_title("OOD", fontsize=8)
+    for ax in axes:
+        ax.axis("off")
+    return to_png(fig)
