@@ -109,7 +109,8 @@ def score_set(task_kind: str, pred, eval_set: EvalSet, id_pred=None) -> tuple[di
     if task_kind == "regression":
         return M.regression_metrics(pred.mean, pred.var, eval_set.y), {}
     if eval_set.kind == "ood":
-        return M.ood_metrics(id_pred.probs, pred.probs, pred.sample_probs, id_pred.variance, pred.variance)
+        return M.ood_metrics(id_pred.probs, pred.probs, pred.sample_probs, id_pred.variance, pred.variance,
+                             sample_probs_in=id_pred.sample_probs)
     return M.classification_metrics(pred.probs, eval_set.y, pred.sample_probs, pred.variance)
 
 

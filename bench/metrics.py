@@ -27,6 +27,12 @@ DEFINITIONS = {
     "auroc": "area under the ROC curve separating the OOD set (positive) from the in-distribution test "
              "set by predictive entropy",
     "aupr": "area under the precision-recall curve (average precision), OOD as positive, score = entropy",
+    "fpr_at_95_tpr": "fraction of in-distribution test examples flagged as OOD at the entropy threshold that "
+                     "flags 95 % of the OOD set (lower is better)",
+    "auroc_mi": "OOD AUROC with the mutual information as the score (sampling methods only)",
+    "aurc": "area under the risk-coverage curve (Geifman & El-Yaniv 2017): examples sorted by decreasing "
+            "top-label confidence, the error rate among the k most confident averaged over k = 1..N (lower "
+            "is better; ties in confidence count as one group)",
     "vdp_variance": "mean over examples of the propagated output variance of the predicted class "
                     "(moment-propagating methods such as VDP++ only)",
     "auroc_vdp_variance": "OOD AUROC with the predicted-class output variance as the score (VDP++ only)",
@@ -127,6 +133,34 @@ def aupr(scores_in: torch.Tensor, scores_out: torch.Tensor) -> float:
     return ((recall - prev) * precision).sum().item()
 
 
+def fpr_at_tpr(scores_in: torch.Tensor, scores_out: torch.Tensor, tpr: float = 0.95) -> float:
+    """FPR at the largest threshold t whose rule "score >= t is OOD" flags at least ``tpr`` of the
+    OOD set (positives): the fraction of in-distribution scores >= t."""
+    s_out = torch.sort(scores_out.double(), descending=True).values
+    k = max(1, math.ceil(tpr * len(s_out)))
+    t = s_out[k - 1]
+    return (scores_in.double() >= t).double().mean().item()
+
+
+def aurc(probs: torch.Tensor, y: torch.Tensor) -> float:
+    """Area under the risk-coverage curve: errors among the k most confident examples divided by
+    k, averaged over k = 1..N; examples of equal confidence enter together (their mean error)."""
+    conf = probs.max(-1).values.double()
+    err = (probs.argmax(-1) != y).double()
+    order = torch.argsort(conf, descending=True, stable=True)
+    conf, err = conf[order], err[order]
+    cum = torch.cumsum(err, 0)
+    # within a group of tied confidences the order is arbitrary: use the group's mean error rate
+    _, inverse, counts = torch.unique_consecutive(conf, return_inverse=True, return_counts=True)
+    ends = torch.cumsum(counts, 0)
+    starts = ends - counts
+    before = torch.cat([torch.zeros(1, dtype=torch.float64), cum[ends - 1][:-1]])
+    rate = (cum[ends - 1] - before) / counts
+    k = torch.arange(1, len(conf) + 1, dtype=torch.float64)
+    cum_tied = before[inverse] + rate[inverse] * (k - starts[inverse].double())
+    return (cum_tied / k).mean().item()
+
+
 def entropy_histogram(ent: torch.Tensor, num_classes: int, bins: int = 30) -> dict:
     edges = torch.linspace(0.0, math.log(num_classes), bins + 1, dtype=torch.float64)
     idx = torch.bucketize(ent.double().clamp(0, math.log(num_classes)), edges[1:-1], right=False)
@@ -164,6 +198,7 @@ def classification_metrics(probs: torch.Tensor, y: torch.Tensor, sample_probs: t
         "nll": nll(probs, y),
         "brier": brier(probs, y),
         "ece": ece_from_bins(bins),
+        "aurc": aurc(probs, y),
         "entropy": ent.mean().item(),
         "mutual_information": None if sample_probs is None else mutual_information(sample_probs).mean().item(),
         **entropy_by_correctness(probs, y, ent),
@@ -180,14 +215,18 @@ def classification_metrics(probs: torch.Tensor, y: torch.Tensor, sample_probs: t
 
 
 def ood_metrics(probs_in: torch.Tensor, probs_out: torch.Tensor, sample_probs_out: torch.Tensor | None = None,
-                variance_in: torch.Tensor | None = None, variance_out: torch.Tensor | None = None) -> tuple[dict, dict]:
+                variance_in: torch.Tensor | None = None, variance_out: torch.Tensor | None = None,
+                sample_probs_in: torch.Tensor | None = None) -> tuple[dict, dict]:
     ent_in, ent_out = entropy(probs_in), entropy(probs_out)
     metrics = {
         "auroc": auroc(ent_in, ent_out),
         "aupr": aupr(ent_in, ent_out),
+        "fpr_at_95_tpr": fpr_at_tpr(ent_in, ent_out, 0.95),
         "entropy": ent_out.mean().item(),
         "mutual_information": None if sample_probs_out is None else mutual_information(sample_probs_out).mean().item(),
     }
+    if sample_probs_in is not None and sample_probs_out is not None:
+        metrics["auroc_mi"] = auroc(mutual_information(sample_probs_in), mutual_information(sample_probs_out))
     if variance_out is not None:
         metrics["vdp_variance"] = variance_out.double().mean().item()
         if variance_in is not None:

@@ -81,3 +81,48 @@ def test_entropy_histogram_counts_everything():
     ent = torch.tensor([0.0, 0.1, math.log(10), 1.0])
     h = M.entropy_histogram(ent, 10, bins=5)
     assert sum(h["counts"]) == 4 and h["counts"][0] == 2 and h["counts"][-1] == 1
+
+
+def test_fpr_at_95_tpr_matches_scikit_learn():
+    from sklearn.metrics import roc_curve
+
+    from bench.metrics import fpr_at_tpr
+
+    g = torch.Generator().manual_seed(0)
+    s_in, s_out = torch.randn(400, generator=g), torch.randn(300, generator=g) + 1.0
+    fpr, tpr, _ = roc_curve(np.r_[np.zeros(400), np.ones(300)], np.r_[s_in.numpy(), s_out.numpy()])
+    want = fpr[np.searchsorted(tpr, 0.95, side="left")]   # the first threshold reaching 95 % TPR
+    assert fpr_at_tpr(s_in, s_out, 0.95) == pytest.approx(want, abs=1e-12)
+
+
+def test_aurc_brute_force_with_ties():
+    import itertools
+
+    from bench.metrics import aurc
+
+    # confidences with a tie (0.6, 0.6): the tie's order is arbitrary, AURC is its average
+    probs = torch.tensor([[0.9, 0.1], [0.6, 0.4], [0.4, 0.6], [0.7, 0.3], [0.55, 0.45]], dtype=torch.float64)
+    y = torch.tensor([0, 1, 1, 1, 0])
+    conf = probs.max(-1).values.numpy()
+    err = (probs.argmax(-1) != y).double().numpy()
+    values = []
+    for perm in itertools.permutations(range(5)):
+        c = conf[list(perm)]
+        if any(c[i] < c[i + 1] for i in range(4)):      # only orders sorted by decreasing confidence
+            continue
+        e = err[list(perm)]
+        values.append(np.mean(np.cumsum(e) / np.arange(1, 6)))
+    assert len(values) == 2                              # the two orders of the tied pair
+    assert aurc(probs, y) == pytest.approx(np.mean(values), abs=1e-12)
+
+
+def test_ood_by_mutual_information_only_with_samples():
+    from bench.metrics import auroc, mutual_information, ood_metrics
+
+    g = torch.Generator().manual_seed(1)
+    s_in = torch.softmax(torch.randn(4, 50, 3, generator=g) * 3, -1)
+    s_out = torch.softmax(torch.randn(4, 40, 3, generator=g), -1)
+    m, _ = ood_metrics(s_in.mean(0), s_out.mean(0), s_out, sample_probs_in=s_in)
+    assert m["auroc_mi"] == pytest.approx(auroc(mutual_information(s_in), mutual_information(s_out)))
+    m, _ = ood_metrics(s_in.mean(0), s_out.mean(0))
+    assert "auroc_mi" not in m and 0 <= m["fpr_at_95_tpr"] <= 1

@@ -668,3 +668,21 @@ def test_mnist_rotated_hands_its_data_description_to_the_report(fake_mnist):
     lines = _json.loads(art["data.json"])["lines"]
     assert any("0, 60, 120, 180 degrees" in line for line in lines)
     assert any("FashionMNIST" in line for line in lines) and art["gallery.png"].startswith(b"\x89PNG")
+
+
+def test_selective_curves_from_bins_match_the_predictions():
+    import torch
+
+    from bench.metrics import reliability_bins
+    from bench.reporting.plots import selective_from_bins
+
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(500, 4, generator=g) * 2, -1)
+    y = torch.randint(0, 4, (500,), generator=g)
+    b = reliability_bins(probs, y)
+    tau, acc, cov = selective_from_bins(b["edges"], b["count"], b["correct_sum"])
+    conf, pred = probs.double().max(-1)
+    for t, a, c in zip(tau, acc, cov):
+        keep = conf > t
+        assert c == pytest.approx(keep.double().mean().item())
+        assert a == pytest.approx((pred[keep] == y[keep]).double().mean().item())

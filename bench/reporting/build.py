@@ -39,6 +39,13 @@ CLASSIFICATION_DEFINITIONS = [
                            "that do not sample."),
     ("AUROC / AUPR", "Area under the ROC / precision-recall curve for telling the OOD set from the clean "
                      "test set by predictive entropy, with OOD as the positive class (0.5 AUROC = chance)."),
+    ("FPR@95%TPR", "Fraction of clean test examples flagged as OOD at the entropy threshold that flags 95 % of "
+                   "the OOD set (lower is better)."),
+    ("AUROC (MI)", "OOD AUROC with the mutual information as the score instead of the entropy (sampling "
+                   "methods only): detection by the epistemic part alone."),
+    ("AURC", "Area under the risk-coverage curve (Geifman & El-Yaniv 2017): examples sorted by decreasing "
+             "top-label confidence, the error rate among the k most confident, averaged over k = 1..N (tied "
+             "confidences enter as one group). Lower is better; it rewards confidence that ranks errors last."),
     ("Shift average", "For each seed, the mean of a metric over every shifted test set (all shift families "
                       "and severities > 0); the table shows mean ± std of that over seeds."),
 ]
@@ -521,6 +528,17 @@ def _classification_blocks(s: Section, sec: SectionData, pal: dict) -> None:
                      "diagonal = perfect calibration; titles: the pooled ECE of both. Lower panels: examples per "
                      "bin, clean (solid) and shifted (dashed), on one log axis for all panels.", alt="reliability diagrams"))
         s.add(r)
+    conf = plots.confidence_curves(df, pal)
+    if conf is not None:
+        c = Section("Selective prediction")
+        c.add(Figure(f"{sec.slug}-confidence", conf,
+                     "Left: accuracy of the examples whose top-label confidence exceeds τ, against τ (Ovadia et "
+                     "al. 2019); right: risk-coverage, the error rate among the examples kept against the fraction "
+                     "kept when the least confident are refused. From the reliability bins pooled over seeds, so "
+                     "exact at the 15 bin edges only; top row the clean test set, bottom row every shifted set "
+                     "pooled. AURC (exact, from the predictions) is in the predictive-uncertainty table.",
+                     alt="accuracy vs confidence and risk-coverage"))
+        s.add(c)
 
 
 def _segmentation_maps_block(parent: Section, sec: SectionData, artifacts_dir: Path | None) -> None:

@@ -420,6 +420,57 @@ def reliability_diagrams(df: pd.DataFrame, palette: dict) -> bytes | None:
     return to_png(fig)
 
 
+def selective_from_bins(edges, count, correct) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tau, accuracy, coverage) at the lower bin edges tau: the examples with confidence > tau are
+    those of the bins from tau's on (bins are (lo, hi], ``bench.metrics.reliability_bins``)."""
+    edges, count, correct = (np.asarray(a, dtype=float) for a in (edges, count, correct))
+    kept = np.cumsum(count[::-1])[::-1]
+    right = np.cumsum(correct[::-1])[::-1]
+    ok = kept > 0
+    return edges[:-1][ok], right[ok] / kept[ok], kept[ok] / count.sum()
+
+
+def confidence_curves(df: pd.DataFrame, palette: dict) -> bytes | None:
+    """Ovadia et al. (2019) Fig. 2-style selective prediction from the stored reliability bins:
+    accuracy of the examples whose top-label confidence exceeds tau, against tau, and the
+    risk-coverage curve (error rate against the fraction of examples kept), on the clean test set
+    and on every shifted set pooled; bin edges only (15 bins: exact at the edges)."""
+    labels = [lab for lab in palette if lab in set(df["label"])]
+    scopes = [("clean", df[df["kind"] == "id"]), ("shifted (pooled)", df[df["kind"] == "shift"])]
+    curves = {}
+    for scope, sub in scopes:
+        for lab in labels:
+            edges, count, _, corr = summed_reliability(sub[sub["label"] == lab])
+            if edges is None or count.sum() == 0:
+                continue
+            curves[(scope, lab)] = selective_from_bins(edges, count, corr)
+    if not curves:
+        return None
+    present = [sc for sc, _ in scopes if any(k[0] == sc for k in curves)]
+    styles = make_styles(list(palette))
+    fig = Figure(figsize=(5.0 * 2, 3.6 * len(present)))
+    axes = fig.subplots(len(present), 2, squeeze=False)
+    for r, scope in enumerate(present):
+        for lab in labels:
+            if (scope, lab) not in curves:
+                continue
+            tau, acc, cov = curves[(scope, lab)]
+            st = styles[lab]
+            kw = dict(color=st["color"], marker=st["marker"], linestyle=st["linestyle"], markersize=3.5,
+                      markeredgecolor="#333", markeredgewidth=0.4, linewidth=1.2)
+            axes[r, 0].plot(tau, acc, **kw)
+            axes[r, 1].plot(cov, 1 - acc, **kw)
+        axes[r, 0].set_xlabel("confidence threshold τ")
+        axes[r, 0].set_ylabel(f"accuracy on conf. > τ\n({scope})")
+        axes[r, 1].set_xlabel("coverage (fraction kept)")
+        axes[r, 1].set_ylabel(f"risk = error rate\n({scope})")
+        for ax in axes[r]:
+            ax.grid(alpha=0.3)
+    fig.tight_layout(rect=(0, 0.06 + 0.025 * math.ceil(len(labels) / 4), 1, 1))
+    _legend(fig, labels, palette)
+    return to_png(fig)
+
+
 # ------------------------------------------------------------------------- regression
 
 

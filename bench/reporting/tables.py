@@ -21,10 +21,11 @@ METRIC_TITLES = {
     "accuracy": "acc", "nll": "NLL", "brier": "Brier", "ece": "ECE", "entropy": "entropy",
     "mutual_information": "MI", "auroc": "AUROC", "aupr": "AUPR", "rmse": "RMSE",
     "mean_std": "mean std", "coverage_3sigma": "3σ coverage", "miou": "mIoU", "pixel_accuracy": "pixel acc",
-    "error_auroc": "error AUROC (entropy)",
+    "error_auroc": "error AUROC (entropy)", "fpr_at_95_tpr": "FPR@95%TPR", "auroc_mi": "AUROC (MI)",
+    "aurc": "AURC",
 }
-HIGHER_IS_BETTER = {"accuracy", "auroc", "aupr", "miou", "pixel_accuracy", "error_auroc"}
-LOWER_IS_BETTER = {"nll", "brier", "ece", "rmse"}
+HIGHER_IS_BETTER = {"accuracy", "auroc", "aupr", "miou", "pixel_accuracy", "error_auroc", "auroc_mi"}
+LOWER_IS_BETTER = {"nll", "brier", "ece", "rmse", "fpr_at_95_tpr", "aurc"}
 TARGETS = {"coverage_3sigma": 0.9973}  # best = closest to the Gaussian 3-sigma mass
 
 
@@ -205,19 +206,22 @@ def uncertainty_table(df: pd.DataFrame) -> Table | None:
     per_seed, columns = [], []
     for kind, scope in (("id", "ID"), ("shift", "shift"), ("ood", "OOD")):
         sub = df[df["kind"] == kind]
-        cols = metric_columns(sub, ["entropy", "mutual_information"] + (["aupr"] if kind == "ood" else []))
+        cols = metric_columns(sub, ["entropy", "mutual_information"]
+                              + (["aupr", "fpr_at_95_tpr", "auroc_mi"] if kind == "ood" else ["aurc"]))
         if not cols:
             continue
         ps = per_seed_mean(sub, cols)
         ps.columns = [f"u.{kind}.{c.split('.', 1)[1]}" for c in ps.columns]
         per_seed.append(ps)
         columns += [_metric_column(f"u.{kind}.{c.split('.', 1)[1]}", c.split(".", 1)[1], scope) for c in cols]
-    if not any("mutual_information" in c.key or "aupr" in c.key for c in columns):
+    if not any(k in c.key for c in columns for k in ("mutual_information", "aupr", "aurc")):
         return None
     caption = ("Mean ± std over seeds of the per-set means: predictive entropy H[p̄] and mutual information "
                "(its epistemic part; '–' for methods that do not sample) on the clean (ID), shifted (mean over "
-               "every shifted set) and OOD sets (mean over OOD sets), and the AUPR of OOD detection by entropy. "
-               "Higher uncertainty on shifted and OOD data than on clean data is what a method should show.")
+               "every shifted set) and OOD sets (mean over OOD sets); AURC: area under the risk-coverage curve "
+               "(selective prediction by confidence); OOD detection by entropy (AUPR, FPR at 95 % TPR) and by "
+               "mutual information (AUROC (MI)). Records written before a metric existed show '–'. Higher "
+               "uncertainty on shifted and OOD data than on clean data is what a method should show.")
     return _assemble("Predictive uncertainty", per_seed, columns, labels, caption, seeds_from=df)
 
 

@@ -19,7 +19,7 @@ from bench.tasks import Task
 SUITES: Registry[type["Suite"]] = Registry("suite")
 PROFILES = ("smoke", "quick", "paper")
 #: every classification method, the default of the classification suites' leaderboards
-CLASSIFICATION_METHODS = ("deterministic", "mc_dropout", "deep_ensemble", "pbn", "mfvi",
+CLASSIFICATION_METHODS = ("deterministic", "temperature_scaling", "mc_dropout", "deep_ensemble", "pbn", "mfvi",
                           "ssvi", "subnet_laplace", "laplace_last_layer", "laplace_diag", "vdp")
 
 

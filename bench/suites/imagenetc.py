@@ -136,7 +136,7 @@ class ImageNetC(_CorruptedValSuite):
     C_DIR = "ImageNet-C"
     # the methods that start from the pretrained network and whose predictive is affordable at
     # 1,000 classes (subnet_laplace / laplace_diag need 1,000 backward passes a batch: docs/imagenetc.md)
-    default_methods = ("deterministic", "pbn", "laplace_last_layer")
+    default_methods = ("deterministic", "temperature_scaling", "pbn", "laplace_last_layer")
     pretrained_map = True
     mce_reference = "alexnet"  # the report's mCE table (bench.mce)
     profiles = {
