@@ -12,6 +12,9 @@ from methods.base import Method, register_method
 class TemperatureScaling(Method):
     description = "MAP network with its logits divided by a temperature fitted on the validation split"
     tasks = ("classification",)  # checked when a run is planned; shown by `bench list`
+    # why a task is not supported: shown by `bench list`, the plan's error and the report
+    UNSUPPORTED = {"segmentation": "not yet: fitting T needs the validation label maps as pixel rows "
+                                   "without the ignore label (see laplace_last_layer's pixel_label_loader)"}
     STARTS_FROM = "map"  # it wraps the seed's MAP network, so it runs on pretrained-MAP suites too
     # every option and its default (--set temperature_scaling.lbfgs_lr=...); an option named like a
     # training-budget field (epochs, lr, optimizer, weight_decay) would replace the profile's budget

@@ -199,3 +199,12 @@ def test_print_tables_gives_the_ranked_markdown(tmp_path, two_dirs, capsys):
     assert out.startswith("**cifar10c / resnet20 (quick profile)**")
     rows = [line for line in out.splitlines() if line.startswith("| ") and "seeds" not in line and "---" not in line]
     assert rows[0].startswith("| pbn[lr=0.05] | 5 |")
+
+
+def test_a_board_without_shifted_sets_is_ranked_on_the_clean_set(tmp_path):
+    from test_reporting import write_synthetic
+
+    write_synthetic(tmp_path / "r", with_cifar=False)   # holds a regression suite with no shift
+    out = _run(tmp_path, [tmp_path / "r"], "--include-smoke", "--suite", "toy")
+    assert "ranked by id.nll: these records have no shift.nll" in (out / "leaderboard.md").read_text()
+    assert set(_csv(out)["ranked_by"]) == {"id.nll"}

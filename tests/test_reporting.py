@@ -160,7 +160,7 @@ class _Tables(HTMLParser):
 
     def handle_data(self, data):
         if self._cell is not None:
-            self._cell[2] += data
+            self._cell[2] += data.replace("\xa0", " ")  # the renderer's no-break space after "±"
 
 
 def html_table(html: str, first_header: str, contains: str):

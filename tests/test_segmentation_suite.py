@@ -215,4 +215,4 @@ def test_methods_without_segmentation_are_refused_with_their_reason(tmp_path, ca
     from bench.reporting.build import _unsupported_methods
 
     listed = _unsupported_methods(["segmentation"])
-    assert {x.split(":")[0] for x in listed} == {"subnet_laplace", "laplace_diag", "vdp"}
+    assert {x.split(":")[0] for x in listed} == {"subnet_laplace", "laplace_diag", "vdp", "temperature_scaling"}

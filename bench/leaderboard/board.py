@@ -79,10 +79,29 @@ def metric_direction(metric: str) -> str:
 
 def build_boards(df: pd.DataFrame, metric: str = "shift.nll") -> list[Board]:
     """A :class:`Board` per (suite, model, profile) of the ok evaluation records ``df``."""
-    boards = []
+    from bench.errors import BenchError
+
+    boards, missing = [], []
     groups = df.groupby(["suite", "model", "profile"], sort=False)
     for (suite, model, profile), sub in sorted(groups, key=lambda kv: tuple(natural_key(k) for k in kv[0])):
-        boards.append(build_board(sub, str(suite), str(model), str(profile), metric))
+        # a board without the metric's scope (e.g. a suite with no shifted sets) falls back to the
+        # same metric on the clean test set, and says so
+        tried = [metric] + ([f"id.{metric.split('.', 1)[1]}"] if metric.startswith("shift.") else [])
+        error = None
+        for i, m in enumerate(tried):
+            try:
+                board = build_board(sub, str(suite), str(model), str(profile), m)
+            except BenchError as exc:
+                error = error or exc          # the requested metric's message, not the fallback's
+                continue
+            if i:
+                board.notes.insert(0, f"ranked by {m}: these records have no {metric}")
+            boards.append(board)
+            break
+        else:
+            missing.append(str(error))
+    if not boards:
+        raise BenchError("; ".join(missing))
     return boards
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 
 from bench.reporting.build import write_report
 from bench.reporting.render import markdown_table
-from bench.reporting.document import Bullets, Document, Figure, KeyValues, Paragraph, Section
+from bench.reporting.document import Banner, Bullets, Document, Figure, KeyValues, Paragraph, Section
 from bench.reporting.tables import Column as TableColumn
 from bench.reporting.tables import Table, TextTable
 from bench.store import atomic_write_bytes
@@ -106,7 +106,7 @@ def board_section(board: Board, with_figure: bool = True) -> Section:
     title = f"{board.suite} / {board.model} ({board.profile} profile)" + (" — SMOKE, NOT RESULTS" if smoke else "")
     s = Section(title, anchor=f"board-{board.suite}-{board.model}-{board.profile}")
     if smoke:
-        s.add(Paragraph("SMOKE PROFILE: tiny data and a few training steps to check that the code runs; these "
+        s.add(Banner("SMOKE PROFILE: tiny data and a few training steps to check that the code runs; these "
                         "numbers say nothing about the methods."))
     s.add(Paragraph("What this shows:"))
     s.add(Bullets(summary_lines(board)))
@@ -143,7 +143,7 @@ def leaderboard_document(boards: list[Board], results_dirs, filters: dict, metri
                      ("generated", generated)]))
     o.add(Paragraph(HOW_TO_READ.format(metric=metric)))
     if any(b.profile == "smoke" for b in boards):
-        o.add(Paragraph("Contains SMOKE-profile boards (marked in their titles): they check code, not methods."))
+        o.add(Banner("Contains SMOKE-profile boards (marked in their titles): they check code, not methods."))
     doc.sections.append(o)
     for b in boards:
         doc.sections.append(board_section(b))

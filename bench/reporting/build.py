@@ -14,7 +14,7 @@ from . import plots
 from .data import (CLASSIFICATION_METRICS, REGRESSION_METRICS, SectionData, Sweep, diagnostics_by_label,
                    distinct, failed_records, find_ablations, find_sweeps, labels_in_order, ok_records, prepare,
                    severity_axis_label, shift_families, slugify, split_sections, sweep_order)
-from .document import Bullets, Definitions, Document, Figure, KeyValues, Paragraph, Section
+from .document import Banner, Bullets, Definitions, Document, Figure, KeyValues, Paragraph, Section
 from .render import to_html, to_markdown
 from .tables import (corruption_error_table, cost_table, method_cost_table, criteria_overlap_table, failed_table, layer_distribution_frame, layer_distribution_table,
                      leaderboard, methods_table, uncertainty_table, paper_cost_table, regression_tables, sweep_metrics_per_seed,
@@ -159,24 +159,18 @@ def _overview(df: pd.DataFrame, suite: str, generated_at: str) -> Section:
         ("task", _join(distinct(df["task"]))),
         ("profile(s)", _join(distinct(df["profile"]))),
         ("model(s)", _join(distinct(df["model"]))),
-        ("methods", _join(labels_in_order(df))),
+        ("configurations", f"{len(labels_in_order(df))} (listed under Provenance)"),
         ("seeds", _join(seeds)),
-        ("device(s)", _join(distinct(df["device"]))),
-        ("git commit(s)", _join(distinct(df["git_commit"]))),
-        ("runs", f"{starts[0] if starts else '?'} … {ends[-1] if ends else '?'}"),
         ("records", f"{len(ok)} evaluations, {len(failed)} failed run(s)"),
+        ("runs", f"{starts[0] if starts else '?'} … {ends[-1] if ends else '?'}"),
         ("report generated", generated_at),
     ]
     s = Section("Overview", anchor="overview")
     if "smoke" in distinct(df["profile"]):
-        s.add(Paragraph("SMOKE PROFILE: these records come from tiny data subsets and a few training steps, run "
+        s.add(Banner("SMOKE PROFILE: these records come from tiny data subsets and a few training steps, run "
                         "to check that the code works. Their numbers say nothing about the methods; every table "
                         "and figure of a smoke section is marked."))
     s.add(KeyValues(items))
-    notes = distinct(df["eval_note"])
-    if notes:
-        s.add(Paragraph("Evaluation notes:"))
-        s.add(Bullets([str(n) for n in notes]))
     absent = _unsupported_methods(distinct(df["task"]))
     if absent:
         s.add(Paragraph("Methods that do not support this task (not run):"))
@@ -187,6 +181,13 @@ def _overview(df: pd.DataFrame, suite: str, generated_at: str) -> Section:
 def _provenance(df: pd.DataFrame) -> Section:
     """Package versions and the full method configurations (after the results)."""
     s = Section("Provenance", anchor="provenance")
+    s.add(KeyValues([("configurations", _join(labels_in_order(df))),
+                     ("device(s)", _join(distinct(df["device"]))),
+                     ("git commit(s)", _join(distinct(df["git_commit"])))]))
+    notes = distinct(df["eval_note"])
+    if notes:
+        s.add(Paragraph("Evaluation notes:"))
+        s.add(Bullets([str(n) for n in notes]))
     versions = []
     for col in sorted(c for c in df.columns if c.startswith("versions.")):
         vals = distinct(df[col])

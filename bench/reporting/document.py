@@ -13,6 +13,11 @@ class Paragraph:
 
 
 @dataclass
+class Banner(Paragraph):
+    """A warning that must not be missed (e.g. smoke-profile numbers): boxed in HTML, bold in markdown."""
+
+
+@dataclass
 class Bullets:
     items: list[str]
 

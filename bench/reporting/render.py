@@ -10,12 +10,13 @@ import base64
 import html
 import re
 
-from .document import Bullets, Definitions, Document, Figure, KeyValues, Paragraph, Section
+from .document import Banner, Bullets, Definitions, Document, Figure, KeyValues, Paragraph, Section
 from .tables import Table, TextTable
 
 CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: #222;
-       max-width: 1200px; margin: 2em auto; padding: 0 1.5em; line-height: 1.45; }
+       max-width: 1360px; margin: 2em auto; padding: 0 1.5em; line-height: 1.45; }
+.banner { background: #fff3cd; border: 1px solid #e0c36a; padding: .6em 1em; font-weight: 600; }
 h1 { border-bottom: 2px solid #444; padding-bottom: .2em; }
 h2 { border-bottom: 1px solid #ccc; padding-bottom: .15em; margin-top: 2em; }
 h3 { margin-top: 1.6em; }
@@ -23,8 +24,11 @@ table { border-collapse: collapse; margin: .8em 0; font-size: 0.88em; }
 th, td { border: 1px solid #d0d0d0; padding: .3em .6em; vertical-align: top; }
 thead th { background: #f0f0f0; }
 tbody tr:nth-child(even) { background: #fafafa; }
-th[scope=row] { text-align: left; font-weight: 600; white-space: nowrap; }
+th[scope=row] { text-align: left; font-weight: 600; min-width: 9em; max-width: 22em; }
 td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
+table[class^="leaderboard"] { font-size: .8em; }
+table[class^="leaderboard"] td.num { white-space: normal; }
+table[class^="leaderboard"] th { font-size: .95em; }
 td.best { font-weight: 700; background: #e3f4e1; }
 td.tie { font-style: italic; background: #f4f1dc; }
 td.code { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: .92em;
@@ -64,10 +68,17 @@ def _html_table(t: Table) -> str:
         cells = []
         for c in t.columns:
             cls = "num best" if row in best[c.key] else "num tie" if row in tied[c.key] else "num"
-            cells.append(f'<td class="{cls}">{_e(t.cell_text(row, c.key))}</td>')
-        out.append(f'<tr><th scope="row">{_e(row)}</th>{"".join(cells)}</tr>')
+            # "mean ± std" may wrap before the "±" only (a narrow column shows the std below the mean)
+            cells.append(f'<td class="{cls}">{_e(t.cell_text(row, c.key)).replace(" ± ", " ±&nbsp;")}</td>')
+        out.append(f'<tr><th scope="row">{_breakable(row)}</th>{"".join(cells)}</tr>')
     out.append("</tbody></table></div>")
     return "\n".join(out)
+
+
+def _breakable(label) -> str:
+    """A configuration label, escaped, that may wrap after its commas and brackets (long
+    ``method[option=...,option=...]`` labels would otherwise widen a table past the window)."""
+    return re.sub(r"([,\[])", r"\1<wbr>", _e(label))
 
 
 def _html_text_table(t: TextTable) -> str:
@@ -88,6 +99,8 @@ def _html_text_table(t: TextTable) -> str:
 def _html_block(b, level: int) -> str:
     if isinstance(b, Section):
         return _html_section(b, level + 1)
+    if isinstance(b, Banner):
+        return f'<p class="banner" role="note">{_e(b.text)}</p>'
     if isinstance(b, Paragraph):
         return f"<p>{_e(b.text)}</p>"
     if isinstance(b, Bullets):
@@ -190,6 +203,8 @@ def _md_text_table(t: TextTable) -> str:
 def _md_block(b, level: int, figures_dir: str) -> str:
     if isinstance(b, Section):
         return _md_section(b, level + 1, figures_dir)
+    if isinstance(b, Banner):
+        return f"> **{_md_escape(b.text)}**"
     if isinstance(b, Paragraph):
         return _md_escape(b.text)
     if isinstance(b, Bullets):
