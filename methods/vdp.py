@@ -46,11 +46,9 @@ from methods.base import Method, register_method
 
 @register_method("vdp")
 class VDP(Method):
-    UNSUPPORTED = {"segmentation": ("the moment propagation has no UNet (functional pad / pool / "
-                                    "interpolate / concatenation) yet (docs/segmentation.md)")}
     description = ("VDP++: mean-field Gaussian weights, one deterministic pass propagating mean and "
                    "variance per activation, ELBO training; output variance as uncertainty")
-    tasks = ("classification",)
+    tasks = ("classification", "segmentation")  # segmentation: pixels as rows, moments through the UNet
     OWN_BUDGET = {"optimizer": "Adam for the means: eq. 11's Gaussian NLL scales gradients by 1 / output "
                                 "variance, and Adam is invariant to that scale (docs/vdp.md)",
                   "lr": "1e-3, Adam's usual rate (the paper names none)"}
@@ -137,7 +135,8 @@ class VDP(Method):
         num_train = self.ctx.num_train or self.meta.get("num_train", 0)
         return vdp_loss(num_train, kl_weight=float(c["kl_weight"]), likelihood=str(c["likelihood"]),
                         prior_scale=float(c["prior_scale"]), var_floor=float(c["var_floor"]),
-                        ce_variance_term=bool(c["ce_variance_term"]), log=log)
+                        ce_variance_term=bool(c["ce_variance_term"]), log=log,
+                        ignore_index=self.ctx.task.ignore_index if self.ctx.task.kind == "segmentation" else None)
 
     # -- the contract ------------------------------------------------------------------------------
     def fit(self, train, val):
@@ -246,7 +245,7 @@ class VDP(Method):
                "layers": layers}
         with torch.no_grad():
             out["kl"] = float(self.net.kl(float(self.config["prior_scale"])))
-        for key in ("train", "sigma_init", "sigma_final", "sigma_change"):
+        for key in ("train", "sigma_init", "sigma_final", "sigma_change", "num_train"):
             if key in self.meta:
                 out[key] = self.meta[key]
         if not math.isfinite(out["kl"]):

@@ -30,3 +30,12 @@ $R --methods vdp --set vdp.kl_weight=$K --set vdp.rho_lr=0.001
 #    shared SGD MAP network, and mean-field VI
 $R --methods deterministic --set deterministic.optimizer=adam --set deterministic.lr=0.001 --set deterministic.weight_decay=0
 $R --methods deterministic,mfvi
+
+# 4. CIFAR-10 (cifar10_noise, resnet_small, seeds 0-2): the shared SGD MAP network, the Adam control and
+#    the KL weight swept over four decades and chosen on validation the same way (docs/vdp.md, "CIFAR-10")
+C=".venv/bin/python -m bench run --suite cifar10_noise --profile quick --data-root ${DATA_ROOT:-data} --no-report"
+for s in 0 1 2; do
+  $C --seeds $s --methods deterministic
+  $C --seeds $s --methods deterministic --set deterministic.optimizer=adam --set deterministic.lr=0.001 --set deterministic.weight_decay=0
+  $C --seeds $s --methods vdp --set vdp.kl_weight=0.0001,0.01,1
+done

@@ -215,4 +215,43 @@ def test_methods_without_segmentation_are_refused_with_their_reason(tmp_path, ca
     from bench.reporting.build import _unsupported_methods
 
     listed = _unsupported_methods(["segmentation"])
-    assert {x.split(":")[0] for x in listed} == {"subnet_laplace", "laplace_diag", "vdp", "temperature_scaling"}
+    assert {x.split(":")[0] for x in listed} == {"subnet_laplace", "laplace_diag", "temperature_scaling"}
+
+
+def test_vdp_runs_on_the_unet_with_pixels_as_observations(tmp_path, capsys):
+    """VDP++ on segmentation: moments through the UNet (bench/vdp/unet.py), the ELBO over the
+    labelled training pixels (void left out), sigma learned, an output variance per pixel."""
+    root = tmp_path / "data"
+    make_fake_camvid(root, size=(180, 240))
+    out = tmp_path / "results"
+    code, text = _run(["run", "--suite", "camvid", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
+                       "--quiet", "--workers", "1", "--methods", "vdp"], capsys)
+    assert code == 0, text
+    recs = [json.loads(p.read_text()) for p in out.glob("camvid/records/**/*.json")]
+    assert recs and all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
+    idr = next(r for r in recs if r["kind"] == "id")
+    assert 0.0 <= idr["metrics"]["miou"] <= 1.0
+    d = idr["diagnostics"]
+    assert d["sigma_final"]["mean"] != pytest.approx(d["sigma_init"]["mean"], rel=1e-6)  # sigma moved
+    assert d["num_train"] % (180 * 240) == 0 and d["num_train"] > 180 * 240   # the ELBO's N: training pixels
+
+
+def test_vdp_loss_leaves_ignored_pixels_out():
+    import torch
+
+    from bench.vdp.loss import data_nll, vdp_loss
+
+    class Net(torch.nn.Module):
+        def forward(self, x):
+            return x, torch.full_like(x, 0.1)
+
+        def kl(self, prior_scale):
+            return torch.zeros(())
+
+    x = torch.randn(2 * 3 * 4, 5)           # rows = 2 images of 3 x 4 pixels
+    y = torch.randint(0, 5, (2, 3, 4))
+    y[0, 0, :] = 255
+    loss = vdp_loss(100, kl_weight=1.0, likelihood="cross_entropy", ignore_index=255)(Net(), x, y, 0.0)
+    keep = y.reshape(-1) != 255
+    want = data_nll(x[keep], torch.full_like(x[keep], 0.1), y.reshape(-1)[keep], "cross_entropy").mean()
+    assert torch.allclose(loss, want)

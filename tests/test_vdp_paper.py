@@ -187,3 +187,55 @@ def test_pruned_vdp_weights_lose_mean_and_variance():
     torch.testing.assert_close(mu, x @ layer.weight.T + layer.bias)
     assert (layer.weight[~keep] == 0).all()
     torch.testing.assert_close(var, want_var)
+
+
+# ------------------------------------------------------------------- the segmentation UNet
+
+
+def test_bilinear_upsampling_variance_matches_monte_carlo():
+    """Bilinear upsampling is linear: with independent Gaussian inputs the output variance is the
+    interpolation weights squared times the input variances (checked by sampling)."""
+    import torch.nn.functional as F
+
+    from bench.vdp.unet import bilinear_moments
+
+    g = torch.Generator().manual_seed(0)
+    mu = torch.randn(1, 2, 5, 7, generator=g, dtype=torch.float64)
+    var = torch.rand(1, 2, 5, 7, generator=g, dtype=torch.float64) + 0.1
+    out_mu, out_var = bilinear_moments(mu, var, (11, 13))
+    z = mu + var.sqrt() * torch.randn(20000, 2, 5, 7, generator=g, dtype=torch.float64)
+    samples = F.interpolate(z, size=(11, 13), mode="bilinear", align_corners=False)
+    assert torch.allclose(out_mu[0], samples.mean(0), atol=0.03)
+    assert torch.allclose(out_var[0], samples.var(0), rtol=0.05, atol=1e-3)
+
+
+def test_unet_mean_path_and_the_pixel_rows_of_the_variance():
+    """The converted UNet (odd input size: padding and cropping) has the deterministic network's
+    mean path exactly; with every sigma ~0 but the 1x1 classifier's, the variance of row (pixel)
+    r and class k is sigma_k^2 (sum_j h_rj^2) + sigma_bk^2 with h the body's features at that
+    pixel: the moments leave the UNet in the same pixel order as the means."""
+    from bench.models import MODELS
+    from bench.vdp.layers import VDPWeightLayer
+
+    torch.manual_seed(0)
+    net = MODELS.get("unet_small")((3, 13, 11), 4).double().eval()
+    x = torch.randn(2, 3, 13, 11, dtype=torch.float64)
+    vdp = to_vdp(net, rho_init=-60.0, example=x).double().eval()   # check_mean_path runs here
+    head = [m for m in vdp.modules() if isinstance(m, VDPWeightLayer)][-1]
+    with torch.no_grad():
+        head.weight_rho.copy_(torch.linspace(-2.0, -1.0, head.weight_rho.numel()).view_as(head.weight_rho))
+        head.bias_rho.fill_(-1.5)
+        mu, var = vdp(x)
+        assert torch.allclose(mu, net(x), atol=1e-10)
+        h = net[1](net[0](x))                                          # (pixels, features), batch-major
+        sw2 = F.softplus(head.weight_rho).square().expand_as(head.weight)  # (classes, features)
+        want = h.square() @ sw2.t() + F.softplus(head.bias_rho).square()
+    assert mu.shape == (2 * 13 * 11, 4) and torch.allclose(var, want, rtol=1e-6, atol=1e-20)
+
+
+def test_pixel_rows_keep_each_variance_with_its_mean():
+    from bench.vdp.unet import VDPPixelRows
+
+    mu = torch.randn(2, 3, 4, 5)
+    rows_mu, rows_var = VDPPixelRows()(mu, mu.square() + 1)   # a variance that names its mean
+    assert rows_mu.shape == (40, 3) and torch.equal(rows_var, rows_mu.square() + 1)

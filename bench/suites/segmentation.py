@@ -32,7 +32,7 @@ from datasets.segmentation import (CAMVID_CLASSES, CITYSCAPES_CLASSES, IGNORE, L
                                    camvid_split, cityscapes_labels, cityscapes_split)
 
 #: the methods that support the segmentation task (the others say why in ``bench list``)
-SEGMENTATION_METHODS = ("deterministic", "mc_dropout", "deep_ensemble", "pbn", "mfvi", "ssvi", "laplace_last_layer")
+SEGMENTATION_METHODS = ("deterministic", "mc_dropout", "deep_ensemble", "pbn", "mfvi", "ssvi", "laplace_last_layer", "vdp")
 
 
 #: uncertainty maps in the report: the first MAP_IMAGES test images, clean and under the suite's

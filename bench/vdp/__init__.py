@@ -4,6 +4,8 @@
   layer norm, max / average pooling, dropout, flatten, residual sum, softmax);
 * :mod:`bench.vdp.convert` -- :func:`to_vdp` builds the VDP network from a standard one;
 * :mod:`bench.vdp.loss` -- the ELBO of eq. 10-12;
+* :mod:`bench.vdp.unet` -- the segmentation UNet's padding, pooling, bilinear upsampling and skip
+  concatenation (registered converters);
 * :mod:`bench.vdp.memory` -- peak tensor memory of a call (for perf and the experiments).
 """
 from bench.vdp.convert import Residual, VDPNetwork, check_mean_path, convert_module, register_converter, to_vdp
@@ -11,9 +13,10 @@ from bench.vdp.layers import (VDPActivation, VDPAvgPool2d, VDPBatchNorm, VDPConv
                               VDPIdentity, VDPLayerNorm, VDPLinear, VDPMaxPool2d, VDPModule, VDPResidual,
                               VDPSequential, VDPWeightLayer, softmax_moments)
 from bench.vdp.loss import LIKELIHOODS, data_nll, expected_cross_entropy, gaussian_nll, vdp_loss
+from bench.vdp.unet import VDPPixelRows, VDPUNetBody, bilinear_moments  # registers the UNet converters
 
 __all__ = ["Residual", "VDPNetwork", "check_mean_path", "convert_module", "register_converter", "to_vdp",
            "VDPActivation", "VDPAvgPool2d", "VDPBatchNorm", "VDPConv2d", "VDPDropout", "VDPFlatten", "VDPIdentity",
            "VDPLayerNorm", "VDPLinear", "VDPMaxPool2d", "VDPModule", "VDPResidual", "VDPSequential",
            "VDPWeightLayer",
-           "softmax_moments", "LIKELIHOODS", "data_nll", "expected_cross_entropy", "gaussian_nll", "vdp_loss"]
+           "softmax_moments", "VDPPixelRows", "VDPUNetBody", "bilinear_moments", "LIKELIHOODS", "data_nll", "expected_cross_entropy", "gaussian_nll", "vdp_loss"]

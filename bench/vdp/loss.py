@@ -64,8 +64,13 @@ def data_nll(mu: torch.Tensor, var: torch.Tensor, y: torch.Tensor, likelihood: s
 
 
 def vdp_loss(num_train: int, *, kl_weight: float, likelihood: str = "gaussian", prior_scale: float = 1.0,
-             var_floor: float = 1e-3, ce_variance_term: bool = True, log: dict | None = None):
-    """``loss_fn(model, x, y, fraction_done)`` for :func:`bench.training.train_model`."""
+             var_floor: float = 1e-3, ce_variance_term: bool = True, log: dict | None = None,
+             ignore_index: int | None = None):
+    """``loss_fn(model, x, y, fraction_done)`` for :func:`bench.training.train_model`.
+
+    Segmentation (``ignore_index`` set): the network's rows are pixels, ``y`` label maps are
+    flattened to match and the ignored pixels left out of the mean, as the task's own loss does;
+    ``num_train`` is then the number of training pixels."""
     if num_train <= 0:
         raise BenchError("the ELBO needs the number of training examples (num_train)")
     if likelihood not in LIKELIHOODS:
@@ -73,6 +78,10 @@ def vdp_loss(num_train: int, *, kl_weight: float, likelihood: str = "gaussian", 
 
     def fn(model, x, y, _fraction_done):
         mu, var = model(x)
+        if ignore_index is not None:
+            y = y.reshape(-1)
+            keep = y != ignore_index
+            mu, var, y = mu[keep], var[keep], y[keep]
         nll = data_nll(mu, var, y, likelihood, var_floor=var_floor, ce_variance_term=ce_variance_term).mean()
         kl = model.kl(prior_scale)
         loss = nll + float(kl_weight) * kl / num_train
