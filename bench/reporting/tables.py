@@ -166,6 +166,21 @@ def _assemble(name, per_seed: list[pd.DataFrame], columns: list[Column], labels,
     return Table(name, columns, mean, std, count, caption=caption)
 
 
+def paired_marks(table: Table | None, per_seed: list[pd.DataFrame]) -> Table | None:
+    """Mark a table's ranked columns by the leaderboard's rule: bold only where the top row beats
+    every other row beyond the seed noise (paired t-test over common seeds), italic for the rows
+    tied with the top (``bench.leaderboard.stats.rank_marks``)."""
+    if table is None:
+        return None
+    from bench.leaderboard.stats import rank_marks
+
+    frame = pd.concat([p for p in per_seed if not p.empty], axis=1)
+    for c in table.columns:
+        if c.better in ("max", "min") and c.key in frame.columns:
+            table.marks[c.key] = rank_marks(frame[c.key].unstack(level=1).reindex(table.rows), c.better)
+    return table
+
+
 def leaderboard(df: pd.DataFrame) -> Table | None:
     """Classification leaderboard: id, shift-averaged and per-OOD-set metrics per method.
 
@@ -195,8 +210,10 @@ def leaderboard(df: pd.DataFrame) -> Table | None:
                "Shift: per seed, the mean over every shifted test set (all shift families and "
                "severities), then mean ± std over seeds. "
                + ("OOD: detection of the named data set from predictive entropy (AUROC). " if not ood.empty else "")
-               + "Best per column in bold; ↑ higher is better, ↓ lower is better.")
-    return _assemble("Leaderboard", per_seed, columns, labels, caption, seeds_from=df)
+               + "Bold: better than every other row beyond the seed noise (two-sided paired t-test over the "
+                 "common seeds, 5 %); italic: the rows the top one cannot be told apart from (with one seed, "
+                 "nothing is marked); ↑ higher is better, ↓ lower is better.")
+    return paired_marks(_assemble("Leaderboard", per_seed, columns, labels, caption, seeds_from=df), per_seed)
 
 
 def uncertainty_table(df: pd.DataFrame) -> Table | None:
@@ -222,7 +239,8 @@ def uncertainty_table(df: pd.DataFrame) -> Table | None:
                "(selective prediction by confidence); OOD detection by entropy (AUPR, FPR at 95 % TPR) and by "
                "mutual information (AUROC (MI)). Records written before a metric existed show '–'. Higher "
                "uncertainty on shifted and OOD data than on clean data is what a method should show.")
-    return _assemble("Predictive uncertainty", per_seed, columns, labels, caption, seeds_from=df)
+    return paired_marks(_assemble("Predictive uncertainty", per_seed, columns, labels, caption, seeds_from=df),
+                        per_seed)
 
 
 def corruption_error_table(df: pd.DataFrame, reference: str | None) -> Table | None:
