@@ -208,3 +208,14 @@ def test_a_board_without_shifted_sets_is_ranked_on_the_clean_set(tmp_path):
     out = _run(tmp_path, [tmp_path / "r"], "--include-smoke", "--suite", "toy")
     assert "ranked by id.nll: these records have no shift.nll" in (out / "leaderboard.md").read_text()
     assert set(_csv(out)["ranked_by"]) == {"id.nll"}
+
+
+def test_equal_top_scores_are_decided_by_seeds_not_row_order():
+    """"a" and "b" score the same (one configuration under two hashes: b = a plus two seeds). The
+    top must be b, the one with more seeds, in either row order: against b, "c" is worse on all 5
+    seeds (p < 0.05); against a (3 seeds: +0.3, +0.1, +0.2, p = 0.07) it would count as a tie."""
+    seeds = pd.DataFrame({"a": [1.0, 2.0, 3.0, np.nan, np.nan], "b": [1.0, 2.0, 3.0, 1.5, 2.5],
+                          "c": [1.3, 2.1, 3.2, 1.9, 2.6]}).T
+    score = pd.Series({"a": 2.0, "b": 2.0, "c": 2.5})
+    for order in (["a", "b", "c"], ["b", "a", "c"]):
+        assert rank_marks(seeds.loc[order], "min", score) == (set(), {"a", "b"})

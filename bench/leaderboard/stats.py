@@ -47,7 +47,7 @@ def rank_marks(per_seed: pd.DataFrame, better: str, score: pd.Series | None = No
     means = means[np.isfinite(means.astype(float))]
     if len(means) < 2:
         return set(), set()
-    top = means.idxmax() if better == "max" else means.idxmin()
+    top = top_row(means.astype(float), per_seed.notna().sum(axis=1), better)
     tied = set()
     for row in means.index:
         if row == top:
@@ -56,6 +56,17 @@ def rank_marks(per_seed: pd.DataFrame, better: str, score: pd.Series | None = No
         if not (p < alpha):
             tied.add(row)
     return ({top}, set()) if not tied else (set(), tied | {top})
+
+
+def top_row(score: pd.Series, seeds: pd.Series, better: str):
+    """The row with the best ``score``; rows with an equal score (e.g. one configuration stored
+    under two config hashes) are decided by the most seeds, then the label's natural order, never
+    by the frame's row order."""
+    from bench.reporting.data import natural_key
+
+    best = score.max() if better == "max" else score.min()
+    equal = [r for r in score.index if np.isclose(score[r], best, rtol=1e-12, atol=0.0)]
+    return min(equal, key=lambda r: (-int(seeds.get(r, 0)), natural_key(r)))
 
 
 def decimals_for(std: float, default_sig: int = 3, value: float | None = None) -> int:
