@@ -123,11 +123,14 @@ class Method(abc.ABC):
     def starts_from(cls, config: dict) -> str:
         return cls.STARTS_FROM
 
+    @classmethod
+    def train_overrides(cls, config: dict) -> dict:
+        """The training-budget fields that ``config`` sets (TRAIN_OVERRIDES options not None)."""
+        return {k: cast(config[k]) for k, cast in cls.TRAIN_OVERRIDES.items() if config.get(k) is not None}
+
     def train_config(self):
         """The profile's :class:`bench.training.TrainConfig` with this method's overrides."""
-        over = {k: cast(self.config[k]) for k, cast in self.TRAIN_OVERRIDES.items()
-                if self.config.get(k) is not None}
-        return self.ctx.train.replace(**over)
+        return self.ctx.train.replace(**self.train_overrides(self.config))
 
     # -- cost --------------------------------------------------------------
     def num_params(self) -> int:

@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from bench.reporting.data import distinct, natural_key
+from bench.errors import BenchError
+from bench.reporting.data import distinct, metric_columns, natural_key, per_run_first, per_seed_mean
+from bench.reporting.tables import HIGHER_IS_BETTER as HIGHER
+from bench.reporting.tables import METRIC_TITLES as TITLES
 
 from .stats import paired, rank_marks
 
@@ -23,9 +26,6 @@ QUALITY = {
     "segmentation": ["miou", "pixel_accuracy", "nll", "ece"],
     "regression": ["rmse", "nll", "coverage_3sigma"],
 }
-HIGHER = {"accuracy", "auroc", "aupr", "miou", "pixel_accuracy", "error_auroc"}
-TITLES = {"accuracy": "acc", "nll": "NLL", "brier": "Brier", "ece": "ECE", "miou": "mIoU", "pixel_accuracy": "pixel acc",
-          "rmse": "RMSE", "coverage_3sigma": "3σ cover", "auroc": "AUROC", "error_auroc": "error AUROC"}
 #: (key, title, scale, integers): the cost columns, from each run's ID record
 COST = [("stochastic_params", "stoch. params", 1.0, True),
         ("train_time_s", "train s", 1.0, False),
@@ -78,31 +78,37 @@ def metric_direction(metric: str) -> str:
 
 
 def build_boards(df: pd.DataFrame, metric: str = "shift.nll") -> list[Board]:
-    """A :class:`Board` per (suite, model, profile) of the ok evaluation records ``df``."""
-    from bench.errors import BenchError
-
+    """A :class:`Board` per (suite, model, profile) of the ok evaluation records ``df``; boards
+    that cannot be ranked by ``metric`` at all are left out (BenchError when none can)."""
     boards, missing = [], []
     groups = df.groupby(["suite", "model", "profile"], sort=False)
     for (suite, model, profile), sub in sorted(groups, key=lambda kv: tuple(natural_key(k) for k in kv[0])):
-        # a board without the metric's scope (e.g. a suite with no shifted sets) falls back to the
-        # same metric on the clean test set, and says so
-        tried = [metric] + ([f"id.{metric.split('.', 1)[1]}"] if metric.startswith("shift.") else [])
-        error = None
-        for i, m in enumerate(tried):
-            try:
-                board = build_board(sub, str(suite), str(model), str(profile), m)
-            except BenchError as exc:
-                error = error or exc          # the requested metric's message, not the fallback's
-                continue
-            if i:
-                board.notes.insert(0, f"ranked by {m}: these records have no {metric}")
-            boards.append(board)
-            break
-        else:
-            missing.append(str(error))
+        try:
+            boards.append(build_ranked_board(sub, str(suite), str(model), str(profile), metric))
+        except BenchError as exc:
+            missing.append(str(exc))
     if not boards:
         raise BenchError("; ".join(missing))
     return boards
+
+
+def build_ranked_board(df: pd.DataFrame, suite: str, model: str, profile: str, metric: str) -> Board:
+    """:func:`build_board`; a board without the metric's scope (e.g. a suite with no shifted sets)
+    falls back to the same metric on the clean test set and says so in its notes. BenchError
+    (the requested metric's message) when neither is there."""
+    try:
+        return build_board(df, suite, model, profile, metric)
+    except BenchError as exc:
+        if not metric.startswith("shift."):
+            raise
+        first = exc
+    fallback = f"id.{metric.split('.', 1)[1]}"
+    try:
+        board = build_board(df, suite, model, profile, fallback)
+    except BenchError:
+        raise first from None
+    board.notes.insert(0, f"ranked by {fallback}: these records have no {metric}")
+    return board
 
 
 def build_board(df: pd.DataFrame, suite: str, model: str, profile: str, metric: str) -> Board:
@@ -113,8 +119,6 @@ def build_board(df: pd.DataFrame, suite: str, model: str, profile: str, metric: 
     columns += [Column(f"cost.{k}", t, None, s, i) for k, t, s, i in COST if f"cost.{k}" in per_seed.columns]
     if metric not in per_seed.columns:
         have = [c.key for c in columns if c.better]
-        from bench.errors import BenchError
-
         raise BenchError(f"ranking metric {metric!r} is not in the {suite} / {model} records; "
                          f"metrics there: {', '.join(have)}")
     better = metric_direction(metric)
@@ -175,16 +179,17 @@ def _quality(df: pd.DataFrame, task: str) -> tuple[pd.DataFrame, list[Column], l
     parts, columns, notes = [], [], []
     for kind, scope in (("id", "ID"), ("shift", "shift")):
         sub = df[df["kind"] == kind]
-        names = [m for m in QUALITY.get(task, QUALITY["classification"])
-                 if f"metrics.{m}" in sub.columns and sub[f"metrics.{m}"].notna().any()]
-        if kind == "id" and task == "segmentation" and "metrics.error_auroc" in sub.columns:
-            names.append("error_auroc")
-        if sub.empty or not names:
+        wanted = QUALITY.get(task, QUALITY["classification"])
+        if kind == "id" and task == "segmentation":
+            wanted = wanted + ["error_auroc"]
+        cols = metric_columns(sub, wanted)
+        if sub.empty or not cols:
             continue
+        names = [c.split(".", 1)[1] for c in cols]
         if kind == "shift":
             sub, dropped = _complete_seeds(sub)
             notes += dropped
-        ps = sub.groupby(["label", "seed"])[[f"metrics.{m}" for m in names]].mean()
+        ps = per_seed_mean(sub, cols)
         ps.columns = [f"{kind}.{m}" for m in names]
         parts.append(ps)
         columns += [Column(f"{kind}.{m}", f"{scope} {TITLES.get(m, m)}", "max" if m in HIGHER else "min")
@@ -192,8 +197,8 @@ def _quality(df: pd.DataFrame, task: str) -> tuple[pd.DataFrame, list[Column], l
     ood = df[df["kind"] == "ood"]
     for name in distinct(ood["shift"]):
         sub = ood[ood["shift"] == name]
-        if "metrics.auroc" in sub.columns and sub["metrics.auroc"].notna().any():
-            ps = sub.groupby(["label", "seed"])[["metrics.auroc"]].mean()
+        if metric_columns(sub, ["auroc"]):
+            ps = per_seed_mean(sub, ["metrics.auroc"])
             ps.columns = [f"ood.{name}.auroc"]
             parts.append(ps)
             columns.append(Column(f"ood.{name}.auroc", f"OOD AUROC ({name})", "max"))
@@ -220,10 +225,7 @@ def _complete_seeds(shift: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 def _cost(df: pd.DataFrame) -> pd.DataFrame:
     """Per (label, seed): the cost of the run, from its ID record (else its first record)."""
     cols = [f"cost.{k}" for k, *_ in COST if f"cost.{k}" in df.columns and df[f"cost.{k}"].notna().any()]
-    if not cols:
-        return pd.DataFrame()
-    d = df.assign(_rank=(df["kind"] != "id").astype(int)).sort_values("_rank", kind="stable")
-    return d.groupby(["label", "seed"])[cols].first()
+    return per_run_first(df, cols) if cols else pd.DataFrame()
 
 
 # --------------------------------------------------------------------------- provenance
@@ -265,9 +267,7 @@ def training_setup(method, method_config, train_config) -> str:
         from methods import METHODS
 
         cls = METHODS.get(str(method))
-        for k in cls.TRAIN_OVERRIDES:
-            if mc.get(k) is not None:
-                cfg[k] = mc[k]
+        cfg.update(cls.train_overrides(mc))
         start = {"map": "the seed's MAP network", "maps": "independently trained MAP networks",
                  "scratch": "a random initialisation"}.get(cls.starts_from(mc), cls.starts_from(mc))
     except Exception:  # noqa: BLE001 - records of a method this version does not know

@@ -253,20 +253,15 @@ def _model_section(sec: SectionData, palette: dict, artifacts_dir: Path | None =
 def _glance_block(parent: Section, sec: SectionData) -> None:
     """"At a glance": sentences computed from the numbers (the ranking, ties, MAP comparisons, the
     cheapest of the top) and the cost-quality Pareto figure, from ``bench.leaderboard``."""
-    from bench.leaderboard.board import build_board
+    from bench.leaderboard.board import build_ranked_board
     from bench.leaderboard.pareto import pareto_figure
     from bench.leaderboard.summary import summary_lines
 
     df = sec.records
     profile = str((distinct(df["profile"]) or ["?"])[0])
-    board = None
-    for metric in ("shift.nll", "id.nll"):
-        try:
-            board = build_board(df, str(df["suite"].iloc[0]), sec.model, profile, metric)
-            break
-        except BenchError:
-            continue
-    if board is None:
+    try:
+        board = build_ranked_board(df, str(df["suite"].iloc[0]), sec.model, profile, "shift.nll")
+    except BenchError:
         return
     g = Section("At a glance")
     g.add(Bullets(summary_lines(board)))
@@ -511,35 +506,31 @@ def _classification_blocks(s: Section, sec: SectionData, pal: dict) -> None:
             m = Section("Mean corruption error")
             m.add(ce)
             s.add(m)
-    hist = plots.entropy_histograms(df, pal)
-    if hist is not None:
-        o = Section("Out-of-distribution detection")
-        o.add(Figure(f"{sec.slug}-ood-entropy", hist,
-                     "Predictive entropy on the clean test set vs each OOD set, per method (densities, "
-                     "histograms summed over seeds). Better OOD detection = less overlap; AUROC in the "
-                     "panel titles and the leaderboard.", alt="entropy histograms"))
-        s.add(o)
-    rel = plots.reliability_diagrams(df, pal)
-    if rel is not None:
-        r = Section("Calibration")
-        r.add(Figure(f"{sec.slug}-reliability", rel,
-                     "Reliability diagrams, bins pooled over seeds. Bars: the clean test set (bar height = accuracy "
-                     "of the examples whose top-label confidence falls in the bin, hatched = gap to the bin's mean "
-                     "confidence); black line with squares: every shifted test set pooled (the same bins); dotted "
-                     "diagonal = perfect calibration; titles: the pooled ECE of both. Lower panels: examples per "
-                     "bin, clean (solid) and shifted (dashed), on one log axis for all panels.", alt="reliability diagrams"))
-        s.add(r)
-    conf = plots.confidence_curves(df, pal)
-    if conf is not None:
-        c = Section("Selective prediction")
-        c.add(Figure(f"{sec.slug}-confidence", conf,
-                     "Left: accuracy of the examples whose top-label confidence exceeds τ, against τ (Ovadia et "
-                     "al. 2019); right: risk-coverage, the error rate among the examples kept against the fraction "
-                     "kept when the least confident are refused. From the reliability bins pooled over seeds, so "
-                     "exact at the 15 bin edges only; top row the clean test set, bottom row every shifted set "
-                     "pooled. AURC (exact, from the predictions) is in the predictive-uncertainty table.",
-                     alt="accuracy vs confidence and risk-coverage"))
-        s.add(c)
+    _figure_section(s, "Out-of-distribution detection", f"{sec.slug}-ood-entropy", plots.entropy_histograms(df, pal),
+                    "Predictive entropy on the clean test set vs each OOD set, per method (densities, "
+                    "histograms summed over seeds). Better OOD detection = less overlap; AUROC in the "
+                    "panel titles and the leaderboard.", "entropy histograms")
+    _figure_section(s, "Calibration", f"{sec.slug}-reliability", plots.reliability_diagrams(df, pal),
+                    "Reliability diagrams, bins pooled over seeds. Bars: the clean test set (bar height = accuracy "
+                    "of the examples whose top-label confidence falls in the bin, hatched = gap to the bin's mean "
+                    "confidence); black line with squares: every shifted test set pooled (the same bins); dotted "
+                    "diagonal = perfect calibration; titles: the pooled ECE of both. Lower panels: examples per "
+                    "bin, clean (solid) and shifted (dashed), on one log axis for all panels.", "reliability diagrams")
+    _figure_section(s, "Selective prediction", f"{sec.slug}-confidence", plots.confidence_curves(df, pal),
+                    "Left: accuracy of the examples whose top-label confidence exceeds τ, against τ (Ovadia et "
+                    "al. 2019); right: risk-coverage, the error rate among the examples kept against the fraction "
+                    "kept when the least confident are refused. From the reliability bins pooled over seeds, so "
+                    "exact at the 15 bin edges only; top row the clean test set, bottom row every shifted set "
+                    "pooled. AURC (exact, from the predictions) is in the predictive-uncertainty table.",
+                    "accuracy vs confidence and risk-coverage")
+
+
+def _figure_section(parent: Section, title: str, name: str, png: bytes | None, caption: str, alt: str) -> None:
+    """A section holding one figure, added to ``parent`` when the figure exists."""
+    if png is not None:
+        sub = Section(title)
+        sub.add(Figure(name, png, caption, alt=alt))
+        parent.add(sub)
 
 
 def _segmentation_maps_block(parent: Section, sec: SectionData, artifacts_dir: Path | None) -> None:

@@ -186,6 +186,13 @@ def per_seed_mean(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     return df.groupby(["label", "seed"], sort=False)[cols].mean()
 
 
+def per_run_first(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """``cols`` of one record per (label, seed) run: its id record when it has one, else its first
+    (cost and diagnostics are the same in every record of a run)."""
+    order = df.assign(_rank=(df["kind"] != "id").astype(int)).sort_values("_rank", kind="stable")
+    return order.groupby(["label", "seed"], sort=False)[cols].first()
+
+
 def shift_frame(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     """id + shift records as a long frame with ``family`` and ``severity`` (id -> 0)."""
     d = df[df["kind"].isin(["id", "shift"])].copy()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .data import (CLASSIFICATION_METRICS, REGRESSION_METRICS, Sweep, cost_columns,
+from .data import (CLASSIFICATION_METRICS, REGRESSION_METRICS, Sweep, cost_columns, per_run_first,
                    distinct, labels_in_order, metric_columns, natural_key, per_seed_mean,
                    scoped_metrics_per_seed, seed_summary)
 
@@ -300,9 +300,8 @@ def is_paper_cost_key(key: str) -> bool:
 
 
 def _per_run_cost(df: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
-    """One row per (label, seed) run: the id record when there is one, otherwise the first."""
-    order = df.assign(_rank=(df["kind"] != "id").astype(int)).sort_values("_rank", kind="stable")
-    per_run = order.groupby(["label", "seed"], sort=False)[cols].first()
+    """One row per (label, seed) run (:func:`~bench.reporting.data.per_run_first`), ``cost.`` dropped."""
+    per_run = per_run_first(df, cols)
     per_run.columns = [c.split(".", 1)[1] for c in cols]
     return per_run
 
@@ -352,8 +351,7 @@ def _means_table(name, per_run: pd.DataFrame, keys: list[str], titles: dict, lab
         columns.append(Column(k, title, integers=counts))
         for lab in rows:
             v = mean.at[lab, k]
-            texts[(lab, k)] = format_value(v, None, scale, integers=counts) if counts or not np.isfinite(v) or v != 0 \
-                else "0"
+            texts[(lab, k)] = "0" if v == 0 else format_value(v, None, scale, integers=counts)
     nan = mean * np.nan
     return Table(name, columns, mean, nan, mean.notna().astype(int), caption=caption, texts=texts)
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from bench.models import PixelRows, UNetBody
 from bench.vdp.convert import register_converter
-from bench.vdp.layers import VDPModule
+from bench.vdp.layers import VDPMaxPool2d, VDPModule
 
 
 @functools.lru_cache(maxsize=64)
@@ -45,13 +45,6 @@ def bilinear_moments(mu: torch.Tensor, var: torch.Tensor | None, size) -> tuple[
     return out, v
 
 
-def _max_pool_moments(mu, var):
-    if var is None:
-        return F.max_pool2d(mu, 2), None
-    out, idx = F.max_pool2d(mu, 2, return_indices=True)
-    return out, var.flatten(2).gather(2, idx.flatten(2)).view_as(out)
-
-
 class VDPUNetBody(VDPModule):
     """The moment-propagating :class:`~bench.models.UNetBody` (same structure, converted blocks)."""
 
@@ -61,6 +54,7 @@ class VDPUNetBody(VDPModule):
         self.down = torch.nn.ModuleList(convert(b) for b in body.down)
         self.up_conv = torch.nn.ModuleList(convert(c) for c in body.up_conv)
         self.dec = torch.nn.ModuleList(convert(d) for d in body.dec)
+        self.pool = VDPMaxPool2d(torch.nn.MaxPool2d(2))   # the body's F.max_pool2d(x, 2), co-pooled
 
     def forward(self, mu, var):
         h, w = mu.shape[-2:]
@@ -74,7 +68,7 @@ class VDPUNetBody(VDPModule):
             mu, var = block(mu, var)
             if i < self.depth:
                 skips.append((mu, var))
-                mu, var = _max_pool_moments(mu, var)
+                mu, var = self.pool(mu, var)
         for up, dec, (s_mu, s_var) in zip(self.up_conv, self.dec, reversed(skips)):
             mu, var = up(*bilinear_moments(mu, var, s_mu.shape[-2:]))
             if s_var is None and var is not None:
@@ -90,9 +84,12 @@ class VDPUNetBody(VDPModule):
 class VDPPixelRows(VDPModule):
     """``(B, C, H, W)`` moments -> ``(B H W, C)`` rows, as :class:`~bench.models.PixelRows`."""
 
+    def __init__(self):
+        super().__init__()
+        self.rows = PixelRows()
+
     def forward(self, mu, var):
-        rows = PixelRows()
-        return rows(mu), None if var is None else rows(var)
+        return self.rows(mu), None if var is None else self.rows(var)
 
 
 @register_converter(UNetBody)
