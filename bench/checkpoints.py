@@ -17,8 +17,10 @@ from torch import nn
 
 from bench.data import TensorLoader
 from bench.errors import BenchError, DivergedError
+from bench.events import log_event
 from bench.locks import file_lock
-from bench.seeding import derive_seed, seed_everything
+from bench.provenance import worker_identity
+from bench.seeding import derive_seed, isolated_rng, seed_everything
 from bench.store import atomic_write_bytes, atomic_write_json, config_hash, set_aside
 from bench.training import TrainConfig, nll_loss, train_model
 
@@ -67,6 +69,7 @@ class MapCache:
                  device: torch.device, augment=None, progress: bool = False, refresh: bool = False,
                  pretrained: dict | None = None):
         self.dir = Path(root) / "map" / str(key.get("model", "model")) / config_hash(key)
+        self.events_path = Path(root).parent / "events.jsonl"  # <results>/<suite>/events.jsonl
         self.key = key
         self.build_model, self.task = build_model, task
         self.train_x, self.train_y, self.train_cfg = train_x, train_y, train_cfg
@@ -88,9 +91,12 @@ class MapCache:
 
     def get(self, seed: int) -> nn.Module:
         """The MAP network for ``seed`` on the device in eval mode (trained and cached if absent).
-        One process trains it; a concurrent run on the same results directory waits, then loads."""
+        One process trains it; a concurrent run on the same results directory (or another worker
+        of a distributed run) waits, then loads. The caller's random streams are left as they
+        were, so that a method draws the same numbers whether the network was trained here or
+        loaded."""
         self.requested.append(seed)
-        with file_lock(self.path(seed).with_suffix(".lock"), wait=True):
+        with isolated_rng(self.device), file_lock(self.path(seed).with_suffix(".lock"), wait=True):
             return self._get(seed)
 
     def _get(self, seed: int) -> nn.Module:
@@ -131,7 +137,10 @@ class MapCache:
             raise
         failed.unlink(missing_ok=True)
         elapsed = time.perf_counter() - t0
-        save_torch({"model": model.state_dict(), "key": self.key, "seed": seed, "train_time_s": elapsed}, path)
+        save_torch({"model": model.state_dict(), "key": self.key, "seed": seed, "train_time_s": elapsed,
+                    **worker_identity()}, path)
+        log_event(self.events_path, "map_trained", model=self.key.get("model"), seed=seed, seconds=elapsed,
+                  checkpoint=str(path))
         self.trained_now.append(seed)
         self.train_time_s[seed] = elapsed
         return model.eval()

@@ -27,13 +27,33 @@ def _csv(text: str) -> list[str]:
 
 def _workers(text: str) -> int:
     if text == "auto":
-        return default_workers()
+        return -1  # resolved per executor (check_executor_args)
     try:
         n = int(text)
     except ValueError:
         n = -1
     if n < 0:
-        raise argparse.ArgumentTypeError(f"--workers expects 'auto' or an integer >= 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"--loader-workers expects 'auto' or an integer >= 0, got {text!r}")
+    return n
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return n
+
+
+def _nonneg(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
     return n
 
 
@@ -74,10 +94,35 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the report is written (default: reports/ beside a results directory named "
                         "'results', else <out>/reports)")
     r.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
-    r.add_argument("--workers", type=_workers, default="auto",
-                   help="loader worker processes that decode file-backed evaluation sets (JPEG folders, "
-                        ".npy files); 0 reads them in the main process; never changes a number "
-                        "(default: auto = CPU cores - 1, at most 8)")
+    r.add_argument("--loader-workers", type=_workers, default="auto",
+                   help="loader processes that decode file-backed evaluation sets (JPEG folders, .npy files) "
+                        "in each process that evaluates; 0 reads them in that process; never changes a number "
+                        "(default: auto = CPU cores - 1, at most 8, for --executor local; 0 on a cluster)")
+    ex = r.add_argument_group("executors (where the cells run; see README 'Scale out')")
+    ex.add_argument("--executor", choices=("local", "dask", "slurm"), default="local",
+                    help="local: cell after cell in this process (default); dask: cells as tasks on a Dask "
+                         "cluster (--scheduler, else a LocalCluster on 127.0.0.1); slurm: Dask workers as "
+                         "SLURM jobs (dask-jobqueue)")
+    ex.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                    help="dask: an existing scheduler, e.g. tcp://10.0.0.5:8786 (default: start a LocalCluster)")
+    ex.add_argument("--workers", type=_positive, default=None,
+                    help="dask: worker processes of the LocalCluster (default: CPU cores, or GPUs on CUDA, one GPU "
+                         "each); slurm: SLURM jobs, one worker each (default: 1)")
+    ex.add_argument("--threads", type=_positive, default=None,
+                    help="torch threads per process (default: local: $OMP_NUM_THREADS if set, else the CPU cores of "
+                         "the affinity mask; dask: those cores divided by the workers, at least 1)")
+    ex.add_argument("--retries", type=_nonneg, default=2,
+                    help="dask/slurm: times a task whose worker died or that raised is retried before its cell is "
+                         "recorded as failed (default: 2)")
+    ex.add_argument("--slurm-partition", default=None, help="slurm: partition (default: the cluster's)")
+    ex.add_argument("--slurm-account", default=None, help="slurm: account to charge")
+    ex.add_argument("--slurm-time", default="04:00:00", help="slurm: wall time per job (default: 04:00:00)")
+    ex.add_argument("--slurm-memory", default="16GB", help="slurm: memory per job (default: 16GB)")
+    ex.add_argument("--slurm-gpus", type=_nonneg, default=0, help="slurm: GPUs per job (--gres=gpu:N; default: 0)")
+    ex.add_argument("--slurm-scheduler-host", default=None,
+                    help="slurm: address the Dask scheduler (in this process) listens on, reachable from the nodes "
+                         "(default: dask-jobqueue's)")
+    ex.add_argument("--slurm-log-dir", default=None, help="slurm: where the jobs' output goes (default: the cwd)")
     r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE[,VALUE...]",
                    help="override or sweep a setting (repeatable; see below)")
     r.add_argument("--force", action="store_true", help="redo finished cells instead of resuming")
@@ -176,6 +221,47 @@ def check_writable(path, what: str) -> None:
         raise BenchError(f"{what} {path} is not writable ({probe} does not allow writing)")
 
 
+def _env_threads() -> int | None:
+    """OMP_NUM_THREADS as the user set it (a positive integer), else None."""
+    try:
+        n = int(os.environ.get("OMP_NUM_THREADS", ""))
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
+def check_executor_args(args, device) -> tuple[int, int | None]:
+    """Validate the executor options (BenchError on a contradiction) and fix the thread policy:
+    returns (workers, torch threads per worker process). On ``local`` torch gets its threads here."""
+    from bench.threads import apply_threads, available_cores, threads_per_worker
+
+    if args.executor == "local":
+        for opt, val in (("--scheduler", args.scheduler), ("--workers", args.workers)):
+            if val is not None:
+                raise BenchError(f"{opt} is for --executor dask or slurm (the loader processes of a local run are "
+                                 f"--loader-workers)")
+        if args.loader_workers < 0:
+            args.loader_workers = default_workers()
+        threads = args.threads or _env_threads() or available_cores()
+        apply_threads(threads)
+        return 1, threads
+    if args.executor == "slurm" and args.scheduler:
+        raise BenchError("--scheduler is for --executor dask; --executor slurm starts its own scheduler")
+    if args.loader_workers < 0:
+        args.loader_workers = 0
+    if args.executor == "slurm":
+        return args.workers or 1, args.threads or 1
+    if args.scheduler:  # an existing cluster: its workers' cores / task slots, unless --threads
+        if args.workers is not None:
+            raise BenchError("--workers starts a LocalCluster's processes; with --scheduler the cluster has its own")
+        return 0, args.threads
+    import torch
+
+    gpus = torch.cuda.device_count() if device.type == "cuda" and device.index is None else 0
+    workers = args.workers or (gpus or available_cores())
+    return workers, args.threads or threads_per_worker(workers)
+
+
 def cmd_run(args) -> int:
     import torch
 
@@ -197,6 +283,7 @@ def cmd_run(args) -> int:
     if not args.no_report:
         check_writable(report_dir, "report directory (--report-dir)")
     device = resolve_device(args.device)
+    workers, threads = check_executor_args(args, device)
     data_root = resolve_data_root(args.data_root)
     if not args.quiet:
         print(f"[{suite.name}] profile {plan.profile}: models {plan.models}, methods {methods}, seeds {plan.seeds}, "
@@ -207,11 +294,18 @@ def cmd_run(args) -> int:
     pretrained = ({m: suite.pretrained_weights(m, plan.data, download=not args.no_download) for m in plan.models}
                   if getattr(suite, "pretrained_map", False) else None)
     data = suite.load(data_root, plan.data, download=not args.no_download)
-    torch.set_num_threads(torch.get_num_threads())
-    harness = Harness(suite, plan, data, ResultsStore(args.out), device, METHODS, force=args.force,
-                      progress=not args.quiet, quiet=args.quiet, workers=args.workers,
-                      pretrained=pretrained)
-    summary = harness.run()
+    store = ResultsStore(args.out)
+    if args.executor == "local":
+        harness = Harness(suite, plan, data, store, device, METHODS, force=args.force, progress=not args.quiet,
+                          quiet=args.quiet, workers=args.loader_workers, pretrained=pretrained)
+        summary = harness.run()
+    else:  # the data is loaded (and derived sets generated) here once, then read by every worker
+        from bench.executors.launch import run_distributed
+
+        artifacts = Harness(suite, plan, data, store, device, METHODS, quiet=True)
+        del data
+        summary = run_distributed(args, suite, plan, data_root, device, pretrained, store, METHODS, workers, threads,
+                                  on_connect=artifacts.write_artifacts)  # nothing written before the cluster answers
     if not args.quiet:
         print(f"[{suite.name}] done: {summary.fitted} fitted, {summary.loaded} loaded, {summary.skipped} skipped, "
               f"{len(summary.failed)} failed, {summary.records} records written", file=sys.stderr)

@@ -22,10 +22,11 @@ from bench.config import RunPlan, method_label
 from bench.cost import PeakMemory, Timer, flops_per_example
 from bench.data import EvalSet, SuiteData, TensorLoader, batches
 from bench.errors import DivergedError, MethodFailedError
+from bench.events import log_event
 from bench.locks import file_lock
 from bench.models import build_model
 from bench.predictive import concat
-from bench.provenance import device_description, git_commit, now, versions
+from bench.provenance import device_description, git_commit, now, versions, worker_identity
 from bench.seeding import derive_seed, seed_everything
 from bench.store import ResultsStore, config_hash
 
@@ -54,6 +55,7 @@ class GridProgress:
     work so far (skipped cells take no time and are not counted in the mean)."""
 
     total: int
+    parallel: int = 1  # cells running at once (workers of a distributed run): the ETA divides by it
     done: int = 0
     worked: int = 0
     seconds: float = 0.0
@@ -68,7 +70,7 @@ class GridProgress:
     def eta_s(self) -> float | None:
         if not self.worked:
             return None
-        return self.seconds / self.worked * (self.total - self.done)
+        return self.seconds / self.worked * (self.total - self.done) / max(1, self.parallel)
 
     def line(self) -> str:
         elapsed = time.perf_counter() - self.started
@@ -173,10 +175,49 @@ def check_finite(pred, where: str) -> None:
             raise DivergedError(f"non-finite predictive {name} on the {where}")
 
 
+@dataclass
+class CellIdentity:
+    """Everything that names one cell (model, method configuration, seed) without running it:
+    its configuration hash, records folder, lock file, the fields every record of it carries."""
+
+    cls: type
+    label: str
+    identity: dict
+    chash: str
+    run_dir: object
+    lock: object
+    tag: str
+    base: dict
+
+
+def cell_identity(suite, plan: RunPlan, store: ResultsStore, registry, model_name: str, method_name: str, cfg: dict,
+                  seed: int, device: torch.device, pretrained: dict | None = None) -> CellIdentity:
+    """The :class:`CellIdentity` of a cell: the same in every process (local run, Dask worker, the
+    driver recording a task that never came back), as it depends on the plan alone. ``base``
+    carries the host and worker of the calling process."""
+    cls = registry.get(method_name)
+    label = method_label(method_name, cfg, cls.defaults)
+    identity = {"suite": suite.name, "method": method_name, "method_config": cfg, "model": model_name,
+                "train": plan.train.to_dict(), "data": plan.data}
+    chash = config_hash(identity)
+    base = {"suite": suite.name, "profile": plan.profile, "task": suite.task.kind,
+            "method": method_name, "method_label": label, "method_config": cfg, "config_hash": chash,
+            "model": model_name, "seed": seed, "train_config": plan.train.to_dict(),
+            "data_config": plan.data, "git_commit": git_commit(), "versions": versions(),
+            "device": device_description(device), **worker_identity()}
+    if plan.note:
+        base["eval_note"] = plan.note
+    if pretrained and model_name in pretrained:
+        base["pretrained_weights"] = pretrained[model_name]
+    return CellIdentity(cls, label, identity, chash, store.run_dir(suite.name, model_name, method_name, chash, seed),
+                        store.lock_path(suite.name, model_name, method_name, chash, seed),
+                        f"{model_name} {label} seed {seed}", base)
+
+
 class Harness:
     def __init__(self, suite, plan: RunPlan, data: SuiteData, store: ResultsStore, device: torch.device,
                  methods_registry, *, force: bool = False, progress: bool = False, quiet: bool = False,
-                 workers: int = 0, pretrained: dict[str, dict] | None = None):
+                 workers: int = 0, pretrained: dict[str, dict] | None = None, map_refresh: bool | None = None):
         self.suite, self.plan, self.data, self.store = suite, plan, data, store
         self.device, self.methods_registry = device, methods_registry
         self.force, self.progress, self.quiet = force, progress, quiet
@@ -185,6 +226,8 @@ class Harness:
         self.summary = RunSummary()
         self.grid_progress: GridProgress | None = None  # set when the grid starts (run)
         self.eval_batch_size = int(plan.data.get("eval_batch_size", 1000))
+        self.map_refresh = map_refresh  # None: retrain cached MAP networks when ``force`` (see MapCache)
+        self._map_caches: dict[str, MapCache] = {}
         # The held-out validation split is scored like every evaluation set (kind "val"): the
         # one tuning protocol of the suite (bench/selection.py) chooses hyperparameters on it,
         # never on the test sets.
@@ -197,26 +240,35 @@ class Harness:
             print(f"[{self.suite.name}] {msg}", file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------
-    def run(self) -> RunSummary:
-        self.write_artifacts()
-        total = len(self.plan.models) * len(self.plan.seeds) * sum(len(c) for c in self.plan.methods.values())
-        self.grid_progress = GridProgress(total)  # the clock starts with the grid
-        for model_name in self.plan.models:
+    def cells(self) -> list[tuple[str, str, dict, int]]:
+        """The grid as (model, method, method config, seed), in the order a local run does them."""
+        from bench.executors.grid import grid_cells
+
+        return grid_cells(self.plan)
+
+    def map_cache(self, model_name: str) -> MapCache:
+        """The shared MAP-network cache of ``model_name`` (one per model and harness)."""
+        if model_name not in self._map_caches:
             build = partial(build_model, model_name, self.suite.in_shape, self.suite.task.num_outputs)
             map_key = {"suite": self.suite.name, "model": model_name, "train": self.plan.train.to_dict(),
                        "data": self.plan.data}
-            map_cache = MapCache(self.store.checkpoint_dir(self.suite.name), map_key, build, self.suite.task,
-                                 self.data.train_x, self.data.train_y, self.plan.train, self.device,
-                                 augment=self.data.augment, progress=self.progress, refresh=self.force,
-                                 pretrained=self.pretrained.get(model_name))
-            for method_name, configs in self.plan.methods.items():
-                for cfg in configs:
-                    for seed in self.plan.seeds:
-                        t0 = time.perf_counter()
-                        before = self.summary.skipped
-                        self.run_cell(model_name, build, map_cache, method_name, cfg, seed)
-                        self.grid_progress.cell_done(time.perf_counter() - t0, worked=self.summary.skipped == before)
-                        self.say(self.grid_progress.line())
+            self._map_caches[model_name] = MapCache(
+                self.store.checkpoint_dir(self.suite.name), map_key, build, self.suite.task, self.data.train_x,
+                self.data.train_y, self.plan.train, self.device, augment=self.data.augment, progress=self.progress,
+                refresh=self.force if self.map_refresh is None else self.map_refresh,
+                pretrained=self.pretrained.get(model_name))
+        return self._map_caches[model_name]
+
+    def run(self) -> RunSummary:
+        self.write_artifacts()
+        cells = self.cells()
+        self.grid_progress = GridProgress(len(cells))  # the clock starts with the grid
+        for cell in cells:
+            t0 = time.perf_counter()
+            before = self.summary.skipped
+            self.run_cell(*cell)
+            self.grid_progress.cell_done(time.perf_counter() - t0, worked=self.summary.skipped == before)
+            self.say(self.grid_progress.line())
         return self.summary
 
     def write_artifacts(self) -> None:
@@ -229,35 +281,25 @@ class Harness:
         for name, blob in (self.data.extras.get("artifacts") or {}).items():
             atomic_write_bytes(dest / name, blob)
 
-    def run_cell(self, model_name, build, map_cache, method_name, cfg, seed):
-        cls = self.methods_registry.get(method_name)
-        label = method_label(method_name, cfg, cls.defaults)
-        identity = {"suite": self.suite.name, "method": method_name, "method_config": cfg, "model": model_name,
-                    "train": self.plan.train.to_dict(), "data": self.plan.data}
-        chash = config_hash(identity)
-        run_dir = self.store.run_dir(self.suite.name, model_name, method_name, chash, seed)
-        tag = f"{model_name} {label} seed {seed}"
-        lock = self.store.lock_path(self.suite.name, model_name, method_name, chash, seed)
-        with file_lock(lock, wait=False) as held:
+    def cell_identity(self, model_name, method_name, cfg, seed) -> CellIdentity:
+        return cell_identity(self.suite, self.plan, self.store, self.methods_registry, model_name, method_name, cfg,
+                             seed, self.device, self.pretrained)
+
+    def run_cell(self, model_name, method_name, cfg, seed):
+        cid = self.cell_identity(model_name, method_name, cfg, seed)
+        with file_lock(cid.lock, wait=False) as held:
             if not held:  # a concurrent run on this results directory is doing this cell
-                self.say(f"{tag}: being run by another process, skipped")
+                self.say(f"{cid.tag}: being run by another process, skipped")
                 self.summary.skipped += 1
                 return
-            self._run_cell_locked(model_name, build, map_cache, method_name, cfg, seed, cls, label, identity, chash,
-                                  run_dir, tag)
+            self._run_cell_locked(model_name, self.map_cache(model_name), method_name, cfg, seed, cid)
 
-    def _run_cell_locked(self, model_name, build, map_cache, method_name, cfg, seed, cls, label, identity, chash,
-                         run_dir, tag):
-        base = {"suite": self.suite.name, "profile": self.plan.profile, "task": self.suite.task.kind,
-                "method": method_name, "method_label": label, "method_config": cfg, "config_hash": chash,
-                "model": model_name, "seed": seed, "train_config": self.plan.train.to_dict(),
-                "data_config": self.plan.data, "git_commit": git_commit(), "versions": versions(),
-                "device": device_description(self.device)}
-        if self.plan.note:
-            base["eval_note"] = self.plan.note
-        if model_name in self.pretrained:
-            base["pretrained_weights"] = self.pretrained[model_name]
-        if not self.force and self.store.has(run_dir, "fit", "fit", None):
+    def _run_cell_locked(self, model_name, map_cache, method_name, cfg, seed, cid):
+        cls, label, identity, chash, run_dir, tag = cid.cls, cid.label, cid.identity, cid.chash, cid.run_dir, cid.tag
+        build = map_cache.build_model
+        base = dict(cid.base)
+        failure = None if self.force else self.store.read(run_dir, "fit", "fit", None)
+        if failure is not None and not failure.get("executor_failure"):
             self.say(f"{tag}: recorded as failed earlier, skipped (use --force to retry)")
             self.summary.skipped += 1
             return
@@ -314,6 +356,8 @@ class Harness:
                             "upstream_seeds": sorted(set(map_cache.requested[n_requested:]))}
                 save_torch({"method": method.state_dict(), "fit_cost": fit_cost}, ckpt)
                 self.summary.fitted += 1
+                log_event(map_cache.events_path, "fitted", model=model_name, method=method_name, config_hash=fhash,
+                          seed=seed, seconds=timer.seconds)
                 self.say(f"{tag}: fitted in {timer.seconds:.1f} s")
         except Exception as exc:  # noqa: BLE001 - any error of a method is its cell's, not the grid's
             self.record_failure(run_dir, base, started, exc, tag)

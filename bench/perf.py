@@ -14,11 +14,14 @@ on the same tensors, and prints the ratio next to its target:
   (the peers need the ``perf`` extra; without it their rows say so and count as skipped)
 * VDP++ prediction (one moment-propagating pass) / one deterministic forward                  <= 3,
   and its peak tensor memory / the deterministic forward's                                  <= 2
-* evaluation throughput of the harness on a JPEG folder (``ImageFiles`` read by ``--workers``
+* evaluation throughput of the harness on a JPEG folder (``ImageFiles`` read by ``--loader-workers``
   loader processes) / a bare torchvision ``ImageFolder`` + ``DataLoader`` loop on the same files,
   same network, same workers                                                                   >= 0.95
 * peak memory of a run over 20 evaluation cells / over 1 cell (a ``bench run`` of the
   ``imagenetc`` smoke profile on a fixture, in a child process each)                           <= 1.1
+
+* (``bench/perf_scaleout.py``) the thread policy beside a busy process and idle, and the Dask
+  executor against the local one on an 8-cell grid, with its overhead per cell (issue 17)
 
 A case returns one row ``(measure, ratio, op, target, detail[, model])`` or a list of them (``model``
 when the case measures a network of its own rather than the loop's).
@@ -518,7 +521,7 @@ def eval_memory_many_cells_vs_one(model_name, in_shape, device, repeats, tmp, pe
     weights = root / "weights.pt"
     torch.save(build_model("resnet_small", (3, 224, 224), 1000).state_dict(), weights)
     base = ["run", "--suite", "imagenetc", "--profile", "smoke", "--data-root", str(root), "--methods",
-            "deterministic", "--no-report", "--quiet", "--workers", "1", "--device", str(device),
+            "deterministic", "--no-report", "--quiet", "--loader-workers", "1", "--device", str(device),
             "--set", f"data.weights={weights}", "--set", f"data.parts=[{per_class // 4},{per_class // 8},{per_class // 2}]"]
     one = _run_peak_rss_mb(base + ["--out", str(root / "r1"), "--set", "data.corruptions=gaussian_noise",
                                    "--set", "data.severities=[1]"])
@@ -549,6 +552,7 @@ def main(repeats: int = 5, device: str = "auto", cases: list[str] | None = None,
     import datetime
     import tempfile
 
+    from bench import perf_scaleout  # noqa: F401 - registers the scale-out cases
     from bench.errors import BenchError
     from bench.provenance import device_description, git_commit
 

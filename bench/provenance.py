@@ -60,3 +60,20 @@ def resolve_device(name: str) -> torch.device:
     if name.split(":")[0] not in ("cpu", "cuda"):
         raise BenchError(f"--device {name!r}: valid devices are auto, cpu, cuda, cuda:N")
     return torch.device(name)
+
+
+def worker_identity() -> dict:
+    """The host and worker this code runs on: ``{"host", "worker", "pid"}``. Inside a Dask worker
+    the worker is its name and address (``dask:<name>@<address>``), else ``local``."""
+    import os
+    import socket
+
+    worker = "local"
+    try:
+        from distributed import get_worker
+
+        w = get_worker()
+        worker = f"dask:{w.name}@{w.address}"
+    except (ImportError, ValueError):  # not inside a Dask worker
+        pass
+    return {"host": socket.gethostname(), "worker": worker, "pid": os.getpid()}

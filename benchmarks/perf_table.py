@@ -17,8 +17,8 @@ from pathlib import Path
 MODEL_NAMES = {"lenet_300_100": "LeNet-300-100", "lenet5": "LeNet-5"}
 
 
-def render(rows: list[dict], cases: list[str] | None = None) -> str:
-    rows = [r for r in rows if not cases or r["case"] in cases]
+def render(rows: list[dict], cases: list[str] | None = None, exclude: list[str] | None = None) -> str:
+    rows = [r for r in rows if (not cases or r["case"] in cases) and r["case"] not in (exclude or [])]
     out = ["| model | measure | ratio | target | met | detail | measured on |", "| --- | --- | ---: | --- | --- | --- | --- |"]
     for r in rows:
         ratio = "-" if r["ratio"] != r["ratio"] else f"{r['ratio']:.3f}"  # NaN: a peer not installed
@@ -34,12 +34,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--file", default="results/perf/cpu.json")
     p.add_argument("--cases", default=None, help="comma-separated case names (default: every stored row)")
+    p.add_argument("--exclude-cases", default=None, help="comma-separated case names to leave out")
     a = p.parse_args(argv)
     path = Path(a.file)
     if not path.exists():
         print(f"no stored perf rows at {path}: run `python -m bench perf --save {path}` first", file=sys.stderr)
         return 2
-    print(render(json.loads(path.read_text())["rows"], a.cases.split(",") if a.cases else None))
+    print(render(json.loads(path.read_text())["rows"], a.cases.split(",") if a.cases else None,
+                 a.exclude_cases.split(",") if a.exclude_cases else None))
     return 0
 
 

@@ -124,6 +124,13 @@ class Method(abc.ABC):
         return cls.STARTS_FROM
 
     @classmethod
+    def map_seeds(cls, config: dict, seed: int) -> list[int]:
+        """The seeds of the shared MAP networks (``ctx.map_cache.get``) a fit of ``config`` at
+        ``seed`` uses: ``[seed]`` when it starts from "map", none from "scratch". A distributed run
+        trains them first, as tasks the cell depends on; a "maps" method says which seeds."""
+        return [seed] if cls.starts_from(config) == "map" else []
+
+    @classmethod
     def train_overrides(cls, config: dict) -> dict:
         """The training-budget fields that ``config`` sets (TRAIN_OVERRIDES options not None)."""
         return {k: cast(config[k]) for k, cast in cls.TRAIN_OVERRIDES.items() if config.get(k) is not None}

@@ -31,9 +31,14 @@ class DeepEnsemble(Method):
         self.members = [ctx.build_model(dropout=0.0).to(ctx.device) for _ in range(int(self.config["members"]))]
         self._stacked = None
 
+    @classmethod
+    def map_seeds(cls, config, seed):
+        """Member i of seed s is the MAP network of seed s * M + i: disjoint across seeds."""
+        m = int({**cls.defaults, **config}["members"])
+        return [seed * m + i for i in range(m)]
+
     def member_seeds(self) -> list[int]:
-        m = int(self.config["members"])
-        return [self.ctx.seed * m + i for i in range(m)]
+        return self.map_seeds(self.config, self.ctx.seed)
 
     def fit(self, train, val):
         self.members = [self.ctx.map_cache.get(s) for s in self.member_seeds()]

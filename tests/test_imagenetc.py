@@ -52,7 +52,7 @@ def test_imagenetc_smoke_run_on_the_official_layout(fake_root, tmp_path, capsys)
     w = _weights(tmp_path)
     code, text = _run(["run", "--suite", "imagenetc", "--profile", "smoke", "--data-root", str(fake_root),
                        "--out", str(out), "--methods", "deterministic,pbn,mfvi", "--quiet",
-                       "--workers", "1", "--set", f"data.weights={w}"], capsys)
+                       "--loader-workers", "1", "--set", f"data.weights={w}"], capsys)
     assert code == 0, text
     recs = [json.loads(p.read_text()) for p in out.glob("imagenetc/records/**/*.json")]
     methods = {r["method"] for r in recs}
@@ -203,7 +203,7 @@ def test_tinyimagenetc_smoke_generates_tiny_imagenet_c_once_in_the_published_lay
     make_fake_tiny_imagenet(root)
     out = tmp_path / "results"
     args = ["run", "--suite", "tinyimagenetc", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
-            "--methods", "deterministic,mc_dropout", "--quiet", "--workers", "0"]
+            "--methods", "deterministic,mc_dropout", "--quiet", "--loader-workers", "0"]
     code, text = _run(args, capsys)
     assert code == 0, text
     c = root / "Tiny-ImageNet-C"

@@ -91,12 +91,12 @@ def test_camvid_smoke_run_on_the_published_layout(tmp_path, capsys):
     make_fake_camvid(root)
     out = tmp_path / "results"
     code, text = _run(["run", "--suite", "camvid", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
-                       "--quiet", "--workers", "1", "--set", "data.size=[64,80]"], capsys)
+                       "--quiet", "--loader-workers", "1", "--set", "data.size=[64,80]"], capsys)
     assert code == 2 and "data.size" in text  # the suite's networks expect 180 x 240
     # at the suite's resolution
     make_fake_camvid(root, size=(180, 240))
     code, text = _run(["run", "--suite", "camvid", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
-                       "--quiet", "--workers", "1", "--methods", "deterministic,mc_dropout,deep_ensemble"], capsys)
+                       "--quiet", "--loader-workers", "1", "--methods", "deterministic,mc_dropout,deep_ensemble"], capsys)
     assert code == 0, text
     recs = [json.loads(p.read_text()) for p in out.glob("camvid/records/**/*.json")]
     assert {r["method"] for r in recs} == {"deterministic", "mc_dropout", "deep_ensemble"}
@@ -225,7 +225,7 @@ def test_vdp_runs_on_the_unet_with_pixels_as_observations(tmp_path, capsys):
     make_fake_camvid(root, size=(180, 240))
     out = tmp_path / "results"
     code, text = _run(["run", "--suite", "camvid", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
-                       "--quiet", "--workers", "1", "--methods", "vdp"], capsys)
+                       "--quiet", "--loader-workers", "1", "--methods", "vdp"], capsys)
     assert code == 0, text
     recs = [json.loads(p.read_text()) for p in out.glob("camvid/records/**/*.json")]
     assert recs and all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]

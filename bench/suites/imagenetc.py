@@ -7,7 +7,7 @@ permutation per class (``datasets.tiny_imagenet.split_per_class``), so that noth
 fits or tunes on is ever tested on. The test part is evaluated clean (kind ``id``) and under
 every (corruption, severity 1..5) cell (kind ``shift``); the corrupted copy of a test image is
 the file of the same name in the corruption's folder. Every evaluation set is read from disk per
-batch (:class:`datasets.sources.ImageFiles`, decoded by ``--workers`` loader processes), so the
+batch (:class:`datasets.sources.ImageFiles`, decoded by ``--loader-workers`` loader processes), so the
 memory of a run does not grow with the number of cells.
 
 ``imagenetc``: the validation images as an ``ImageFolder`` tree (or the official archives) and

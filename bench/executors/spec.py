@@ -1,0 +1,29 @@
+"""What a worker needs to rebuild a run's harness: a small, picklable description of the run."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bench.config import RunPlan
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    suite: str
+    plan: RunPlan
+    data_root: str
+    out: str
+    device: str = "auto"  # auto | cpu | cuda | cuda:N; a worker of a multi-GPU host picks its own GPU
+    force: bool = False
+    loader_workers: int = 0
+    threads: int | None = None  # torch threads per worker; None: the worker's cores / its task slots
+    pretrained: dict | None = None
+    download: bool = False
+    quiet: bool = False
+    tags: dict = field(default_factory=dict)  # free-form provenance (e.g. the executor) stored nowhere else
+
+    def key(self) -> tuple:
+        """Identifies the harness a worker may reuse across tasks of the same run."""
+        import json
+
+        return (self.suite, json.dumps(self.plan.__dict__, default=str, sort_keys=True), self.data_root, self.out,
+                self.device, self.force, self.loader_workers, self.threads)
