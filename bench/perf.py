@@ -535,7 +535,8 @@ def eval_memory_many_cells_vs_one(model_name, in_shape, device, repeats, tmp, pe
 
 
 def _save(path, rows: list[dict], meta: dict) -> None:
-    """Merge ``rows`` into the JSON file at ``path`` (a later run of a case replaces its rows)."""
+    """Merge ``rows`` into the JSON file at ``path``: a later run of a case replaces every row that
+    case stored before (also rows whose measure it no longer reports)."""
     import json
     from pathlib import Path
 
@@ -543,9 +544,8 @@ def _save(path, rows: list[dict], meta: dict) -> None:
 
     path = Path(path)
     old = json.loads(path.read_text()).get("rows", []) if path.exists() else []
-    key = lambda r: (r["case"], r["model"], r["measure"])  # noqa: E731
-    new_keys = {key(r) for r in rows}
-    atomic_write_json(path, {"rows": [r for r in old if key(r) not in new_keys] + rows})
+    new_cases = {r["case"] for r in rows}
+    atomic_write_json(path, {"rows": [r for r in old if r["case"] not in new_cases] + rows})
 
 
 def main(repeats: int = 5, device: str = "auto", cases: list[str] | None = None, save: str | None = None) -> int:

@@ -23,7 +23,8 @@ def render(rows: list[dict], cases: list[str] | None = None, exclude: list[str] 
     for r in rows:
         ratio = "-" if r["ratio"] != r["ratio"] else f"{r['ratio']:.3f}"  # NaN: a peer not installed
         target = "-" if r["op"] == "skip" else f"{r['op']} {r['target']}"
-        met = "skipped" if r["op"] == "skip" else ("yes" if r["ok"] else "**no**")
+        # "skip": a peer not installed (no ratio), or a reference row without a target
+        met = ("skipped" if ratio == "-" else "-") if r["op"] == "skip" else ("yes" if r["ok"] else "**no**")
         where = f"{r['device']}, {r['threads']} thread(s), median of {r['repeats']}, {r['at'][:10]} ({r['git_commit'][:7]})"
         out.append(f"| {MODEL_NAMES.get(r['model'], r['model'])} | {r['measure']} | {ratio} | {target} | {met} | "
                    f"{r['detail']} | {where} |")

@@ -112,3 +112,5 @@ def test_starts_from_says_which_map_networks_a_fit_uses(name, tmp_path):
         assert len(used) > 1, used
     else:
         assert kind == "scratch" and not used, used
+    # the executors train exactly these networks ahead of the cell (docs/scaleout.md)
+    assert set(METHODS.get(name).map_seeds(m.config, ctx.seed)) == used, used
