@@ -67,8 +67,10 @@ class MapCache:
     def __init__(self, root: Path, key: dict, build_model: Callable[..., nn.Module], task,
                  train_x: torch.Tensor, train_y: torch.Tensor, train_cfg: TrainConfig,
                  device: torch.device, augment=None, progress: bool = False, refresh: bool = False,
-                 pretrained: dict | None = None):
+                 pretrained: dict | None = None, legacy_keys: list[dict] = ()):
         self.dir = Path(root) / "map" / str(key.get("model", "model")) / config_hash(key)
+        # where older code cached the same networks (a key that also held evaluation-only options)
+        self.legacy_dirs = [Path(root) / "map" / str(k.get("model", "model")) / config_hash(k) for k in legacy_keys]
         self.events_path = Path(root).parent / "events.jsonl"  # <results>/<suite>/events.jsonl
         self.key = key
         self.build_model, self.task = build_model, task
@@ -85,6 +87,16 @@ class MapCache:
 
     def path(self, seed: int) -> Path:
         return self.dir / f"seed{seed}.pt"
+
+    def cached_path(self, seed: int) -> Path:
+        """Where the network of ``seed`` is cached: :meth:`path`, or a legacy key's file when only
+        that one exists."""
+        path = self.path(seed)
+        if not path.exists():
+            for d in self.legacy_dirs:
+                if (d / path.name).exists():
+                    return d / path.name
+        return path
 
     def failure_path(self, seed: int) -> Path:
         return self.dir / f"seed{seed}.failed.json"
@@ -116,8 +128,9 @@ class MapCache:
                                 f"use --force to retry")
         self.retried.add(seed)
         model = self.build_model(dropout=0.0)
-        if path.exists() and not (self.refresh and seed not in self.trained_now):
-            state = load_or_set_aside(path, lambda st: model.load_state_dict(st["model"]))
+        cached = self.cached_path(seed)
+        if cached.exists() and not (self.refresh and seed not in self.trained_now):
+            state = load_or_set_aside(cached, lambda st: model.load_state_dict(st["model"]))
             if state is not None:
                 self.train_time_s.setdefault(seed, state.get("train_time_s", float("nan")))
                 return model.to(self.device).eval()
@@ -150,8 +163,8 @@ class MapCache:
         read from the cached checkpoints when this process did not train or load them."""
         total = 0.0
         for s in seeds:
-            if s not in self.train_time_s and self.path(s).exists():
-                state = load_or_set_aside(self.path(s))
+            if s not in self.train_time_s and self.cached_path(s).exists():
+                state = load_or_set_aside(self.cached_path(s))
                 if state is not None:
                     self.train_time_s[s] = float(state.get("train_time_s", 0.0))
             total += self.train_time_s.get(s, 0.0)

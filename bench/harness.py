@@ -250,13 +250,15 @@ class Harness:
         """The shared MAP-network cache of ``model_name`` (one per model and harness)."""
         if model_name not in self._map_caches:
             build = partial(build_model, model_name, self.suite.in_shape, self.suite.task.num_outputs)
-            map_key = {"suite": self.suite.name, "model": model_name, "train": self.plan.train.to_dict(),
-                       "data": self.plan.data}
+            # the MAP network depends on the data it trains on, not on the evaluation sets
+            # (Suite.EVAL_ONLY_DATA); a key that included them (older code) is still found
+            key = {"suite": self.suite.name, "model": model_name, "train": self.plan.train.to_dict()}
+            map_key, legacy = {**key, "data": self.suite.fit_data(self.plan.data)}, {**key, "data": self.plan.data}
             self._map_caches[model_name] = MapCache(
                 self.store.checkpoint_dir(self.suite.name), map_key, build, self.suite.task, self.data.train_x,
                 self.data.train_y, self.plan.train, self.device, augment=self.data.augment, progress=self.progress,
                 refresh=self.force if self.map_refresh is None else self.map_refresh,
-                pretrained=self.pretrained.get(model_name))
+                pretrained=self.pretrained.get(model_name), legacy_keys=[legacy] if legacy != map_key else [])
         return self._map_caches[model_name]
 
     def run(self) -> RunSummary:
@@ -322,7 +324,13 @@ class Harness:
         # options that only change prediction (cls.PREDICT_OPTIONS) do not change the fit: the fit's
         # identity takes them at their defaults, so a sweep over them shares one fit (and its seed)
         fit_cfg = {**cfg, **{k: cls.defaults[k] for k in cls.PREDICT_OPTIONS if k in cls.defaults}}
-        fhash = chash if fit_cfg == cfg else config_hash({**identity, "method_config": fit_cfg})
+        # nor do the data options that only choose evaluation sets (Suite.EVAL_ONLY_DATA): changing
+        # them re-evaluates the fitted method; `legacy` is the fit's identity before that rule
+        fit_identity = {**identity, "method_config": fit_cfg, "data": self.suite.fit_data(identity["data"])}
+        fhash = chash if fit_identity == identity else config_hash(fit_identity)
+        legacy = {**identity, "method_config": fit_cfg}
+        legacy_fhash = chash if legacy == identity else config_hash(legacy)
+        base["fit_hash"] = fhash  # the fitted checkpoint's folder: checkpoints/fitted/<model>/<method>-<fit_hash>
         work_dir = self.store.checkpoint_dir(self.suite.name) / "partial" / model_name / f"{method_name}-{fhash}" / f"seed{seed}"
         ctx = ctx_cls(task=self.suite.task, build_model=build, train=self.plan.train, device=self.device,
                       seed=seed, map_cache=map_cache, num_train=self.num_observations(), work_dir=work_dir,
@@ -330,7 +338,11 @@ class Harness:
         fit_seed = derive_seed(self.suite.name, model_name, method_name, fhash, seed)
         seed_everything(fit_seed)  # initialisation inside the constructor depends on it
         method = cls(ctx, **cfg)
-        ckpt = self.store.checkpoint_dir(self.suite.name) / "fitted" / model_name / f"{method_name}-{fhash}" / f"seed{seed}.pt"
+        fitted_dir = self.store.checkpoint_dir(self.suite.name) / "fitted" / model_name
+        ckpt = fitted_dir / f"{method_name}-{fhash}" / f"seed{seed}.pt"
+        old_ckpt = fitted_dir / f"{method_name}-{legacy_fhash}" / f"seed{seed}.pt"
+        if not ckpt.exists() and legacy_fhash != fhash and old_ckpt.exists() and not self.force:
+            ckpt = old_ckpt  # fitted by older code under the identity that included evaluation options
         try:
             state = None
             if ckpt.exists() and not self.force:

@@ -465,3 +465,60 @@ def test_callback_state_survives_an_interrupted_training(tmp_path):
         run(partial, stop_at=2)  # the epoch-1 checkpoint exists, epoch 2's never written
     resumed = run(partial)
     assert whole["seen"] == [0, 1, 2, 3] and resumed == whole
+
+
+def test_changing_an_evaluation_only_data_option_re_evaluates_without_training(tmp_path):
+    """Suite.EVAL_ONLY_DATA (here the toy suite's n_test): a new cell identity (new records), the
+    same fitted methods and MAP networks (loaded, not trained again)."""
+    from bench import harness as H
+    from bench.events import read_events
+
+    out = tmp_path / "r"
+    args = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--threads", "1",
+            "--methods", "deterministic,mc_dropout,pbn", "--out", str(out)]
+    assert main(args) == 0
+    summaries = []
+    orig = H.Harness.run
+
+    def spy(self):
+        s = orig(self)
+        summaries.append((s.fitted, s.loaded))
+        return s
+
+    H.Harness.run = spy
+    try:
+        assert main(args + ["--set", "data.n_test=300"]) == 0
+    finally:
+        H.Harness.run = orig
+    assert summaries == [(0, 3)]  # every fitted method loaded, none fitted again
+    events = read_events(out / "toy" / "events.jsonl")
+    assert sum(e["event"] == "map_trained" for e in events) == 1 and sum(e["event"] == "fitted" for e in events) == 3
+    df = load_records(out)
+    assert df.groupby("method")["config_hash"].nunique().eq(2).all()  # two cells each: old and new n_test
+    ids = df.loc[df["kind"] == "id", "n"]
+    assert 300 in set(ids) and ids.nunique() == 2  # evaluated on the new test set as well
+    assert (df.groupby("method")["fit_hash"].nunique() == 1).all()
+
+
+def test_map_networks_cached_under_the_older_key_are_still_found(tmp_path):
+    """Older code keyed the MAP cache with every data option (the toy smoke profile's n_test
+    included): such a cache is loaded, not trained again."""
+    from bench.config import parse_sets, resolve_plan
+    from bench.events import read_events
+    from bench.store import config_hash
+    from bench.suites import SUITES
+    from methods import METHODS
+
+    out = tmp_path / "r"
+    args = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--threads", "1", "--out", str(out)]
+    assert main(args + ["--methods", "deterministic"]) == 0
+    suite = SUITES.get("toy")()
+    plan = resolve_plan(suite, "smoke", ["deterministic"], parse_sets([]), method_registry=METHODS)
+    key = {"suite": "toy", "model": plan.models[0], "train": plan.train.to_dict()}
+    root = out / "toy" / "checkpoints" / "map" / plan.models[0]
+    new, old = root / config_hash({**key, "data": suite.fit_data(plan.data)}), root / config_hash({**key, "data": plan.data})
+    assert new != old and new.exists()
+    new.rename(old)  # the layout older code left
+    assert main(args + ["--methods", "pbn"]) == 0
+    assert sum(e["event"] == "map_trained" for e in read_events(out / "toy" / "events.jsonl")) == 1
+    assert not (new / "seed0.pt").exists()  # loaded from the old place, not written anew

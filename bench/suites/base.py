@@ -51,6 +51,15 @@ class Suite(abc.ABC):
     DEFAULT_DATA: ClassVar[dict] = {}
     #: constraints beyond :data:`COMMON_DATA_CONSTRAINTS` and the defaults' types
     data_constraints: ClassVar[dict[str, Constraint]] = {}
+    #: data options that only choose or shape the evaluation sets (which shifts, how many test
+    #: images, the batch size of evaluation): they are part of a cell's identity (its records) but
+    #: not of what is fitted, so changing them re-evaluates the fitted methods and MAP networks
+    #: instead of training them again
+    EVAL_ONLY_DATA: ClassVar[frozenset[str]] = frozenset({"eval_batch_size"})
+
+    def fit_data(self, data_cfg: dict) -> dict:
+        """``data_cfg`` without :attr:`EVAL_ONLY_DATA`: the data options a fit depends on."""
+        return {k: v for k, v in data_cfg.items() if k not in self.EVAL_ONLY_DATA}
 
     def data_cfg(self, data_cfg: dict) -> dict:
         """:attr:`DEFAULT_DATA` overridden by ``data_cfg``; an unknown option or an invalid value

@@ -65,6 +65,7 @@ class Cifar10Noise(Suite):
             "note": "cifar10c's paper profile (ResNet-18); the VDP++ paper gives no CIFAR-10 optimiser or schedule",
         },
     }
+    EVAL_ONLY_DATA = Suite.EVAL_ONLY_DATA | {"n_test", "n_ood", "snr_db"}
     DEFAULT_DATA = {"n_val": 5000, "n_train": None, "n_test": None, "n_ood": None,
                     "snr_db": list(SNR_LEVELS_DB), "eval_batch_size": 500, "augment": True}
 

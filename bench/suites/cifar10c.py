@@ -283,6 +283,8 @@ class Cifar10C(Suite):
             "note": "",
         },
     }
+    EVAL_ONLY_DATA = Suite.EVAL_ONLY_DATA | {"n_test", "n_per_cell", "n_ood", "corruptions", "severities",
+                                             "generator_seed"}
     DEFAULT_DATA = {"n_val": 5000, "n_train": None, "n_test": None, "n_per_cell": None, "n_ood": None,
                     "corruptions": "all", "severities": list(SEVERITIES), "generator_seed": 0,
                     "eval_batch_size": 500, "augment": True}

@@ -73,6 +73,7 @@ class MnistNoise(Suite):
             "note": "VDP++ paper: LeNet-5, 5 seeds, batch 512; optimiser, lr and epochs not given by the paper",
         },
     }
+    EVAL_ONLY_DATA = Suite.EVAL_ONLY_DATA | {"n_test", "n_ood", "snr_db"}
     DEFAULT_DATA = {**MnistRotated.DEFAULT_DATA, "snr_db": list(SNR_LEVELS_DB)}
     DEFAULT_DATA.pop("angles")
 

@@ -51,6 +51,7 @@ class MnistRotated(Suite):
             "note": "",
         },
     }
+    EVAL_ONLY_DATA = Suite.EVAL_ONLY_DATA | {"n_test", "n_ood", "angles"}
     DEFAULT_DATA = {"n_val": 10_000, "n_train": None, "n_test": None, "n_ood": None,
                     "angles": list(range(0, 181, 15)), "eval_batch_size": 1000}
 

@@ -189,6 +189,7 @@ class CamVidC(_CorruptedSegmentation):
                      "weighted cross-entropy are not reproduced: cosine schedule, unweighted loss"),
         },
     }
+    EVAL_ONLY_DATA = Suite.EVAL_ONLY_DATA | {"corruptions", "severities", "n_test", "generator_seed"}
     DEFAULT_DATA = {"corruptions": "all", "severities": list(SEVERITIES), "n_train": None, "n_test": None,
                     "size": None, "generator_seed": 0, "eval_batch_size": 8}
 
@@ -231,6 +232,8 @@ class CityscapesC(_CorruptedSegmentation):
                      "schedule and weighted cross-entropy are not reproduced (cosine, unweighted)"),
         },
     }
+    # n_test is not listed: the test images are taken from the same validation pool as n_val's
+    EVAL_ONLY_DATA = Suite.EVAL_ONLY_DATA | {"corruptions", "severities", "generator_seed"}
     DEFAULT_DATA = {"corruptions": "all", "severities": list(SEVERITIES), "n_train": None, "n_val": 100,
                     "n_test": None, "size": [256, 512], "generator_seed": 0, "eval_batch_size": 4}
 

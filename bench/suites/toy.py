@@ -48,6 +48,7 @@ class Toy(Suite):
                   "data": {"n_train": 20, "n_test": 10_000}, "methods": {}, "note": ""},
     }
 
+    EVAL_ONLY_DATA = Suite.EVAL_ONLY_DATA | {"n_test"}
     DEFAULT_DATA = {"n_train": 20, "n_test": 1000}
 
     def describe_shifts(self, data_cfg):
