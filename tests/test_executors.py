@@ -71,22 +71,22 @@ def test_two_cells_on_one_map_network_starting_together_train_it_once(tmp_path):
 
 
 class _FailCells:
-    """A worker plugin that makes the task function of every mc_dropout cell raise, as an
-    infrastructure error would (outside the method: not the harness's to record)."""
+    """A worker plugin that makes every mc_dropout cell raise in the worker, outside the method's
+    own code (as a full scratch disk would), where the harness does not record it itself."""
 
     name = "fail-mc-dropout"
 
     def setup(self, worker):
-        import bench.executors.worker as W
+        import bench.harness as H
 
-        original = W.run_cell
+        original = H.Harness.run_cell
 
-        def failing(spec, cell, *deps):
-            if cell[1] == "mc_dropout":
+        def failing(self, model, method, cfg, seed):
+            if method == "mc_dropout":
                 raise OSError("scratch disk full (injected by the test)")
-            return original(spec, cell, *deps)
+            return original(self, model, method, cfg, seed)
 
-        W.run_cell = failing  # tasks resolve the function by name when they are unpickled
+        H.Harness.run_cell = failing
 
 
 @pytest.mark.slow
@@ -106,7 +106,8 @@ def test_a_task_failing_past_its_retries_is_a_failed_cell_and_the_next_run_retri
     df = load_records(out)
     failed = df[df["status"] == "failed"]
     assert set(failed["method"]) == {"mc_dropout"} and failed["executor_failure"].all()
-    assert "scratch disk full" in failed["error"].iloc[0] and failed["host"].notna().all()
+    assert failed["error"].iloc[0] == "OSError: scratch disk full (injected by the test)"
+    assert failed["worker"].str.startswith("dask:").all() and failed["host"].notna().all()  # where it raised
     assert (df[df["method"] != "mc_dropout"]["status"] == "ok").all()  # the rest of the grid went on
     # the next run (no injected failure) retries the cell; its success replaces the failure record
     assert main(args + ["--workers", "2"]) == 0

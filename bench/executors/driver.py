@@ -92,14 +92,19 @@ def record_executor_failure(store, cid, exc: BaseException, retries: int) -> str
     """A failed record for a cell whose task never came back (retries exhausted, its worker died):
     flagged ``executor_failure`` so that the next run retries it (a method's own failure is
     kept until ``--force``). The host is the last worker's when Dask names it."""
-    msg = f"{type(exc).__name__}: {exc}"
+    msg = exc.error if hasattr(exc, "error") and hasattr(exc, "worker") else f"{type(exc).__name__}: {exc}"
     rec = {**cid.base, "status": "failed", "kind": "fit", "shift": "fit", "severity": None, "error": msg,
            "expected": False, "executor_failure": True, "retries": retries,
            "traceback": "".join(traceback.format_exception(exc, limit=-8)), "finished_at": now()}
-    last = getattr(exc, "last_worker", None)  # distributed's KilledWorker
+    last = getattr(exc, "last_worker", None)  # distributed's KilledWorker: only the worker's address
     if last is not None:
         rec["worker"] = f"dask:{getattr(last, 'name', '?')}@{getattr(last, 'address', last)}"
-    rec["host"] = _host_of(rec.get("worker", "")) or rec.get("host")
+        rec["host"] = _host_of(rec["worker"]) or "unknown"
+    elif hasattr(exc, "worker") and hasattr(exc, "host"):  # a TaskError: raised in a worker
+        rec["worker"], rec["host"] = exc.worker, exc.host
+    else:  # lost before any worker reported (e.g. cancelled): not where the cell ran
+        rec["worker"], rec["host"] = "unknown", "unknown"
+    rec["pid"] = None
     store.write(cid.run_dir, rec)
     return msg
 

@@ -14,6 +14,18 @@ from bench.executors.spec import RunSpec
 _HARNESSES: dict = {}
 
 
+class TaskError(RuntimeError):
+    """An error raised in a worker outside the method (the harness records a method's own errors),
+    carrying where it happened, so that the driver's failed record names the host and worker."""
+
+    def __init__(self, error: str, host: str, worker: str):
+        super().__init__(error)
+        self.error, self.host, self.worker = error, host, worker
+
+    def __reduce__(self):  # crosses process boundaries intact
+        return (TaskError, (self.error, self.host, self.worker))
+
+
 def worker_device(name: str):
     """The device of this worker: ``cuda`` on a host with several GPUs becomes ``cuda:<i>`` with i
     the worker's index (a LocalCluster names its workers 0, 1, ...), one GPU per worker."""
@@ -100,7 +112,11 @@ def run_cell(spec: RunSpec, cell: tuple, *map_results) -> dict:
     from bench.provenance import worker_identity
 
     t0 = time.perf_counter()
-    h = harness_for(spec)
-    h.summary = RunSummary()
-    h.run_cell(*cell)
+    try:
+        h = harness_for(spec)
+        h.summary = RunSummary()
+        h.run_cell(*cell)
+    except Exception as exc:  # noqa: BLE001 - re-raised with where it happened; Dask retries it
+        who = worker_identity()
+        raise TaskError(f"{type(exc).__name__}: {exc}", who["host"], who["worker"]) from exc
     return {"summary": asdict(h.summary), "seconds": time.perf_counter() - t0, **worker_identity()}
