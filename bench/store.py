@@ -135,6 +135,15 @@ class ResultsStore:
     def checkpoint_dir(self, suite: str) -> Path:
         return self.root / _safe(suite) / "checkpoints"
 
+    def fitted_checkpoint(self, record) -> Path:
+        """The fitted method a record was evaluated from: ``checkpoints/fitted/<model>/<method>-<fit_hash>/
+        seed<k>.pt``; records made before ``fit_hash`` existed were fitted under their ``config_hash``."""
+        h = record.get("fit_hash")
+        if not isinstance(h, str) or not h:
+            h = record["config_hash"]
+        return (self.checkpoint_dir(record["suite"]) / "fitted" / _safe(record["model"]) / f"{_safe(record['method'])}-{h}"
+                / f"seed{int(record['seed'])}.pt")
+
     def record_path(self, run_dir: Path, kind: str, shift: str, severity) -> Path:
         return run_dir / f"{eval_key(kind, shift, severity)}.json"
 

@@ -110,7 +110,15 @@ def table_criteria(runs: Runs, a) -> list[list[str]]:
 
 
 def fitted_indices(results: str, suite: str, model: str, h: str, seed: int) -> set[int] | None:
-    path = Path(results) / suite / "checkpoints" / "fitted" / model / f"subnet_laplace-{h}" / f"seed{seed}.pt"
+    import json
+
+    from bench.store import ResultsStore
+
+    store = ResultsStore(results)
+    recs = sorted(store.run_dir(suite, model, "subnet_laplace", h, seed).glob("*.json"))
+    if not recs:
+        return None
+    path = store.fitted_checkpoint(json.loads(recs[0].read_text()))  # the record says which fit it came from
     if not path.exists():
         return None
     state = load_torch(path)

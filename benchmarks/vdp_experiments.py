@@ -278,7 +278,7 @@ def _fitted_methods(results: Path, suite_name: str, model: str, methods: list[st
         if seeds and int(seed) not in seeds:
             continue
         rec = g.iloc[0]
-        ckpt = store.checkpoint_dir(suite_name) / "fitted" / model / f"{name}-{chash}" / f"seed{int(seed)}.pt"
+        ckpt = store.fitted_checkpoint(rec)
         if not ckpt.exists():
             print(f"  (no fitted checkpoint {ckpt}; skipped)", file=sys.stderr)
             continue

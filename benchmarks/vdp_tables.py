@@ -60,7 +60,9 @@ def travel_from_checkpoint(runs: Runs, h: str, seed: int):
 
     rec = runs.df[(runs.df["config_hash"] == h) & (runs.df["seed"] == seed) & (runs.df["kind"] == "id")].iloc[0]
     cfg = cfg_of("vdp", rec["method_config"])
-    path = (Path(runs.results) / runs.suite / "checkpoints" / "fitted" / runs.model / f"vdp-{h}" / f"seed{int(seed)}.pt")
+    from bench.store import ResultsStore
+
+    path = ResultsStore(runs.results).fitted_checkpoint(rec)
     if cfg.get("rho_optimizer") != "adam" or not path.exists():
         return None
     state = load_torch(path)["method"]
