@@ -249,7 +249,7 @@ class Harness:
     def map_cache(self, model_name: str) -> MapCache:
         """The shared MAP-network cache of ``model_name`` (one per model and harness)."""
         if model_name not in self._map_caches:
-            build = partial(build_model, model_name, self.suite.in_shape, self.suite.task.num_outputs)
+            build = partial(build_model, model_name, self.suite.input_shape(self.plan.data), self.suite.task.num_outputs)
             # the MAP network depends on the data it trains on, not on the evaluation sets
             # (Suite.EVAL_ONLY_DATA); a key that included them (older code) is still found
             key = {"suite": self.suite.name, "model": model_name, "train": self.plan.train.to_dict()}
@@ -387,7 +387,8 @@ class Harness:
         training pixels (pixels are the observations, as the networks output a row per pixel)."""
         n = len(self.data.train_x)
         if self.suite.task.kind == "segmentation":
-            n *= int(self.suite.in_shape[-2]) * int(self.suite.in_shape[-1])
+            h, w = self.suite.input_shape(self.plan.data)[-2:]
+            n *= int(h) * int(w)
         return n
 
     def made_from(self, record: dict, e: EvalSet) -> bool:

@@ -91,8 +91,9 @@ def test_camvid_smoke_run_on_the_published_layout(tmp_path, capsys):
     make_fake_camvid(root)
     out = tmp_path / "results"
     code, text = _run(["run", "--suite", "camvid", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
-                       "--quiet", "--loader-workers", "1", "--set", "data.size=[64,80]"], capsys)
-    assert code == 2 and "data.size" in text  # the suite's networks expect 180 x 240
+                       "--quiet", "--loader-workers", "1"], capsys)
+    assert code == 2 and "data.size" in text  # 60 x 80 images, and no data.size: the networks expect 180 x 240
+    assert not out.exists()
     # at the suite's resolution
     make_fake_camvid(root, size=(180, 240))
     code, text = _run(["run", "--suite", "camvid", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
@@ -155,6 +156,46 @@ def test_cityscapes_smoke_run_maps_label_ids_and_missing_data_is_exit_2(tmp_path
 
 
 @pytest.mark.real_data
+def test_spread_subset_by_hand():
+    from bench.suites.segmentation import spread_subset
+
+    assert spread_subset(10, 4, first=2) == [0, 1, 2, 6]  # 2 kept, then 8 images / 2 = every 4th
+    assert spread_subset(233, 30, first=2)[:3] == [0, 1, 2] and len(set(spread_subset(233, 30, first=2))) == 30
+    assert spread_subset(233, 30, first=2)[-1] == 2 + int(27 * 231 / 28)  # the last sequence is reached
+    assert spread_subset(5, None) == spread_subset(5, 9) == [0, 1, 2, 3, 4]
+    assert spread_subset(7, 1, first=2) == [0]
+
+
+def test_camvid_resized_with_a_subset_per_cell(tmp_path, capsys):
+    """data.size resizes every split and builds the networks at that size; the corrupted copies are
+    generated at that size in their own folder (the native copy untouched), every test image
+    corrupted once, and each corrupted cell scores data.n_per_cell of them (the clean set all)."""
+    from datasets.segmentation import camvid_labels
+
+    root = tmp_path / "data"
+    make_fake_camvid(root, n=(4, 2, 6), size=(60, 80))
+    out = tmp_path / "results"
+    code, text = _run(["run", "--suite", "camvid", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
+                       "--quiet", "--loader-workers", "1", "--methods", "deterministic", "--set", "data.size=[32,48]",
+                       "--set", "data.n_per_cell=4", "--set", "data.n_test=6", "--set", "data.corruptions=contrast",
+                       "--set", "data.severities=[1]"], capsys)
+    assert code == 0, text
+    assert not (root / "CamVid-C").exists()
+    cells = sorted((root / "CamVid-C-32x48" / "contrast" / "1" / "test").glob("*.png"))
+    assert len(cells) == 6 and all(Image.open(p).size == (48, 32) for p in cells)
+    recs = {r["kind"]: r for r in (json.loads(p.read_text()) for p in out.glob("camvid/records/**/*.json"))}
+
+    def labelled(indices):
+        files = sorted((root / "CamVid" / "testannot").glob("*.png"))
+        return sum(int((camvid_labels(np.asarray(Image.open(files[i]).resize((48, 32), Image.NEAREST))) != 255).sum())
+                   for i in indices)
+
+    assert recs["id"]["metrics"]["n_pixels"] == labelled(range(6))
+    assert recs["shift"]["metrics"]["n_pixels"] == labelled([0, 1, 2, 4])  # the first two, then every 2nd of the rest
+    assert recs["shift"]["n"] == 4 and "4 of the 6 test images per cell" in recs["shift"]["eval_note"]
+    assert recs["id"]["data_config"]["size"] == [32, 48]
+
+
 def test_camvid_smoke_on_the_real_copy(tmp_path, capsys):
     from tests.conftest import real_data_root
 

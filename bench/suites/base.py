@@ -57,6 +57,11 @@ class Suite(abc.ABC):
     #: instead of training them again
     EVAL_ONLY_DATA: ClassVar[frozenset[str]] = frozenset({"eval_batch_size"})
 
+    def input_shape(self, data_cfg: dict) -> tuple[int, ...]:
+        """The networks' input shape under these data options: :attr:`in_shape`, unless a suite's
+        data options resize its inputs (the segmentation suites' ``data.size``)."""
+        return tuple(self.in_shape)
+
     def fit_data(self, data_cfg: dict) -> dict:
         """``data_cfg`` without :attr:`EVAL_ONLY_DATA`: the data options a fit depends on."""
         return {k: v for k, v in data_cfg.items() if k not in self.EVAL_ONLY_DATA}
