@@ -208,7 +208,7 @@ class CamVidC(_CorruptedSegmentation):
             # 120 x 160 (2/3 of the native side, 44 % of its pixels; the budget was ~128 x 256)
             # for 12 epochs (as cifar10c quick); a
             # UNet at 180 x 240 for 30 epochs took ~55 min on one core, and a pass over the 95 corrupted
-            # copies of the 233 test images ~30 min, which the sampling methods repeat S times
+            # copies of the 233 test images ~1 h, which the sampling methods repeat S times
             # (docs/segmentation.md, "CamVid quick budget")
             "models": ["unet_small"], "seeds": [0, 1, 2],
             "train": {"epochs": 12, "batch_size": 4, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4,
