@@ -98,8 +98,9 @@ class _CorruptedSegmentation(Suite):
         cfg = self.data_cfg(data_cfg)
         names = corruption_names(cfg["corruptions"])
         return ["clean test images (in-distribution)",
-                f"{self.C_DIR}: {len(names)} corruptions x severities {','.join(map(str, cfg['severities']))} "
-                f"(ImageNet-C parameters, generated once at the evaluation resolution)"]
+                f"{self.c_dir(cfg)}: {len(names)} corruptions x severities {','.join(map(str, cfg['severities']))} "
+                f"(ImageNet-C parameters, generated once at the evaluation resolution)"
+                + (f", {cfg['n_per_cell']} test images per cell" if cfg["n_per_cell"] else "")]
 
     def input_shape(self, data_cfg: dict) -> tuple[int, ...]:
         size = {**self.DEFAULT_DATA, **data_cfg}["size"]  # (validated when the run was planned)
