@@ -423,6 +423,49 @@ OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "<": lambda a, b: a
        "skip": lambda a, b: True}
 
 
+@case
+def laplace_glm_jvp_vs_moments(model_name, in_shape, device, repeats, tmp, n=100, classes=200, samples=20):
+    """The diagonal Laplace's linearised predictive at Tiny-ImageNet's 200 classes (resnet_small,
+    64 x 64): drawn with one Jacobian-vector product per sample (glm_sampler=jvp, S = 20) against
+    laplace-torch's route through J Sigma J^T (here our exact diag_glm_moments: K backward passes
+    a batch) followed by the same Monte Carlo."""
+    if model_name != MODELS[0][0]:
+        return []
+    import warnings
+
+    from bench.data import TensorLoader
+    from methods.laplace_diag import LaplaceDiag
+
+    shape = (3, 64, 64)
+    task = classification(classes)
+
+    def build(dropout=0.0):
+        return build_model("resnet_small", shape, classes, dropout=dropout)
+
+    gen = torch.Generator().manual_seed(0)
+    xs, ys = torch.randn(32, *shape, generator=gen), torch.randint(0, classes, (32,), generator=gen)
+    cfg = TrainConfig(epochs=0, batch_size=32)
+    cache = MapCache(tmp, {"model": "resnet_small", "perf": "glm", "classes": classes}, build, task, xs, ys, cfg, device)
+    ctx = MethodContext(task=task, build_model=build, train=cfg, device=device, seed=0, map_cache=cache, num_train=32)
+    common = {"prior_precision_method": "none", "prior_precision": 1.0, "link_approx": "mc", "n_samples": samples,
+              "batch_size": 16, "predict_batch_size": n}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        jvp_m = LaplaceDiag(ctx, glm_sampler="jvp", **common).fit(TensorLoader(xs, ys, 16, shuffle=False), None)
+        mom_m = LaplaceDiag(ctx, **common).fit(TensorLoader(xs, ys, 16, shuffle=False), None)
+    x = torch.randn(n, *shape, generator=gen).to(device)
+
+    def jvp_path():
+        jvp_m.predict(x)
+
+    def moments_path():
+        mom_m.predict(x)
+
+    c, r = side_by_side(jvp_path, moments_path, max(1, repeats // 2), device)
+    return (f"diag Laplace GLM, K={classes}: jvp S={samples} / moments", c / r, "<=", 0.5,
+            f"{c * 1e3 / n:.1f} vs {r * 1e3 / n:.1f} ms per image", "resnet_small")
+
+
 def _jpeg_folder(tmp, n: int, size: int, classes: int = 20):
     """``n`` JPEGs of ``size`` x ``size`` in ``classes`` ImageFolder class folders (made once)."""
     from pathlib import Path

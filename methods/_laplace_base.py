@@ -61,6 +61,10 @@ class LaplaceMethod(Method):
         "pred_type": "glm",  # "glm" (linearised) | "nn" (sample the network)
         "link_approx": "probit",  # "probit" | "mc" (glm); nn is always MC
         "n_samples": 100,  # MC samples (laplace-torch's default)
+        # how glm + mc draws its logits: "moments" = from N(f_mu, J Sigma J^T) formed as laplace-torch
+        # does (K backward passes a batch); "jvp" = f_mu + J (theta_s - theta*), one Jacobian-vector
+        # product per sample whatever K is (the same Gaussian; bench/laplace/jvp_glm.py), for many classes
+        "glm_sampler": "moments",
         # one procedure for every Laplace variant: validation NLL of the method's own predictive
         # over a log10 grid, extended past an edge optimum (bench/laplace/prior.py)
         "prior_precision_method": "gridsearch",  # "gridsearch" (val NLL) | "marglik" | "none" (or None)
@@ -77,6 +81,7 @@ class LaplaceMethod(Method):
     }
     common_constraints = {
         "pred_type": OneOf("glm", "nn"), "link_approx": OneOf("probit", "mc"), "n_samples": Range(1, integer=True),
+        "glm_sampler": OneOf("moments", "jvp"),
         "prior_precision_method": OneOf("gridsearch", "marglik", "none", optional=True),
         "prior_precision": Range(0, lo_open=True), "grid_size": Range(2, integer=True),
         "grid_extend_decades": Range(0), "grid_max_extensions": Range(0, integer=True),
@@ -84,6 +89,8 @@ class LaplaceMethod(Method):
         "predict_batch_size": Range(1, integer=True),
     }
     constraints = common_constraints
+    #: whether glm_sampler=jvp applies (a posterior whose ``sample`` gives every trainable weight)
+    JVP_SAMPLER = False
     #: smoke runs (tests) check the pipeline: a 5-point prior grid on 100 validation examples
     profile_defaults = {"smoke": {"grid_size": 5, "val_examples": 100}}
 
@@ -96,6 +103,12 @@ class LaplaceMethod(Method):
             raise BenchError(f"{self.name}: link_approx must be 'probit' or 'mc', got {c['link_approx']!r}")
         if c["pred_type"] == "nn" and c["link_approx"] != "mc":
             self.config["link_approx"] = "mc"  # laplace-torch: the nn predictive is Monte Carlo only
+        if c["glm_sampler"] == "jvp" and not (c["pred_type"] == "glm" and c["link_approx"] == "mc"):
+            raise BenchError(f"{self.name}: glm_sampler=jvp samples the linearised predictive: it needs "
+                             f"pred_type=glm and link_approx=mc (got {c['pred_type']}, {c['link_approx']})")
+        if c["glm_sampler"] == "jvp" and not self.JVP_SAMPLER:
+            raise BenchError(f"{self.name}: glm_sampler=jvp is for posteriors over the network's weights "
+                             f"(laplace_diag, subnet_laplace); the last layer's Jacobian is its feature, already cheap")
         if c["prior_precision_method"] is None:  # `--set ...prior_precision_method=none` parses to None
             self.config["prior_precision_method"] = "none"
         if c["prior_precision_method"] not in ("gridsearch", "marglik", "none"):
@@ -261,6 +274,12 @@ class LaplaceMethod(Method):
     def _predict_chunk(self, x):
         c = self.config
         S = int(c["n_samples"])
+        if c["pred_type"] == "glm" and c["glm_sampler"] == "jvp":
+            from bench.laplace.jvp_glm import glm_logit_samples, posterior_offsets
+
+            # the same weight offsets for every chunk (a fresh generator): batching-independent
+            _, f = glm_logit_samples(self.la.model, x, posterior_offsets(self.la, S, self._generator()))
+            return ClassificationPredictive.from_samples(torch.softmax(f, dim=-1).float())
         if c["pred_type"] == "glm":
             f_mu, f_var = self.glm_moments(x)
             if c["link_approx"] == "probit":

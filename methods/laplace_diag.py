@@ -33,6 +33,8 @@ class LaplaceDiag(LaplaceMethod):
     hessian_structure = "diag"
     defaults = {**LaplaceMethod.common_defaults}
 
+    JVP_SAMPLER = True
+
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)
         if self.config["backend"] not in DIAG_BACKENDS:

@@ -79,6 +79,8 @@ class SubnetLaplace(LaplaceMethod):
     #: the grid search caches the validation Jacobians (N_val x K x s floats) up to this size
     JACOBIAN_CACHE_BYTES = 2 * 2**30
 
+    JVP_SAMPLER = True
+
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)
         if self.config["backend"] not in SUBNET_BACKENDS:
