@@ -63,8 +63,8 @@ def travel_from_checkpoint(runs: Runs, h: str, seed: int):
     from bench.store import ResultsStore
 
     path = ResultsStore(runs.results).fitted_checkpoint(rec)
-    if cfg.get("rho_optimizer") != "adam" or not path.exists():
-        return None
+    if rec["method"] != "vdp" or cfg.get("rho_optimizer") != "adam" or not path.exists():
+        return None  # (a table's mfvi row has no VDP++ rho to measure)
     state = load_torch(path)["method"]
     rho = torch.cat([v.reshape(-1) for k, v in state["net"].items() if k.endswith("_rho")])
     train = TrainConfig.from_dict(rec["train_config"])
