@@ -65,6 +65,9 @@ class LaplaceMethod(Method):
         # does (K backward passes a batch); "jvp" = f_mu + J (theta_s - theta*), one Jacobian-vector
         # product per sample whatever K is (the same Gaussian; bench/laplace/jvp_glm.py), for many classes
         "glm_sampler": "moments",
+        # segmentation (backend "sampled"): labels drawn per pixel and image for the GGN estimate
+        # (bench/laplace/sampled_ggn.py); one backward pass per image and draw
+        "ggn_samples": 1,
         # one procedure for every Laplace variant: validation NLL of the method's own predictive
         # over a log10 grid, extended past an edge optimum (bench/laplace/prior.py)
         "prior_precision_method": "gridsearch",  # "gridsearch" (val NLL) | "marglik" | "none" (or None)
@@ -81,7 +84,7 @@ class LaplaceMethod(Method):
     }
     common_constraints = {
         "pred_type": OneOf("glm", "nn"), "link_approx": OneOf("probit", "mc"), "n_samples": Range(1, integer=True),
-        "glm_sampler": OneOf("moments", "jvp"),
+        "glm_sampler": OneOf("moments", "jvp"), "ggn_samples": Range(1, integer=True),
         "prior_precision_method": OneOf("gridsearch", "marglik", "none", optional=True),
         "prior_precision": Range(0, lo_open=True), "grid_size": Range(2, integer=True),
         "grid_extend_decades": Range(0), "grid_max_extensions": Range(0, integer=True),
@@ -109,6 +112,12 @@ class LaplaceMethod(Method):
         if c["glm_sampler"] == "jvp" and not self.JVP_SAMPLER:
             raise BenchError(f"{self.name}: glm_sampler=jvp is for posteriors over the network's weights "
                              f"(laplace_diag, subnet_laplace); the last layer's Jacobian is its feature, already cheap")
+        if (ctx.task.kind == "segmentation" and self.JVP_SAMPLER and c["pred_type"] == "glm"
+                and c["glm_sampler"] != "jvp"):
+            raise BenchError(f"{self.name}: on a segmentation network the linearised predictive is drawn by "
+                             f"Jacobian-vector products (link_approx=mc, glm_sampler=jvp) or networks are sampled "
+                             f"(pred_type=nn): its moments need the Jacobian of every pixel row (K backward passes per "
+                             f"pixel); got link_approx={c['link_approx']}, glm_sampler={c['glm_sampler']}")
         if c["prior_precision_method"] is None:  # `--set ...prior_precision_method=none` parses to None
             self.config["prior_precision_method"] = "none"
         if c["prior_precision_method"] not in ("gridsearch", "marglik", "none"):
@@ -151,9 +160,14 @@ class LaplaceMethod(Method):
         net = copy.deepcopy(model).eval()  # BackPACK / ASDL hook into the model: its own copy
         for p in net.parameters():
             p.requires_grad_(True)
+        kw = self.laplace_kwargs()
+        if backend == "sampled":  # the segmentation GGN from labels drawn per pixel (a seeded draw)
+            kw["backend_kwargs"] = {"ignore_index": int(self.ctx.task.ignore_index),
+                                    "n_samples": int(self.config["ggn_samples"]),
+                                    "seed": derive_seed(self.name, "ggn-labels", self.ctx.seed)}
         return Laplace(net, "classification", subset_of_weights=self.subset_of_weights,
                        hessian_structure=self.hessian_structure, backend=backend_class(backend),
-                       prior_precision=float(self.config["prior_precision"]), **self.laplace_kwargs())
+                       prior_precision=float(self.config["prior_precision"]), **kw)
 
     def _val_chunks(self, val):
         """The validation split (or a fixed, seeded subset of ``val_examples``) in chunks."""
@@ -246,7 +260,13 @@ class LaplaceMethod(Method):
         self.meta["backend"] = backend
         loader = as_torch_loader(train, int(c["batch_size"]))
         if self.ctx.task.kind == "segmentation":
-            loader = pixel_label_loader(loader, self.ctx.task.ignore_index)
+            if backend == "sampled":
+                from bench.laplace.sampled_ggn import label_map_loader
+
+                loader = label_map_loader(loader)
+                self.meta["ggn_samples"] = int(c["ggn_samples"])
+            else:
+                loader = pixel_label_loader(loader, self.ctx.task.ignore_index)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             t0 = time.perf_counter()
@@ -328,9 +348,9 @@ class LaplaceMethod(Method):
         keep = ("backend", "backend_reason", "criterion", "prior_precision", "prior_precision_method",
                 "prior_search", "warnings", "log_marginal_likelihood", "memory_estimate_bytes",
                 "memory_limit_bytes", "n_zero_curvature", "n_non_identifiable", "select_info", "subnet_size", "subnet_digest",
-                "layer_distribution", "select_time_s", "curvature_time_s", "prior_time_s")
+                "layer_distribution", "select_time_s", "curvature_time_s", "prior_time_s", "ggn_samples")
         out = {k: self.meta[k] for k in keep if k in self.meta}
-        out.update({k: self.config[k] for k in ("pred_type", "link_approx")})
+        out.update({k: self.config[k] for k in ("pred_type", "link_approx", "glm_sampler")})
         return out
 
 

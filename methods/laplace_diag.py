@@ -26,21 +26,24 @@ from methods.base import register_method
 
 @register_method("laplace_diag")
 class LaplaceDiag(LaplaceMethod):
-    UNSUPPORTED = {"segmentation": ("its Jacobians take one row per input example, while a segmen"
-                                    "tation network's pixel rows share features through the convolutions (docs/segmentation.md)")}
     description = "diagonal GGN Laplace over all weights of the MAP network (laplace-torch), prior tuned on validation"
     subset_of_weights = "all"
     hessian_structure = "diag"
     defaults = {**LaplaceMethod.common_defaults}
 
     JVP_SAMPLER = True
+    tasks = ("classification", "segmentation")  # segmentation: pixels as observations, sampled-label GGN
 
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)
-        if self.config["backend"] not in DIAG_BACKENDS:
-            raise BenchError(f"laplace_diag: backend must be one of {', '.join(DIAG_BACKENDS)}")
+        if self.config["backend"] not in DIAG_BACKENDS + ("sampled",):
+            raise BenchError(f"laplace_diag: backend must be one of {', '.join(DIAG_BACKENDS + ('sampled',))}")
 
     def fit_laplace(self, model, loader, backend):
+        if backend == "sampled":  # segmentation: the sampled-label GGN diagonal, pixels as observations
+            self.meta["backend_reason"] = ("segmentation: BackPACK / ASDL take one row per input example; the GGN "
+                                           "diagonal from labels drawn per pixel (bench/laplace/sampled_ggn.py)")
+            return super().fit_laplace(model, loader, backend)
         la, info = fit_diag_laplace(model, loader, likelihood="classification", backend=self.config["backend"],
                                     prior_precision=float(self.config["prior_precision"]))
         la.n_outputs = int(model(next(iter(loader))[0][:1].to(la._device)).shape[-1])
@@ -51,7 +54,15 @@ class LaplaceDiag(LaplaceMethod):
         return la
 
     def backend_name(self, model):
-        return self.config["backend"]
+        b = self.config["backend"]
+        if self.ctx.task.kind == "segmentation":
+            if b not in ("auto", "sampled"):
+                raise BenchError(f"laplace_diag: a segmentation network's GGN is estimated with backend=sampled "
+                                 f"(labels drawn per pixel); {b!r} takes one row per input example")
+            return "sampled"
+        if b == "sampled":
+            raise BenchError("laplace_diag: backend=sampled is for segmentation networks")
+        return b
 
     def val_nll_many_function(self, chunks):
         """Every grid point's validation NLL in one pass over the validation split: the

@@ -45,8 +45,6 @@ from methods.base import register_method
 
 @register_method("subnet_laplace")
 class SubnetLaplace(LaplaceMethod):
-    UNSUPPORTED = {"segmentation": ("its Jacobians take one row per input example, while a segmen"
-                                    "tation network's pixel rows share features through the convolutions (docs/segmentation.md)")}
     description = ("Wasserstein subnetwork Laplace (Daxberger et al. 2021): largest-variance subnet of the MAP "
                    "network, full-covariance GGN Laplace over it (laplace-torch)")
     subset_of_weights = "subnetwork"
@@ -66,6 +64,9 @@ class SubnetLaplace(LaplaceMethod):
         "exclude_non_identifiable": True,  # variance criteria skip weights with no training-mode gradient
         "memory_limit_gb": None,  # None: 25 % of the available memory
         **LaplaceMethod.common_defaults,
+        # segmentation: 4 label draws per image, so that the sampled GGN over the subnet has rank
+        # up to 4 x (training images) (CamVid: 1,468 >= the default 1,000 subnet weights)
+        "ggn_samples": 4,
     }
     constraints = {**LaplaceMethod.common_constraints, "criterion": OneOf(*CRITERIA.names()), "n_subnet": Range(1, integer=True, optional=True),
                    "subnet_fraction": Range(0, 1, lo_open=True, optional=True),
@@ -80,6 +81,7 @@ class SubnetLaplace(LaplaceMethod):
     JACOBIAN_CACHE_BYTES = 2 * 2**30
 
     JVP_SAMPLER = True
+    tasks = ("classification", "segmentation")  # segmentation: pixels as observations, sampled-label GGN
 
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)
@@ -119,6 +121,14 @@ class SubnetLaplace(LaplaceMethod):
         beats ASDL (whose predictive falls back to torch.func Jacobians of all weights);
         Curvlinops' subnet path is torch.func over all weights: only on request."""
         want = self.config["backend"]
+        if self.ctx.task.kind == "segmentation":
+            if want not in ("auto", "sampled"):
+                raise BenchError(f"subnet_laplace: a segmentation network's GGN is estimated with backend=sampled "
+                                 f"(labels drawn per pixel); {want!r} takes one row per input example")
+            return "sampled", ("segmentation: Jacobian backends take one row per input example; the subnet GGN "
+                               "from labels drawn per pixel (bench/laplace/sampled_ggn.py)")
+        if want == "sampled":
+            raise BenchError("subnet_laplace: backend=sampled is for segmentation networks")
         bad = subnet_jacobian_backend().unsupported(model, self.indices)
         if want == "subnet" and bad:
             raise BenchError(f"subnet_laplace: backend 'subnet' supports Linear / Conv2d weights only, not {bad[:3]}; "
@@ -150,7 +160,8 @@ class SubnetLaplace(LaplaceMethod):
             K = int(model(x1).shape[-1])
         self.meta["n_outputs"] = K
         # 1. cheap check before the (slow) selection, with the cheapest backend that could apply
-        want = c["backend"] if c["backend"] != "auto" else "subnet"
+        want = c["backend"] if c["backend"] != "auto" else (
+            "sampled" if self.ctx.task.kind == "segmentation" else "subnet")
         mem_kw = dict(n_params=n_params, n_outputs=K, batch_size=int(c["batch_size"]),
                       predict_batch=int(c["predict_batch_size"]), activations=acts, pred_type=c["pred_type"])
         check_memory(limit=limit, what=f"subnet_laplace (n_subnet={s}, backend={want})", backend=want, s=s, **mem_kw)

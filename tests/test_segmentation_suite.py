@@ -249,14 +249,40 @@ def test_last_layer_laplace_per_pixel(tmp_path, capsys):
     assert idr["cost"]["stochastic_params"] == 16 * 11 + 11  # the 1x1 classifier: weights + biases
 
 
+def test_weight_space_laplace_per_pixel(tmp_path, capsys):
+    """The diagonal and the subnetwork Laplace on the UNet, pixels as observations: their GGN from
+    labels drawn per pixel (backend "sampled"), the prior precision searched on the validation
+    pixels, a linearised predictive drawn by Jacobian-vector products that is not the MAP network's
+    (mutual information > 0 per pixel)."""
+    root = tmp_path / "data"
+    make_fake_camvid(root, n=(4, 2, 2), size=(180, 240))
+    out = tmp_path / "results"
+    code, text = _run(["run", "--suite", "camvid", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
+                       "--quiet", "--methods", "laplace_diag,subnet_laplace", "--set", "data.severities=[1]",
+                       "--set", "data.corruptions=contrast"], capsys)
+    assert code == 0, text
+    recs = [json.loads(p.read_text()) for p in out.glob("camvid/records/**/*.json")]
+    assert {r["method"] for r in recs} == {"laplace_diag", "subnet_laplace"}
+    assert all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
+    for r in recs:
+        if r["kind"] != "id":
+            continue
+        d = r["diagnostics"]
+        assert d["backend"] == "sampled" and d["glm_sampler"] == "jvp" and d["prior_search"]["log10_grid"]
+        assert d["ggn_samples"] == (4 if r["method"] == "subnet_laplace" else 1)
+        assert r["metrics"]["mutual_information"] > 0
+        if r["method"] == "subnet_laplace":
+            assert r["cost"]["stochastic_params"] == 50 and d["n_zero_curvature"] < 50
+
+
 def test_methods_without_segmentation_are_refused_with_their_reason(tmp_path, capsys):
     code, text = _run(["run", "--suite", "camvid", "--profile", "smoke", "--data-root", str(tmp_path / "none"),
-                       "--out", str(tmp_path / "r"), "--methods", "subnet_laplace"], capsys)
-    assert code == 2 and "does not support segmentation" in text and "pixel rows share features" in text
+                       "--out", str(tmp_path / "r"), "--methods", "temperature_scaling"], capsys)
+    assert code == 2 and "does not support segmentation" in text and "validation label maps" in text
     from bench.reporting.build import _unsupported_methods
 
     listed = _unsupported_methods(["segmentation"])
-    assert {x.split(":")[0] for x in listed} == {"subnet_laplace", "laplace_diag", "temperature_scaling"}
+    assert {x.split(":")[0] for x in listed} == {"temperature_scaling"}
 
 
 def test_vdp_runs_on_the_unet_with_pixels_as_observations(tmp_path, capsys):

@@ -57,6 +57,8 @@ def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batc
     act = 3 * activations  # forward activations + the gradients at the layer outputs
 
     def jac(b: int, phase: str) -> int:
+        if backend == "sampled":  # one image at a time: its gradient (P), the kept rows; predict: JVPs
+            return 2 * P + b * s + act if phase == "fit" else 3 * b * act
         if backend == "subnet":  # J, the gathered g and a entries, their product, GGN intermediates
             return 6 * b * K * s + b * act
         if backend == "backpack":

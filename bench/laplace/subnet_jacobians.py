@@ -19,8 +19,9 @@ from torch import nn
 from bench.subnet.selection import laplace_backend
 
 #: backends a subnetwork Laplace accepts (``auto``: the subnet-only Jacobians when every subnet
-#: weight sits in a supported layer, else BackPACK, else ASDL; Curvlinops only on request)
-SUBNET_BACKENDS = ("auto", "subnet", "backpack", "asdl", "curvlinops")
+#: weight sits in a supported layer, else BackPACK, else ASDL; Curvlinops only on request; a
+#: segmentation network: ``sampled``, the only one that takes its pixels as observations)
+SUBNET_BACKENDS = ("auto", "subnet", "backpack", "asdl", "curvlinops", "sampled")
 
 
 #: a Conv2d's subnet columns come from the product over all (row, column) pairs the subnet
@@ -245,4 +246,8 @@ def subnet_jacobian_backend():
 
 
 def backend_class(name: str):
+    if name == "sampled":  # segmentation networks: the sampled-label GGN (bench/laplace/sampled_ggn.py)
+        from bench.laplace.sampled_ggn import sampled_ggn_backend
+
+        return sampled_ggn_backend()
     return subnet_jacobian_backend() if name == "subnet" else laplace_backend(name)

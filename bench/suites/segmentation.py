@@ -32,7 +32,20 @@ from datasets.segmentation import (CAMVID_CLASSES, CITYSCAPES_CLASSES, IGNORE, L
                                    camvid_split, cityscapes_labels, cityscapes_split)
 
 #: the methods that support the segmentation task (the others say why in ``bench list``)
-SEGMENTATION_METHODS = ("deterministic", "mc_dropout", "deep_ensemble", "pbn", "mfvi", "ssvi", "laplace_last_layer", "vdp")
+SEGMENTATION_METHODS = ("deterministic", "mc_dropout", "deep_ensemble", "pbn", "mfvi", "ssvi", "laplace_last_layer", "vdp",
+                        "laplace_diag", "subnet_laplace")
+
+#: the weight-space Laplace variants on pixels: their GGN from labels drawn per pixel (backend
+#: "sampled", bench/laplace/sampled_ggn.py) and their linearised predictive drawn by one
+#: Jacobian-vector product per posterior sample over every pixel of a batch (glm_sampler=jvp), in
+#: batches of 4 images (20 samples x 4 images x 19,200 pixels x 11 classes: 68 MB). A JVP costs
+#: about two forward passes, so S samples cost ~2 S networks per image (MC dropout: S), and each
+#: point of the prior grid as much over the validation images: the grid search uses
+#: ``val_examples`` of them (10 CamVid images are 192,000 validation pixels)
+def laplace_on_pixels(n_samples: int, val_examples: int | None = 10, **subnet) -> dict:
+    common = {"link_approx": "mc", "glm_sampler": "jvp", "n_samples": n_samples, "predict_batch_size": 4,
+              "val_examples": val_examples}
+    return {"laplace_diag": dict(common), "subnet_laplace": {**common, **subnet}}
 
 
 #: uncertainty maps in the report: the first MAP_IMAGES test images, clean and under the suite's
@@ -201,7 +214,8 @@ class CamVidC(_CorruptedSegmentation):
             "train": {"epochs": 1, "batch_size": 4, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4},
             "data": {"n_train": 8, "n_test": 4, "corruptions": ["gaussian_noise", "contrast"], "severities": [1, 3],
                      "eval_batch_size": 4},
-            "methods": {"deep_ensemble": {"members": 2}, "mc_dropout": {"samples": 3}},
+            "methods": {"deep_ensemble": {"members": 2}, "mc_dropout": {"samples": 3},
+                        **laplace_on_pixels(4, 2, n_subnet=50, swag_n_snapshots=4, swag_snapshot_every=1)},
             "note": "smoke profile: 8 training and 4 test images, one epoch; numbers are meaningless",
         },
         "quick": {
@@ -218,8 +232,11 @@ class CamVidC(_CorruptedSegmentation):
             # PBN fine-tunes the MAP network for 2 epochs at a smaller rate (as cifar10c quick); mfvi
             # trains from scratch with 2 posterior samples per step (as imagenetc quick's PBN), MC
             # dropout predicts with 10 samples
+            # the weight-space Laplace variants 10 posterior samples (as MC dropout); the subnet's SWAG
+            # (the authors' 256 snapshots) one snapshot every 4 SGD steps (~11 epochs) instead of one
+            # per epoch (256 epochs)
             "methods": {"pbn": {"lr": 0.005, "epochs": 2}, "mfvi": {"train_samples": 2},
-                        "mc_dropout": {"samples": 10}},
+                        "mc_dropout": {"samples": 10}, **laplace_on_pixels(10, swag_snapshot_every=4)},
             "note": ("quick profile: CamVid resized to 120 x 160 (2/3 of its native 180 x 240 per side), unet_small trained "
                      "from scratch for 12 epochs; every CamVid-C cell (19 corruptions x 5 severities) is evaluated "
                      "on the same 30 of the 233 test images (the first two, then evenly spaced over the test "
@@ -231,7 +248,7 @@ class CamVidC(_CorruptedSegmentation):
             "train": {"epochs": 150, "batch_size": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4,
                       "schedule": "cosine"},
             "data": {},
-            "methods": {},
+            "methods": laplace_on_pixels(20, None),
             "note": ("the PBN paper's Cityscapes UNet and optimiser on CamVid; its plateau schedule (lr x 0.5) and "
                      "weighted cross-entropy are not reproduced: cosine schedule, unweighted loss"),
         },
@@ -258,7 +275,8 @@ class CityscapesC(_CorruptedSegmentation):
             "train": {"epochs": 1, "batch_size": 2, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4},
             "data": {"n_val": 1, "n_test": 2, "corruptions": ["gaussian_noise", "contrast"], "severities": [1, 3],
                      "eval_batch_size": 2},
-            "methods": {"deep_ensemble": {"members": 2}, "mc_dropout": {"samples": 3}},
+            "methods": {"deep_ensemble": {"members": 2}, "mc_dropout": {"samples": 3},
+                        **laplace_on_pixels(4, 2, n_subnet=50, swag_n_snapshots=4, swag_snapshot_every=1)},
             "note": "smoke profile: a few images, one epoch; numbers are meaningless",
         },
         "quick": {
@@ -266,7 +284,7 @@ class CityscapesC(_CorruptedSegmentation):
             "train": {"epochs": 20, "batch_size": 4, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4,
                       "schedule": "cosine"},
             "data": {"n_train": 500, "n_test": 100},
-            "methods": {},
+            "methods": laplace_on_pixels(10),
             "note": "quick profile: 500 training images, 100 of the 500 validation images as the test set",
         },
         "paper": {
@@ -274,7 +292,7 @@ class CityscapesC(_CorruptedSegmentation):
             "train": {"epochs": 150, "batch_size": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4,
                       "schedule": "cosine"},
             "data": {},
-            "methods": {},
+            "methods": laplace_on_pixels(20, None),
             "note": ("PBN paper App. H.4: UNet 64..1024, 256 x 512, SGD momentum 0.9, lr 0.1, 150 epochs; its plateau "
                      "schedule and weighted cross-entropy are not reproduced (cosine, unweighted)"),
         },
