@@ -13,6 +13,7 @@ never typed by hand.
     .venv/bin/python benchmarks/refresh_tables.py                 # README.md and docs/*.md
     .venv/bin/python benchmarks/refresh_tables.py docs/pbn.md     # one file
     .venv/bin/python benchmarks/refresh_tables.py --check         # exit 1 if any table is stale
+    .venv/bin/python benchmarks/refresh_tables.py --only docs/records   # the tables of the kept records
 """
 from __future__ import annotations
 
@@ -37,12 +38,15 @@ def run(cmd: str) -> str:
     return out.stdout if out.stdout.endswith("\n") else out.stdout + "\n"
 
 
-def refresh(path: Path) -> bool:
+def refresh(path: Path, only: str | None = None) -> bool:
+    """Regenerate the tables of ``path`` (those whose command contains ``only``, when given)."""
     text = path.read_text()
     cache: dict[str, str] = {}
 
     def sub(m):
         cmd = m.group("cmd")
+        if only is not None and only not in cmd:
+            return m.group(0)
         if cmd not in cache:
             cache[cmd] = run(cmd)
         return m.group(1) + cache[cmd] + m.group(4)
@@ -57,17 +61,19 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="*")
     p.add_argument("--check", action="store_true", help="report stale tables and exit 1, change nothing")
+    p.add_argument("--only", default=None, help="only the tables whose command contains this text, e.g. "
+                   "'docs/records' (the records kept in git) on a machine whose results/ lacks the others")
     a = p.parse_args(argv)
     files = [Path(f) for f in a.files] or [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     stale = []
     for f in files:
         if a.check:
             before = f.read_text()
-            changed = refresh(f)
+            changed = refresh(f, a.only)
             if changed:
                 stale.append(str(f))
                 f.write_text(before)
-        elif refresh(f):
+        elif refresh(f, a.only):
             print(f"updated {f}")
     if stale:
         print("stale tables in: " + ", ".join(stale))

@@ -1,0 +1,40 @@
+"""scripts/keep_records.py: the records kept in git are the records (less their curves), restored
+without overwriting what a results folder holds, and read back by the store like any record."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from bench.store import ResultsStore, load_records
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("keep_records", ROOT / "scripts" / "keep_records.py")
+keep = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(keep)
+
+
+def record(shift, acc):
+    return {"suite": "toy", "method": "deterministic", "model": "mlp", "seed": 0, "status": "ok", "kind": "shift",
+            "shift": shift, "severity": 1, "metrics": {"accuracy": acc}, "curves": {"reliability": [1, 2, 3]}}
+
+
+def test_save_drops_the_curves_and_restore_keeps_existing_records(tmp_path):
+    results, archive, fresh = tmp_path / "results", tmp_path / "kept", tmp_path / "fresh"
+    store = ResultsStore(results)
+    run = store.run_dir("toy", "mlp", "deterministic", "abc", 0)
+    store.write(run, record("noise", 0.5))
+    store.write(run, record("blur", 0.25))
+    assert keep.save(results, "toy", archive) == 2
+    kept = [json.loads(p.read_text()) for p in archive.rglob("*.json")]
+    assert len(kept) == 2 and all("curves" not in r and r["curves_kept"] is False for r in kept)
+    assert {r["metrics"]["accuracy"] for r in kept} == {0.5, 0.25}
+
+    # restore into a folder that already has one of the two (a newer run): that one is kept
+    fresh_run = ResultsStore(fresh).run_dir("toy", "mlp", "deterministic", "abc", 0)
+    ResultsStore(fresh).write(fresh_run, record("noise", 0.75))
+    assert keep.restore(fresh, "toy", archive) == 1
+    assert ResultsStore(fresh).read(fresh_run, "shift", "noise", 1)["metrics"]["accuracy"] == 0.75
+    assert ResultsStore(fresh).read(fresh_run, "shift", "blur", 1)["metrics"]["accuracy"] == 0.25
+    df = load_records(fresh, "toy")
+    assert sorted(df["metrics.accuracy"]) == [0.25, 0.75]
