@@ -1,5 +1,6 @@
 """Temperature scaling (Guo et al. 2017): the MAP network's logits divided by one temperature,
-chosen by minimising the validation NLL."""
+chosen by minimising the validation NLL. On segmentation the NLL is the task's: over the labelled
+pixels of the validation label maps (the ignore label left out)."""
 from __future__ import annotations
 
 import torch
@@ -11,10 +12,7 @@ from methods.base import Method, register_method
 @register_method("temperature_scaling")
 class TemperatureScaling(Method):
     description = "MAP network with its logits divided by a temperature fitted on the validation split"
-    tasks = ("classification",)  # checked when a run is planned; shown by `bench list`
-    # why a task is not supported: shown by `bench list`, the plan's error and the report
-    UNSUPPORTED = {"segmentation": "not yet: fitting T needs the validation label maps as pixel rows "
-                                   "without the ignore label (see laplace_last_layer's pixel_label_loader)"}
+    tasks = ("classification", "segmentation")  # checked when a run is planned; shown by `bench list`
     STARTS_FROM = "map"  # it wraps the seed's MAP network, so it runs on pretrained-MAP suites too
     # every option and its default (--set temperature_scaling.lbfgs_lr=...); an option named like a
     # training-budget field (epochs, lr, optimizer, weight_decay) would replace the profile's budget
@@ -31,12 +29,16 @@ class TemperatureScaling(Method):
         # the harness charges its training time to this method's cost
         self.model = self.ctx.map_cache.get(self.ctx.seed)
         x_val, y_val = val  # on the CPU: move what you use
-        with torch.no_grad():
-            logits = torch.cat([self.model(x_val[i:i + 1000].to(self.ctx.device))
-                                for i in range(0, len(x_val), 1000)])
+        chunk = 8 if self.ctx.task.kind == "segmentation" else 1000  # images of a UNet's activations
+        with torch.no_grad():  # segmentation: one row of logits per pixel, as the task's loss takes them
+            logits = torch.cat([self.model(x_val[i:i + chunk].to(self.ctx.device))
+                                for i in range(0, len(x_val), chunk)])
         y_val = y_val.to(self.ctx.device)
         log_t = torch.zeros((), device=self.ctx.device, requires_grad=True)
-        opt = torch.optim.LBFGS([log_t], lr=float(self.config["lbfgs_lr"]), max_iter=int(self.config["max_iter"]))
+        # with a line search: plain L-BFGS steps can overshoot and run away (seen on pixel logits:
+        # T -> 0.001 with the NLL 100x its start; tests/test_segmentation_suite.py)
+        opt = torch.optim.LBFGS([log_t], lr=float(self.config["lbfgs_lr"]), max_iter=int(self.config["max_iter"]),
+                                line_search_fn="strong_wolfe")
 
         def closure():
             opt.zero_grad()

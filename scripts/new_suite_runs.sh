@@ -23,6 +23,6 @@ $B --suite tinyimagenetc --seeds 0,1,2 --methods subnet_laplace,laplace_diag
 # CamVid under CamVid-C (quick: 120 x 160, 12 epochs): every method that supports segmentation,
 # seed 0 of every method first (cheapest first; the deep ensemble trains 4 more UNets; the weight-space
 # Laplace variants draw 10 linearised predictives by JVPs per image), then seeds 1-2
-CAMVID=deterministic,laplace_last_layer,pbn,mc_dropout,vdp,ssvi,mfvi,deep_ensemble,laplace_diag,subnet_laplace
+CAMVID=deterministic,laplace_last_layer,temperature_scaling,pbn,mc_dropout,vdp,ssvi,mfvi,deep_ensemble,laplace_diag,subnet_laplace
 $B --suite camvid --seeds 0 --methods $CAMVID
 $B --suite camvid --seeds 1,2 --methods $CAMVID

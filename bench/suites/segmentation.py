@@ -33,7 +33,7 @@ from datasets.segmentation import (CAMVID_CLASSES, CITYSCAPES_CLASSES, IGNORE, L
 
 #: the methods that support the segmentation task (the others say why in ``bench list``)
 SEGMENTATION_METHODS = ("deterministic", "mc_dropout", "deep_ensemble", "pbn", "mfvi", "ssvi", "laplace_last_layer", "vdp",
-                        "laplace_diag", "subnet_laplace")
+                        "laplace_diag", "subnet_laplace", "temperature_scaling")
 
 #: the weight-space Laplace variants on pixels: their GGN from labels drawn per pixel (backend
 #: "sampled", bench/laplace/sampled_ggn.py) and their linearised predictive drawn by one
