@@ -72,7 +72,7 @@ def test_sampled_diagonal_matches_the_exact_pixel_ggn():
     model = tiny_segmenter()
     x, y = data()
     exact = torch.diagonal(exact_ggn(model, x, y))
-    n = 3000
+    n = 1000
     G = sampled_rows(model, x, y, n) * math.sqrt(n)  # unscaled rows: one per image and draw
     per_draw = (G ** 2).reshape(len(x), n, -1).sum(0)  # (n, P): one GGN-diagonal estimate per draw
     mean, n_bad = within_standard_errors(per_draw, exact, n)
@@ -85,7 +85,7 @@ def test_sampled_subnetwork_ggn_matches_the_exact_block():
     x, y = data()
     idx = torch.tensor([0, 5, 17, 40, 55, 60, 67])  # weights of both convolutions and a bias
     exact = exact_ggn(model, x, y)[idx][:, idx]
-    n = 3000
+    n = 1000
     G = (sampled_rows(model, x, y, n, index=idx) * math.sqrt(n)).reshape(len(x), n, -1)
     per_draw = torch.einsum("bnp,bnq->npq", G, G)  # (n, s, s): one estimate of the block per draw
     mean, n_bad = within_standard_errors(per_draw, exact, n)
@@ -103,7 +103,7 @@ def test_laplace_torch_fits_with_the_sampled_backend(structure):
     exact = exact_ggn(model, x, y)
     ds = torch.utils.data.TensorDataset(x, y)
     loader = label_map_loader(torch.utils.data.DataLoader(ds, batch_size=2))
-    n = 2000
+    n = 600
     kw = {"backend_kwargs": {"ignore_index": IGNORE, "n_samples": n, "seed": 7}}
     if structure == "diag":
         la = Laplace(model, "classification", subset_of_weights="all", hessian_structure="diag",
