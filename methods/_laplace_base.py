@@ -65,9 +65,6 @@ class LaplaceMethod(Method):
         # does (K backward passes a batch); "jvp" = f_mu + J (theta_s - theta*), one Jacobian-vector
         # product per sample whatever K is (the same Gaussian; bench/laplace/jvp_glm.py), for many classes
         "glm_sampler": "moments",
-        # segmentation (backend "sampled"): labels drawn per pixel and image for the GGN estimate
-        # (bench/laplace/sampled_ggn.py); one backward pass per image and draw
-        "ggn_samples": 1,
         # one procedure for every Laplace variant: validation NLL of the method's own predictive
         # over a log10 grid, extended past an edge optimum (bench/laplace/prior.py)
         "prior_precision_method": "gridsearch",  # "gridsearch" (val NLL) | "marglik" | "none" (or None)
@@ -84,7 +81,7 @@ class LaplaceMethod(Method):
     }
     common_constraints = {
         "pred_type": OneOf("glm", "nn"), "link_approx": OneOf("probit", "mc"), "n_samples": Range(1, integer=True),
-        "glm_sampler": OneOf("moments", "jvp"), "ggn_samples": Range(1, integer=True),
+        "glm_sampler": OneOf("moments", "jvp"),
         "prior_precision_method": OneOf("gridsearch", "marglik", "none", optional=True),
         "prior_precision": Range(0, lo_open=True), "grid_size": Range(2, integer=True),
         "grid_extend_decades": Range(0), "grid_max_extensions": Range(0, integer=True),
@@ -94,6 +91,9 @@ class LaplaceMethod(Method):
     constraints = common_constraints
     #: whether glm_sampler=jvp applies (a posterior whose ``sample`` gives every trainable weight)
     JVP_SAMPLER = False
+    #: the options of the segmentation GGN (backend "sampled") for the variants that use it:
+    #: labels drawn per pixel and image (bench/laplace/sampled_ggn.py), one backward pass per draw
+    SAMPLED_GGN_CONSTRAINTS = {"ggn_samples": Range(1, integer=True)}
     #: smoke runs (tests) check the pipeline: a 5-point prior grid on 100 validation examples
     profile_defaults = {"smoke": {"grid_size": 5, "val_examples": 100}}
 

@@ -29,7 +29,9 @@ class LaplaceDiag(LaplaceMethod):
     description = "diagonal GGN Laplace over all weights of the MAP network (laplace-torch), prior tuned on validation"
     subset_of_weights = "all"
     hessian_structure = "diag"
-    defaults = {**LaplaceMethod.common_defaults}
+    # segmentation: one label draw per pixel and image for the sampled GGN diagonal
+    defaults = {**LaplaceMethod.common_defaults, "ggn_samples": 1}
+    constraints = {**LaplaceMethod.common_constraints, **LaplaceMethod.SAMPLED_GGN_CONSTRAINTS}
 
     JVP_SAMPLER = True
     tasks = ("classification", "segmentation")  # segmentation: pixels as observations, sampled-label GGN

@@ -61,6 +61,7 @@ class SubnetLaplace(LaplaceMethod):
         "swag_n_snapshots": 256,  # SWAG of the Wasserstein criterion: the authors' settings ...
         "swag_lr": 0.01,
         "swag_snapshot_every": None,  # ... one snapshot per epoch; an int: every so many SGD steps
+        "swag_batch_size": 128,  # ... SGD batches of 128 examples (segmentation: images of pixels)
         "exclude_non_identifiable": True,  # variance criteria skip weights with no training-mode gradient
         "memory_limit_gb": None,  # None: 25 % of the available memory
         **LaplaceMethod.common_defaults,
@@ -73,6 +74,7 @@ class SubnetLaplace(LaplaceMethod):
                    "select_max_examples": Range(1, integer=True, optional=True),
                    "swag_n_snapshots": Range(2, integer=True), "swag_lr": Range(0, lo_open=True),
                    "swag_snapshot_every": Range(1, integer=True, optional=True),
+                   "swag_batch_size": Range(1, integer=True), **LaplaceMethod.SAMPLED_GGN_CONSTRAINTS,
                    "memory_limit_gb": Range(0, lo_open=True, optional=True)}
     #: smoke runs (tests) check the pipeline, not SWAG's estimate: 16 snapshots instead of 256
     profile_defaults = {"smoke": {**LaplaceMethod.profile_defaults["smoke"], "swag_n_snapshots": 16}}
@@ -110,7 +112,7 @@ class SubnetLaplace(LaplaceMethod):
                         exclude_non_identifiable=bool(c["exclude_non_identifiable"]), seed=data_seed(name, self.ctx.seed))
         elif name in ("largest_variance_swag", "wasserstein"):
             every = c["swag_snapshot_every"]
-            opts.update(n_snapshots=int(c["swag_n_snapshots"]), lr=float(c["swag_lr"]),
+            opts.update(n_snapshots=int(c["swag_n_snapshots"]), lr=float(c["swag_lr"]), batch_size=int(c["swag_batch_size"]),
                         snapshot_every=None if every is None else int(every), max_examples=c["select_max_examples"],
                         exclude_non_identifiable=bool(c["exclude_non_identifiable"]), seed=data_seed(name, self.ctx.seed))
         return opts

@@ -215,7 +215,7 @@ class CamVidC(_CorruptedSegmentation):
             "data": {"n_train": 8, "n_test": 4, "corruptions": ["gaussian_noise", "contrast"], "severities": [1, 3],
                      "eval_batch_size": 4},
             "methods": {"deep_ensemble": {"members": 2}, "mc_dropout": {"samples": 3},
-                        **laplace_on_pixels(4, 2, n_subnet=50, swag_n_snapshots=4, swag_snapshot_every=1)},
+                        **laplace_on_pixels(4, 2, n_subnet=50, swag_n_snapshots=4, swag_snapshot_every=1, swag_batch_size=2)},
             "note": "smoke profile: 8 training and 4 test images, one epoch; numbers are meaningless",
         },
         "quick": {
@@ -233,10 +233,12 @@ class CamVidC(_CorruptedSegmentation):
             # trains from scratch with 2 posterior samples per step (as imagenetc quick's PBN), MC
             # dropout predicts with 10 samples
             # the weight-space Laplace variants 10 posterior samples (as MC dropout); the subnet's SWAG
-            # (the authors' 256 snapshots) one snapshot every 4 SGD steps (~11 epochs) instead of one
-            # per epoch (256 epochs)
+            # (the authors' 256 snapshots) on batches of 4 images (the training batch, 76,800 pixels;
+            # the authors' 128 examples would be 128 images a step) with one snapshot every 4 SGD steps
+            # (~11 epochs) instead of one per epoch (256 epochs)
             "methods": {"pbn": {"lr": 0.005, "epochs": 2}, "mfvi": {"train_samples": 2},
-                        "mc_dropout": {"samples": 10}, **laplace_on_pixels(10, swag_snapshot_every=4)},
+                        "mc_dropout": {"samples": 10},
+                        **laplace_on_pixels(10, swag_snapshot_every=4, swag_batch_size=4)},
             "note": ("quick profile: CamVid resized to 120 x 160 (2/3 of its native 180 x 240 per side), unet_small trained "
                      "from scratch for 12 epochs; every CamVid-C cell (19 corruptions x 5 severities) is evaluated "
                      "on the same 30 of the 233 test images (the first two, then evenly spaced over the test "
@@ -248,7 +250,7 @@ class CamVidC(_CorruptedSegmentation):
             "train": {"epochs": 150, "batch_size": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4,
                       "schedule": "cosine"},
             "data": {},
-            "methods": laplace_on_pixels(20, None),
+            "methods": laplace_on_pixels(20, None, swag_batch_size=4),
             "note": ("the PBN paper's Cityscapes UNet and optimiser on CamVid; its plateau schedule (lr x 0.5) and "
                      "weighted cross-entropy are not reproduced: cosine schedule, unweighted loss"),
         },
@@ -276,7 +278,7 @@ class CityscapesC(_CorruptedSegmentation):
             "data": {"n_val": 1, "n_test": 2, "corruptions": ["gaussian_noise", "contrast"], "severities": [1, 3],
                      "eval_batch_size": 2},
             "methods": {"deep_ensemble": {"members": 2}, "mc_dropout": {"samples": 3},
-                        **laplace_on_pixels(4, 2, n_subnet=50, swag_n_snapshots=4, swag_snapshot_every=1)},
+                        **laplace_on_pixels(4, 2, n_subnet=50, swag_n_snapshots=4, swag_snapshot_every=1, swag_batch_size=2)},
             "note": "smoke profile: a few images, one epoch; numbers are meaningless",
         },
         "quick": {
@@ -284,7 +286,7 @@ class CityscapesC(_CorruptedSegmentation):
             "train": {"epochs": 20, "batch_size": 4, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4,
                       "schedule": "cosine"},
             "data": {"n_train": 500, "n_test": 100},
-            "methods": laplace_on_pixels(10),
+            "methods": laplace_on_pixels(10, swag_snapshot_every=4, swag_batch_size=4),
             "note": "quick profile: 500 training images, 100 of the 500 validation images as the test set",
         },
         "paper": {
@@ -292,7 +294,7 @@ class CityscapesC(_CorruptedSegmentation):
             "train": {"epochs": 150, "batch_size": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4,
                       "schedule": "cosine"},
             "data": {},
-            "methods": laplace_on_pixels(20, None),
+            "methods": laplace_on_pixels(20, None, swag_batch_size=4),
             "note": ("PBN paper App. H.4: UNet 64..1024, 256 x 512, SGD momentum 0.9, lr 0.1, 150 epochs; its plateau "
                      "schedule and weighted cross-entropy are not reproduced (cosine, unweighted)"),
         },
