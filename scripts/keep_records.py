@@ -34,20 +34,37 @@ def slim(rec: dict) -> dict:
 
 
 def save(results: Path, suite: str, archive: Path = ARCHIVE) -> int:
+    """Copy the suite's records, less their curves. A cell (a run directory) is kept whole or not
+    at all: one with fewer evaluation records than the suite's other cells on the same data is
+    still being evaluated, and its fitted checkpoint is not kept, so a later machine refits it
+    and evaluates every set from that one fit (a cell of two fits would mix their records)."""
     src = results / suite / "records"
     if not src.is_dir():
         raise SystemExit(f"keep_records: no records under {src}")
-    n = 0
+    cells: dict[Path, list[tuple[Path, dict]]] = {}
     for path in sorted(src.rglob("*.json")):
         rec, problem = read_record(path)
         if rec is None:
             print(f"keep_records: {path} skipped ({problem})", file=sys.stderr)
             continue
-        data = (json.dumps(slim(rec), sort_keys=True, indent=0) + "\n").encode()
-        dest = archive / path.relative_to(results)
-        if not dest.exists() or dest.read_bytes() != data:
-            atomic_write_bytes(dest, data)
-        n += 1
+        cells.setdefault(path.parent, []).append((path, rec))
+    data_key = lambda recs: json.dumps(recs[0][1].get("data_config"), sort_keys=True)  # noqa: E731
+    full: dict[str, int] = {}
+    for recs in cells.values():
+        full[data_key(recs)] = max(full.get(data_key(recs), 0), len(recs))
+    n = 0
+    for cell, recs in cells.items():
+        failed = any(r["status"] == "failed" and r["kind"] == "fit" for _, r in recs)
+        if len(recs) < full[data_key(recs)] and not failed:
+            print(f"keep_records: {cell.relative_to(results)} not kept: {len(recs)} of {full[data_key(recs)]} "
+                  f"records (still being evaluated)", file=sys.stderr)
+            continue
+        for path, rec in recs:
+            data = (json.dumps(slim(rec), sort_keys=True, indent=0) + "\n").encode()
+            dest = archive / path.relative_to(results)
+            if not dest.exists() or dest.read_bytes() != data:
+                atomic_write_bytes(dest, data)
+            n += 1
     return n
 
 

@@ -14,9 +14,10 @@ keep = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(keep)
 
 
-def record(shift, acc):
-    return {"suite": "toy", "method": "deterministic", "model": "mlp", "seed": 0, "status": "ok", "kind": "shift",
-            "shift": shift, "severity": 1, "metrics": {"accuracy": acc}, "curves": {"reliability": [1, 2, 3]}}
+def record(shift, acc, method="deterministic"):
+    return {"suite": "toy", "method": method, "model": "mlp", "seed": 0, "status": "ok", "kind": "shift",
+            "shift": shift, "severity": 1, "metrics": {"accuracy": acc}, "curves": {"reliability": [1, 2, 3]},
+            "data_config": {"n": 2}}
 
 
 def test_save_drops_the_curves_and_restore_keeps_existing_records(tmp_path):
@@ -38,3 +39,16 @@ def test_save_drops_the_curves_and_restore_keeps_existing_records(tmp_path):
     assert ResultsStore(fresh).read(fresh_run, "shift", "blur", 1)["metrics"]["accuracy"] == 0.25
     df = load_records(fresh, "toy")
     assert sorted(df["metrics.accuracy"]) == [0.25, 0.75]
+
+
+def test_a_cell_still_being_evaluated_is_not_kept(tmp_path):
+    """A cell with fewer records than the others on the same data is kept whole later, never in
+    part (its fit is not kept: a later machine refits and evaluates every set from one fit)."""
+    results, archive = tmp_path / "results", tmp_path / "kept"
+    store = ResultsStore(results)
+    done, running = (store.run_dir("toy", "mlp", m, "abc", 0) for m in ("deterministic", "mc_dropout"))
+    store.write(done, record("noise", 0.5))
+    store.write(done, record("blur", 0.25))
+    store.write(running, record("noise", 0.5, "mc_dropout"))
+    assert keep.save(results, "toy", archive) == 2
+    assert {p.parent.parent.name for p in archive.rglob("*.json")} == {"deterministic-abc"}
