@@ -214,6 +214,13 @@ def cell_identity(suite, plan: RunPlan, store: ResultsStore, registry, model_nam
                         f"{model_name} {label} seed {seed}", base)
 
 
+def eval_batch_size(suite, plan: RunPlan) -> int:
+    """Examples per evaluation batch: the profile's ``data.eval_batch_size``, else the suite's
+    default (CamVid: 8 images; a segmentation batch of 1,000 images held a UNet's activations for
+    the whole test set at once: MC dropout's 10 copies of 233 images took 20 GB), else 1,000."""
+    return int(suite.data_cfg(plan.data).get("eval_batch_size", 1000))
+
+
 class Harness:
     def __init__(self, suite, plan: RunPlan, data: SuiteData, store: ResultsStore, device: torch.device,
                  methods_registry, *, force: bool = False, progress: bool = False, quiet: bool = False,
@@ -225,7 +232,7 @@ class Harness:
         self.pretrained = pretrained or {}  # model -> {"path": weights file}: a pretrained MAP network
         self.summary = RunSummary()
         self.grid_progress: GridProgress | None = None  # set when the grid starts (run)
-        self.eval_batch_size = int(plan.data.get("eval_batch_size", 1000))
+        self.eval_batch_size = eval_batch_size(suite, plan)
         self.map_refresh = map_refresh  # None: retrain cached MAP networks when ``force`` (see MapCache)
         self._map_caches: dict[str, MapCache] = {}
         # The held-out validation split is scored like every evaluation set (kind "val"): the

@@ -358,3 +358,17 @@ def test_vdp_loss_leaves_ignored_pixels_out():
     keep = y.reshape(-1) != 255
     want = data_nll(x[keep], torch.full_like(x[keep], 0.1), y.reshape(-1)[keep], "cross_entropy").mean()
     assert torch.allclose(loss, want)
+
+
+def test_evaluation_batches_default_to_the_suites_own_size():
+    """A profile that does not set data.eval_batch_size evaluates in the suite's default batches
+    (CamVid: 8 images), not 1,000 images at once (20 GB for MC dropout's copies of a UNet's maps)."""
+    from bench.config import resolve_plan
+    from bench.harness import eval_batch_size
+    from bench.suites import SUITES
+    from methods import METHODS
+
+    suite = SUITES.get("camvid")()
+    plan = resolve_plan(suite, "quick", ["deterministic"], {}, method_registry=METHODS)
+    assert "eval_batch_size" not in plan.data
+    assert eval_batch_size(suite, plan) == suite.DEFAULT_DATA["eval_batch_size"] == 8
