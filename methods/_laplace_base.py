@@ -132,6 +132,20 @@ class LaplaceMethod(Method):
     def laplace_kwargs(self) -> dict:
         return {}
 
+    def segmentation_backend(self) -> str | None:
+        """``"sampled"`` on a segmentation network (the only curvature backend that takes its
+        pixels as observations; ``backend`` must be auto or sampled there), else None; a BenchError
+        for ``backend=sampled`` on any other task."""
+        b = self.config["backend"]
+        if self.ctx.task.kind == "segmentation":
+            if b not in ("auto", "sampled"):
+                raise BenchError(f"{self.name}: a segmentation network's GGN is estimated with backend=sampled "
+                                 f"(labels drawn per pixel); {b!r} takes one row per input example")
+            return "sampled"
+        if b == "sampled":
+            raise BenchError(f"{self.name}: backend=sampled is for segmentation networks")
+        return None
+
     def backend_name(self, model: nn.Module) -> str:
         b = self.config["backend"]
         return "backpack" if b == "auto" else b

@@ -56,15 +56,7 @@ class LaplaceDiag(LaplaceMethod):
         return la
 
     def backend_name(self, model):
-        b = self.config["backend"]
-        if self.ctx.task.kind == "segmentation":
-            if b not in ("auto", "sampled"):
-                raise BenchError(f"laplace_diag: a segmentation network's GGN is estimated with backend=sampled "
-                                 f"(labels drawn per pixel); {b!r} takes one row per input example")
-            return "sampled"
-        if b == "sampled":
-            raise BenchError("laplace_diag: backend=sampled is for segmentation networks")
-        return b
+        return self.segmentation_backend() or self.config["backend"]
 
     def val_nll_many_function(self, chunks):
         """Every grid point's validation NLL in one pass over the validation split: the

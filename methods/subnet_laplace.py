@@ -123,14 +123,9 @@ class SubnetLaplace(LaplaceMethod):
         beats ASDL (whose predictive falls back to torch.func Jacobians of all weights);
         Curvlinops' subnet path is torch.func over all weights: only on request."""
         want = self.config["backend"]
-        if self.ctx.task.kind == "segmentation":
-            if want not in ("auto", "sampled"):
-                raise BenchError(f"subnet_laplace: a segmentation network's GGN is estimated with backend=sampled "
-                                 f"(labels drawn per pixel); {want!r} takes one row per input example")
+        if self.segmentation_backend():
             return "sampled", ("segmentation: Jacobian backends take one row per input example; the subnet GGN "
                                "from labels drawn per pixel (bench/laplace/sampled_ggn.py)")
-        if want == "sampled":
-            raise BenchError("subnet_laplace: backend=sampled is for segmentation networks")
         bad = subnet_jacobian_backend().unsupported(model, self.indices)
         if want == "subnet" and bad:
             raise BenchError(f"subnet_laplace: backend 'subnet' supports Linear / Conv2d weights only, not {bad[:3]}; "
@@ -162,8 +157,7 @@ class SubnetLaplace(LaplaceMethod):
             K = int(model(x1).shape[-1])
         self.meta["n_outputs"] = K
         # 1. cheap check before the (slow) selection, with the cheapest backend that could apply
-        want = c["backend"] if c["backend"] != "auto" else (
-            "sampled" if self.ctx.task.kind == "segmentation" else "subnet")
+        want = self.segmentation_backend() or (c["backend"] if c["backend"] != "auto" else "subnet")
         mem_kw = dict(n_params=n_params, n_outputs=K, batch_size=int(c["batch_size"]),
                       predict_batch=int(c["predict_batch_size"]), activations=acts, pred_type=c["pred_type"])
         check_memory(limit=limit, what=f"subnet_laplace (n_subnet={s}, backend={want})", backend=want, s=s, **mem_kw)

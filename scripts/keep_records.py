@@ -48,22 +48,22 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE) -> int:
             print(f"keep_records: {path} skipped ({problem})", file=sys.stderr)
             continue
         cells.setdefault(path.parent, []).append((path, rec))
-    data_key = lambda recs: json.dumps(recs[0][1].get("data_config"), sort_keys=True)  # noqa: E731
+    data = {cell: json.dumps(recs[0][1].get("data_config"), sort_keys=True) for cell, recs in cells.items()}
     full: dict[str, int] = {}
-    for recs in cells.values():
-        full[data_key(recs)] = max(full.get(data_key(recs), 0), len(recs))
+    for cell, recs in cells.items():
+        full[data[cell]] = max(full.get(data[cell], 0), len(recs))
     n = 0
     for cell, recs in cells.items():
         failed = any(r["status"] == "failed" and r["kind"] == "fit" for _, r in recs)
-        if len(recs) < full[data_key(recs)] and not failed:
-            print(f"keep_records: {cell.relative_to(results)} not kept: {len(recs)} of {full[data_key(recs)]} "
+        if len(recs) < full[data[cell]] and not failed:
+            print(f"keep_records: {cell.relative_to(results)} not kept: {len(recs)} of {full[data[cell]]} "
                   f"records (still being evaluated)", file=sys.stderr)
             continue
         for path, rec in recs:
-            data = (json.dumps(slim(rec), sort_keys=True, indent=0) + "\n").encode()
+            body = (json.dumps(slim(rec), sort_keys=True, indent=0) + "\n").encode()
             dest = archive / path.relative_to(results)
-            if not dest.exists() or dest.read_bytes() != data:
-                atomic_write_bytes(dest, data)
+            if not dest.exists() or dest.read_bytes() != body:
+                atomic_write_bytes(dest, body)
             n += 1
     return n
 

@@ -213,17 +213,24 @@ def test_camvid_smoke_on_the_real_copy(tmp_path, capsys):
     assert idr["n"] == 4 and 0.5 * 4 * 180 * 240 < idr["metrics"]["n_pixels"] <= 4 * 180 * 240
 
 
-def test_pbn_mfvi_and_ssvi_run_per_pixel(tmp_path, capsys):
-    """The partial / full / sparse-subspace mean-field VI of PBN, mfvi and SSVI on a UNet: S samples
-    of B H W pixel rows, the ELBO over labelled pixels; mutual information recorded."""
+def _one_severity_run(tmp_path, capsys, methods: str, *sets: str) -> list[dict]:
+    """Every record of a smoke run of ``methods`` on a 4 / 2 / 2-image CamVid fixture at the native
+    size, one corruption at one severity (``sets``: more ``--set`` values)."""
     root = tmp_path / "data"
     make_fake_camvid(root, n=(4, 2, 2), size=(180, 240))
     out = tmp_path / "results"
+    extra = [a for kv in sets for a in ("--set", kv)]
     code, text = _run(["run", "--suite", "camvid", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
-                       "--quiet", "--methods", "pbn,mfvi,ssvi", "--set", "data.severities=[1]",
-                       "--set", "data.corruptions=contrast"], capsys)
+                       "--quiet", "--methods", methods, "--set", "data.severities=[1]",
+                       "--set", "data.corruptions=contrast", *extra], capsys)
     assert code == 0, text
-    recs = [json.loads(p.read_text()) for p in out.glob("camvid/records/**/*.json")]
+    return [json.loads(p.read_text()) for p in out.glob("camvid/records/**/*.json")]
+
+
+def test_pbn_mfvi_and_ssvi_run_per_pixel(tmp_path, capsys):
+    """The partial / full / sparse-subspace mean-field VI of PBN, mfvi and SSVI on a UNet: S samples
+    of B H W pixel rows, the ELBO over labelled pixels; mutual information recorded."""
+    recs = _one_severity_run(tmp_path, capsys, "pbn,mfvi,ssvi")
     assert {r["method"] for r in recs} == {"pbn", "mfvi", "ssvi"} and all(r["status"] == "ok" for r in recs)
     for r in recs:
         if r["kind"] == "id" and r["method"] != "ssvi":  # SSVI's one smoke epoch leaves its sigmas at ~0
@@ -234,14 +241,7 @@ def test_last_layer_laplace_per_pixel(tmp_path, capsys):
     """The last-layer KFAC Laplace on the UNet's 1x1 classifier, pixels as observations: fitted,
     its prior precision searched on the validation pixels (ignored ones left out), predictions per
     pixel row."""
-    root = tmp_path / "data"
-    make_fake_camvid(root, n=(4, 2, 2), size=(180, 240))
-    out = tmp_path / "results"
-    code, text = _run(["run", "--suite", "camvid", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
-                       "--quiet", "--methods", "laplace_last_layer", "--set", "data.severities=[1]",
-                       "--set", "data.corruptions=contrast", "--set", "laplace_last_layer.val_examples=2"], capsys)
-    assert code == 0, text
-    recs = [json.loads(p.read_text()) for p in out.glob("camvid/records/**/*.json")]
+    recs = _one_severity_run(tmp_path, capsys, "laplace_last_layer", "laplace_last_layer.val_examples=2")
     assert recs and all(r["status"] == "ok" for r in recs)
     idr = next(r for r in recs if r["kind"] == "id")
     d = idr["diagnostics"]
@@ -254,14 +254,7 @@ def test_weight_space_laplace_per_pixel(tmp_path, capsys):
     labels drawn per pixel (backend "sampled"), the prior precision searched on the validation
     pixels, a linearised predictive drawn by Jacobian-vector products that is not the MAP network's
     (mutual information > 0 per pixel)."""
-    root = tmp_path / "data"
-    make_fake_camvid(root, n=(4, 2, 2), size=(180, 240))
-    out = tmp_path / "results"
-    code, text = _run(["run", "--suite", "camvid", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
-                       "--quiet", "--methods", "laplace_diag,subnet_laplace", "--set", "data.severities=[1]",
-                       "--set", "data.corruptions=contrast"], capsys)
-    assert code == 0, text
-    recs = [json.loads(p.read_text()) for p in out.glob("camvid/records/**/*.json")]
+    recs = _one_severity_run(tmp_path, capsys, "laplace_diag,subnet_laplace")
     assert {r["method"] for r in recs} == {"laplace_diag", "subnet_laplace"}
     assert all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
     for r in recs:

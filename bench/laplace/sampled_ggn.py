@@ -4,7 +4,7 @@ and sample instead of one per pixel and class.
 A segmentation network's likelihood has one categorical factor per labelled pixel, so its GGN is
 ``G = sum_n sum_p J_np^T Lambda_np J_np`` with ``J_np`` the (K x P) Jacobian of pixel p's logits
 and ``Lambda = diag(pi) - pi pi^T`` the softmax Hessian. Formed exactly it needs the Jacobian of
-every pixel row: K backward passes per pixel (12 x 19,200 per 120 x 160 CamVid image), and the
+every pixel row: K backward passes per pixel (11 x 19,200 per 120 x 160 CamVid image), and the
 Jacobian backends of laplace-torch (BackPACK, ASDL) take one row per *input example*, which a
 UNet's pixels are not (they share features through the convolutions).
 
@@ -66,13 +66,13 @@ def _build_backend():
             # laplace-torch's name for a Monte Carlo GGN is stochastic=True
             super().__init__(model, likelihood, last_layer, subnetwork_indices, dict_key_x, dict_key_y,
                              stochastic=True, num_samples=int(n_samples))
-            self.ignore_index, self.n_samples = int(ignore_index), int(n_samples)
+            self.ignore_index = int(ignore_index)
             self.generator = torch.Generator().manual_seed(int(seed))
 
         def _rows(self, x, y):
             idx = None if self.subnetwork_indices is None else self.subnetwork_indices.to(x.device)
             return image_gradients(self.model, self.params, x, y, ignore_index=self.ignore_index,
-                                   n_samples=self.n_samples, generator=self.generator, index=idx)
+                                   n_samples=self.num_samples, generator=self.generator, index=idx)
 
         def diag(self, x, y, N=None, **kwargs):
             loss, G = self._rows(x, y)
