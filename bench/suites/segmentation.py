@@ -39,7 +39,7 @@ SEGMENTATION_METHODS = ("deterministic", "mc_dropout", "deep_ensemble", "pbn", "
 #: "sampled", bench/laplace/sampled_ggn.py) and their linearised predictive drawn by one
 #: Jacobian-vector product per posterior sample over every pixel of a batch (glm_sampler=jvp), in
 #: batches of 4 images (20 samples x 4 images x 19,200 pixels x 11 classes: 68 MB). A JVP costs
-#: about two forward passes, so S samples cost ~2 S networks per image (MC dropout: S), and each
+#: about three forward passes, so S samples cost ~3 S networks per image (MC dropout: S), and each
 #: point of the prior grid as much over the validation images: the grid search uses
 #: ``val_examples`` of them (10 CamVid images are 192,000 validation pixels)
 def laplace_on_pixels(n_samples: int, val_examples: int | None = 10, **subnet) -> dict:
