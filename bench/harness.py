@@ -19,7 +19,7 @@ import torch
 from bench import metrics as M
 from bench.checkpoints import MapCache, load_or_set_aside, save_torch
 from bench.config import RunPlan, method_label
-from bench.cost import PeakMemory, Timer, flops_per_example
+from bench.cost import PeakMemory, Timer, flops_per_example, memory_probe
 from bench.data import EvalSet, SuiteData, TensorLoader, batches
 from bench.errors import DivergedError, MethodFailedError
 from bench.events import log_event
@@ -372,6 +372,7 @@ class Harness:
                 # used counts as upstream training time (added by measure_cost, from the cache)
                 map_in_fit = map_cache.upstream_time(map_cache.trained_now[n_before:])
                 fit_cost = {"fit_time_s": timer.seconds - map_in_fit, "fit_peak_memory_mb": mem.peak_mb,
+                            "memory_probe": memory_probe(self.device),
                             "upstream_seeds": sorted(set(map_cache.requested[n_requested:]))}
                 save_torch({"method": method.state_dict(), "fit_cost": fit_cost}, ckpt)
                 self.summary.fitted += 1
@@ -436,7 +437,10 @@ class Harness:
                 "state_mb": state_bytes / 2**20,
                 "train_time_s": fit_cost["fit_time_s"] + upstream, "upstream_train_time_s": upstream,
                 "fit_time_s": fit_cost["fit_time_s"], "peak_memory_mb": fit_cost["fit_peak_memory_mb"],
-                "predict_peak_memory_mb": mem.peak_mb, "flops_per_example": flops, **extra}
+                "predict_peak_memory_mb": mem.peak_mb, "flops_per_example": flops,
+                # how the train peak was measured (a checkpoint fitted by older code: untrimmed start)
+                "peak_memory_probe": fit_cost.get("memory_probe", memory_probe(self.device, legacy=True)),
+                **extra}
 
     def evaluate(self, method, run_dir, base, cost, pending, started, tag, seed):
         kind = self.suite.task.kind

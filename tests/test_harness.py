@@ -28,6 +28,7 @@ def test_toy_run_writes_records_and_resumes(tmp_path):
     for col in ("git_commit", "versions.torch", "device", "started_at", "finished_at", "config_hash",
                 "cost.total_params", "cost.flops_per_example", "cost.train_time_s", "metrics.nll"):
         assert col in df.columns and df[col].notna().all(), col
+    assert (df["cost.peak_memory_probe"] == "rss-above-trimmed-start").all()  # how the train peak was taken
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("records/**/*.json")}
 
     # a second run finds every cell finished and rewrites nothing
@@ -54,6 +55,8 @@ def test_toy_run_writes_records_and_resumes(tmp_path):
         harness.Harness.run_cell = orig_fit
     assert calls[-1] == (0, 1, 1)  # nothing refitted, one checkpoint loaded, one record written
     assert victim.exists()
+    # the reloaded cell keeps the probe its fit was measured with (in its checkpoint)
+    assert json.loads(victim.read_text())["cost"]["peak_memory_probe"] == "rss-above-trimmed-start"
     untouched = [p for p in stamps if p != victim]
     assert all(p.stat().st_mtime_ns == stamps[p] for p in untouched)
 

@@ -28,7 +28,8 @@ CONFIGS = {"deterministic": ("deterministic", {"optimizer": None, "lr": None, "w
 TRAIN = {"optimizer": "sgd", "lr": 0.1, "schedule": "cosine", "epochs": 12, "batch_size": 128, "weight_decay": 1e-5}
 
 
-def _write(root, method, seed, profile="quick", finished="2026-01-01T00:10:00+00:00", skip=(), bump=0.0):
+def _write(root, method, seed, profile="quick", finished="2026-01-01T00:10:00+00:00", skip=(), bump=0.0,
+           probe=None):
     label, cfg = CONFIGS[method]
     store = ResultsStore(root)
     run = store.run_dir("cifar10c", "resnet20", method, config_hash(cfg), seed)
@@ -38,7 +39,8 @@ def _write(root, method, seed, profile="quick", finished="2026-01-01T00:10:00+00
             "versions": {"torch": "2.14.1", "bench": "0.1.0"}, "train_config": TRAIN,
             "started_at": "2026-01-01T00:00:00+00:00", "finished_at": finished,
             "cost": {"stochastic_params": 0 if method == "deterministic" else 500, "train_time_s": 100.0 + seed,
-                     "predict_time_per_example_s": 1e-4, "flops_per_example": 2e6, "peak_memory_mb": 50.0}}
+                     "predict_time_per_example_s": 1e-4, "flops_per_example": 2e6, "peak_memory_mb": 50.0,
+                     **({"peak_memory_probe": probe} if probe else {})}}
     store.write(run, {**base, "kind": "id", "shift": "clean", "severity": 0, "n": 100,
                       "metrics": {"accuracy": 0.9, "nll": 0.3, "brier": 0.15, "ece": 0.03}})
     for fam, sev in SHIFTS:
@@ -219,3 +221,16 @@ def test_equal_top_scores_are_decided_by_seeds_not_row_order():
     score = pd.Series({"a": 2.0, "b": 2.0, "c": 2.5})
     for order in (["a", "b", "c"], ["b", "a", "c"]):
         assert rank_marks(seeds.loc[order], "min", score) == (set(), {"a", "b"})
+
+
+def test_train_peaks_measured_above_an_untrimmed_start_are_named(tmp_path):
+    """Records made before the CPU peak probe released freed memory first (no probe field, or the
+    legacy one) are named in the board's notes; records with the trimmed probe are not."""
+    root = tmp_path / "r"
+    _write(root, "deterministic", 0, probe="rss-above-trimmed-start")
+    _write(root, "pbn", 0)  # made by older code: no probe field
+    _write(root, "mc_dropout", 0, probe="rss-above-start")
+    md = (_run(tmp_path, [root]) / "leaderboard.md").read_text()
+    notes = [line for line in md.splitlines() if "untrimmed start" in line]
+    assert len(notes) == 1 and "train peak MiB of mc_dropout, pbn[lr=0.05]:" in notes[0]
+    assert "deterministic" not in notes[0]

@@ -115,6 +115,7 @@ def build_board(df: pd.DataFrame, suite: str, model: str, profile: str, metric: 
     task = (distinct(df["task"]) or ["classification"])[0]
     per_seed, columns, notes = _quality(df, task)
     cost = _cost(df)
+    notes += _untrimmed_peak_notes(df)
     per_seed = per_seed.join(cost, how="outer") if not cost.empty else per_seed
     columns += [Column(f"cost.{k}", t, None, s, i) for k, t, s, i in COST if f"cost.{k}" in per_seed.columns]
     if metric not in per_seed.columns:
@@ -226,6 +227,25 @@ def _cost(df: pd.DataFrame) -> pd.DataFrame:
     """Per (label, seed): the cost of the run, from its ID record (else its first record)."""
     cols = [f"cost.{k}" for k, *_ in COST if f"cost.{k}" in df.columns and df[f"cost.{k}"].notna().any()]
     return per_run_first(df, cols) if cols else pd.DataFrame()
+
+
+def _untrimmed_peak_notes(df: pd.DataFrame) -> list[str]:
+    """A note naming the configurations whose CPU train peak was measured above an untrimmed
+    starting level (records made before bench.cost trimmed the allocator): an underestimate when
+    an earlier cell of the same process had freed memory that the allocator kept."""
+    if "cost.peak_memory_mb" not in df.columns:
+        return []
+    runs = per_run_first(df, ["cost.peak_memory_mb"] + [c for c in ("cost.peak_memory_probe", "device")
+                                                         if c in df.columns])
+    probe = runs.get("cost.peak_memory_probe", pd.Series(np.nan, index=runs.index))
+    on_cpu = runs.get("device", pd.Series("cpu", index=runs.index)).astype(str).str.startswith("cpu")
+    legacy = on_cpu & runs["cost.peak_memory_mb"].notna() & (probe.isna() | (probe == "rss-above-start"))
+    labels = sorted({str(lab) for lab, _ in runs.index[legacy]}, key=natural_key)
+    if not labels:
+        return []
+    return [f"train peak MiB of {', '.join(labels)}: measured above an untrimmed start (records made "
+            f"before the probe released freed memory first): it can read low when an earlier cell of "
+            f"the same process freed memory its fit then reused"]
 
 
 # --------------------------------------------------------------------------- provenance

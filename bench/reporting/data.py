@@ -37,6 +37,10 @@ def natural_key(text) -> tuple:
     return tuple(key)
 
 
+#: cost fields that name how a figure was measured (text, not numbers)
+_TEXT_COST_COLUMNS = ("cost.peak_memory_probe",)
+
+
 def prepare(df: pd.DataFrame) -> pd.DataFrame:
     """Copy of ``df`` with the columns the report relies on, typed and filled in."""
     df = df.copy()
@@ -46,7 +50,7 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     for col in ("seed", "severity", "n"):
         df[col] = pd.to_numeric(df[col], errors="coerce") if col in df.columns else np.nan
     for col in df.columns:
-        if col.startswith(("metrics.", "cost.")):
+        if col.startswith(("metrics.", "cost.")) and col not in _TEXT_COST_COLUMNS:
             df[col] = pd.to_numeric(df[col], errors="coerce")
     if "curves" not in df.columns:
         df["curves"] = None
@@ -100,7 +104,8 @@ def metric_columns(df: pd.DataFrame, names) -> list[str]:
 
 
 def cost_columns(df: pd.DataFrame) -> list[str]:
-    return [c for c in df.columns if c.startswith("cost.") and df[c].notna().any()]
+    """The numeric cost columns with a value (not the text naming how one was measured)."""
+    return [c for c in df.columns if c.startswith("cost.") and c not in _TEXT_COST_COLUMNS and df[c].notna().any()]
 
 
 def distinct(values) -> list:
