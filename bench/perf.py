@@ -466,6 +466,41 @@ def laplace_glm_jvp_vs_moments(model_name, in_shape, device, repeats, tmp, n=100
             f"{c * 1e3 / n:.1f} vs {r * 1e3 / n:.1f} ms per image", "resnet_small")
 
 
+@case
+def segmentation_jvp_vs_forward(model_name, in_shape, device, repeats, tmp, n=8, samples=10, classes=11):
+    """The cost of one linearised-predictive sample on segmentation (the diagonal and subnetwork
+    Laplace on CamVid, glm_sampler=jvp): unet_small at the camvid quick resolution, 120 x 160,
+    S Jacobian-vector products (bench.laplace.jvp_glm, every weight perturbed) against S plain
+    forward passes of the same batch. Forward-mode differentiation costs a small constant times
+    the function (about 2-3 passes: each operation also propagates its tangent); above 3 a
+    sample would cost more than the theory allows for and the profile's sample count would
+    need revisiting."""
+    if model_name != MODELS[0][0]:
+        return []
+    from bench.laplace.jvp_glm import glm_logit_samples
+
+    shape = (3, 120, 160)
+    torch.manual_seed(0)
+    net = build_model("unet_small", shape, classes).to(device).eval()
+    n_weights = sum(p.numel() for p in net.parameters())
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(n, *shape, generator=gen).to(device)
+    offsets = 1e-3 * torch.randn(samples, n_weights, generator=gen)
+
+    def jvp_path():
+        glm_logit_samples(net, x, offsets)
+
+    def forward_path():
+        with torch.no_grad():
+            for _ in range(samples):
+                net(x)
+
+    c, r = side_by_side(jvp_path, forward_path, max(1, repeats // 2), device)
+    return (f"segmentation GLM sample (JVP) / forward, S={samples}", c / r, "<=", 3.0,
+            f"{c * 1e3 / (n * samples):.1f} vs {r * 1e3 / (n * samples):.1f} ms per image and sample, "
+            f"120 x 160", "unet_small")
+
+
 def _jpeg_folder(tmp, n: int, size: int, classes: int = 20):
     """``n`` JPEGs of ``size`` x ``size`` in ``classes`` ImageFolder class folders (made once)."""
     from pathlib import Path

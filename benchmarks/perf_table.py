@@ -4,8 +4,8 @@ Every row is a ratio measured side by side in one process (``bench/perf.py``); t
 on which machine, with how many threads and repeats, and at which commit each row ran.
 
 Run from the repository root:
-  OMP_NUM_THREADS=1 .venv/bin/python -m bench perf --repeats 7 --save results/perf/cpu.json
-  .venv/bin/python benchmarks/perf_table.py --file results/perf/cpu.json
+  OMP_NUM_THREADS=1 .venv/bin/python -m bench perf --repeats 7 --save docs/records/perf/cpu.json
+  .venv/bin/python benchmarks/perf_table.py --file docs/records/perf/cpu.json
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def render(rows: list[dict], cases: list[str] | None = None, exclude: list[str] 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--file", default="results/perf/cpu.json")
+    p.add_argument("--file", default="docs/records/perf/cpu.json")
     p.add_argument("--cases", default=None, help="comma-separated case names (default: every stored row)")
     p.add_argument("--exclude-cases", default=None, help="comma-separated case names to leave out")
     a = p.parse_args(argv)
