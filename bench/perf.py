@@ -570,10 +570,16 @@ def _run_peak_rss_mb(args: list[str]) -> float:
     import subprocess
     import sys
 
+    # VmHWM: the high-water mark of this process image only. ru_maxrss would not do: Linux carries
+    # the parent's resident size over fork + exec into it (a perf process at 8 GB read 8 GB here)
     code = ("import resource, runpy, sys; sys.argv = ['bench'] + sys.argv[1:]\n"
             "try:\n    runpy.run_module('bench', run_name='__main__')\n"
             "except SystemExit as e:\n    assert not e.code, e.code\n"
-            "print('PEAK_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+            "try:\n"
+            "    hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]\n"
+            "except (OSError, IndexError):\n"
+            "    hwm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "print('PEAK_KB', hwm)")
     res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
     line = [ln for ln in res.stdout.splitlines() if ln.startswith("PEAK_KB")]
     if res.returncode or not line:
