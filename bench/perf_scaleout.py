@@ -130,9 +130,11 @@ _GRID = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report"
 
 
 def _bench_wall(args: list[str]) -> float:
+    # the caller's thread settings do not leak in: "default" must be bench's own default (every core)
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     t0 = time.perf_counter()
     res = subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True, timeout=1800,
-                         cwd=Path(__file__).resolve().parent.parent)
+                         cwd=Path(__file__).resolve().parent.parent, env=env)
     if res.returncode:
         raise RuntimeError(f"bench {' '.join(args)} failed: {res.stderr[-2000:]}")
     return time.perf_counter() - t0
