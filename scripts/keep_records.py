@@ -7,9 +7,13 @@ longer than one machine's life resumes where it stopped and its tables stay repr
 ``save`` copies every record of the suites (``<results>/<suite>/records/**.json``, the store's
 layout) without its ``curves`` (entropy histograms, reliability bins, confusion matrices: 2/3 of a
 segmentation record's 55 kB) and marks it ``"curves_kept": false``; metrics, costs, diagnostics and
-provenance are kept whole, which is what the tables and the leaderboard read. ``restore`` puts them
+provenance are kept whole, which is what the tables and the leaderboard read. One part of the curves
+is kept: the uncertainty maps of a segmentation suite (``curves.maps``, on the few sets the report
+draws them for), of the first seed of each configuration, the one the report's map figure shows,
+with the suite's ``artifacts/`` (the images and labels those maps are drawn beside), so that
+``python -m bench report --results docs/records`` draws them. ``restore`` puts them
 back into the results folder without overwriting a record there, so ``bench run`` skips their cells;
-a report's calibration and shift plots need the curves: rerun those cells with ``--force``.
+a report's calibration and shift plots need the other curves: rerun those cells with ``--force``.
 Checkpoints are never kept: a method whose records are not all there refits from its seed.
 """
 from __future__ import annotations
@@ -27,10 +31,44 @@ from bench.store import atomic_write_bytes, read_record  # noqa: E402
 ARCHIVE = ROOT / "docs" / "records"
 
 
-def slim(rec: dict) -> dict:
+_MAPS = "@@maps@@"
+
+
+def slim(rec: dict, keep_maps: bool = False) -> dict:
+    """The record less its curves; with ``keep_maps``, less every curve but its uncertainty maps."""
     out = {k: v for k, v in rec.items() if k != "curves"}
     out["curves_kept"] = False
+    maps = (rec.get("curves") or {}).get("maps")
+    if keep_maps and maps:
+        out["curves"] = {"maps": maps}
+        out["curves_kept"] = "maps"
     return out
+
+
+def encode(rec: dict) -> bytes:
+    """One field per line (diff-friendly), the maps' pixel lists on one line each (compact)."""
+    maps = (rec.get("curves") or {}).get("maps")
+    if not maps:
+        return (json.dumps(rec, sort_keys=True, indent=0) + "\n").encode()
+    body = json.dumps({**rec, "curves": {"maps": _MAPS}}, sort_keys=True, indent=0)
+    return (body.replace(json.dumps(_MAPS), json.dumps(maps, separators=(",", ":")), 1) + "\n").encode()
+
+
+def first_seeds(cells) -> set[Path]:
+    """The run directories (``.../<method>-<hash>/seed<k>``) of each configuration's lowest seed."""
+    first: dict[Path, Path] = {}
+    for cell in cells:
+        best = first.get(cell.parent)
+        if best is None or _seed(cell) < _seed(best):
+            first[cell.parent] = cell
+    return set(first.values())
+
+
+def _seed(cell: Path) -> int:
+    try:
+        return int(cell.name.removeprefix("seed"))
+    except ValueError:
+        return 1 << 30
 
 
 def save(results: Path, suite: str, archive: Path = ARCHIVE) -> int:
@@ -53,19 +91,35 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE) -> int:
     for cell, recs in cells.items():
         full[data[cell]] = max(full.get(data[cell], 0), len(recs))
     n = 0
+    complete = {}
     for cell, recs in cells.items():
         failed = any(r["status"] == "failed" and r["kind"] == "fit" for _, r in recs)
         if len(recs) < full[data[cell]] and not failed:
             print(f"keep_records: {cell.relative_to(results)} not kept: {len(recs)} of {full[data[cell]]} "
                   f"records (still being evaluated)", file=sys.stderr)
             continue
+        complete[cell] = recs
+    with_maps = first_seeds(complete)
+    for cell, recs in complete.items():
         for path, rec in recs:
-            body = (json.dumps(slim(rec), sort_keys=True, indent=0) + "\n").encode()
+            body = encode(slim(rec, keep_maps=cell in with_maps))
             dest = archive / path.relative_to(results)
             if not dest.exists() or dest.read_bytes() != body:
                 atomic_write_bytes(dest, body)
             n += 1
+    _copy_tree(results / suite / "artifacts", archive / suite / "artifacts", overwrite=True)
     return n
+
+
+def _copy_tree(src: Path, dest: Path, overwrite: bool) -> None:
+    """The suite's artifacts (data summary, the maps' images): small files, copied as they are."""
+    if not src.is_dir():
+        return
+    for path in sorted(p for p in src.rglob("*") if p.is_file()):
+        target = dest / path.relative_to(src)
+        data = path.read_bytes()
+        if not target.exists() or (overwrite and target.read_bytes() != data):
+            atomic_write_bytes(target, data)
 
 
 def restore(results: Path, suite: str, archive: Path = ARCHIVE) -> int:
@@ -78,6 +132,7 @@ def restore(results: Path, suite: str, archive: Path = ARCHIVE) -> int:
         if not dest.exists():
             atomic_write_bytes(dest, path.read_bytes())
             n += 1
+    _copy_tree(archive / suite / "artifacts", results / suite / "artifacts", overwrite=False)
     return n
 
 

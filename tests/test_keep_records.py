@@ -52,3 +52,24 @@ def test_a_cell_still_being_evaluated_is_not_kept(tmp_path):
     store.write(running, record("noise", 0.5, "mc_dropout"))
     assert keep.save(results, "toy", archive) == 2
     assert {p.parent.parent.name for p in archive.rglob("*.json")} == {"deterministic-abc"}
+
+
+def test_segmentation_maps_are_kept_for_each_configurations_first_seed_only(tmp_path):
+    """The report's map figure shows a configuration's first seed: its maps are kept (compactly),
+    every other curve of every record is dropped; the suite's artifacts are copied both ways."""
+    results, archive, fresh = tmp_path / "results", tmp_path / "kept", tmp_path / "fresh"
+    store = ResultsStore(results)
+    maps = [{"pred": [[1, 2], [3, 4]], "entropy": [[0, 255], [7, 9]], "mi": None, "stride": 2, "scale": 1.0}]
+    for seed in (2, 1):
+        rec = {**record("noise", 0.5), "seed": seed, "curves": {"maps": maps, "entropy_hist": [1] * 50}}
+        store.write(store.run_dir("toy", "mlp", "deterministic", "abc", seed), rec)
+    (results / "toy" / "artifacts" / "quick").mkdir(parents=True)
+    (results / "toy" / "artifacts" / "quick" / "maps.npz").write_bytes(b"images")
+    assert keep.save(results, "toy", archive) == 2
+    kept = {json.loads(p.read_text())["seed"]: json.loads(p.read_text()) for p in archive.rglob("records/**/*.json")}
+    assert kept[1]["curves"] == {"maps": maps} and kept[1]["curves_kept"] == "maps"
+    assert "curves" not in kept[2] and kept[2]["curves_kept"] is False
+    assert (archive / "toy" / "artifacts" / "quick" / "maps.npz").read_bytes() == b"images"
+    assert keep.restore(fresh, "toy", archive) == 2
+    assert (fresh / "toy" / "artifacts" / "quick" / "maps.npz").read_bytes() == b"images"
+    assert load_records(fresh, "toy").set_index("seed").loc[1, "curves"] == {"maps": maps}
