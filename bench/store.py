@@ -188,7 +188,7 @@ class ResultsStore:
         never moves or deletes anything."""
         base = self.root / _safe(suite) if suite else self.root
         for path in sorted(base.rglob("*.json")):
-            if "records" not in path.parts:
+            if "records" not in path.relative_to(self.root).parts:  # not the root's own name (docs/records)
                 continue
             rec, problem = read_record(path)
             if problem is not None:

@@ -37,6 +37,20 @@ def test_load_records_is_one_flat_dataframe(tmp_path):
     assert store.has(store.run_dir("s", "m", "meth", "abc", 0), "id", "clean", 0.0)
 
 
+def test_a_store_whose_root_is_named_records_reads_only_its_records(tmp_path, caplog):
+    """docs/records holds the kept records beside other JSON (perf rows, suite artifacts): only
+    <root>/<suite>/records/** are records, whatever the root's own path is called."""
+    root = tmp_path / "docs" / "records"
+    store = ResultsStore(root)
+    store.write(store.run_dir("s", "m", "meth", "abc", 0), {"suite": "s", "method": "meth", "model": "m", "status": "ok",
+                                                            "seed": 0, "kind": "id", "shift": "clean", "severity": 0.0})
+    atomic_write_json(root / "perf" / "cpu.json", {"rows": []})
+    atomic_write_json(root / "s" / "artifacts" / "quick" / "data.json", {"n": 1})
+    problems = []
+    assert len(list(store.iter_records(problems=problems))) == 1
+    assert problems == [] and "damaged" not in caplog.text
+
+
 def test_parse_sets_sweeps_and_types():
     assert split_values("0.1,[1,2],x") == ["0.1", "[1,2]", "x"]
     sets = parse_sets(["mc_dropout.p=0.1,0.2", "train.epochs=3", "train.milestones=[1,2]", "x.flag=true"])
