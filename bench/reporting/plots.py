@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 import warnings
 
 import matplotlib
@@ -785,6 +786,7 @@ def segmentation_maps(df: pd.DataFrame, inputs: dict) -> bytes | None:
                 ax.set_title(name, fontsize=8)
             if j == 0:
                 kind = {"pred": "prediction", "entropy": "entropy", "mi": "MI"}.get(what, "")
-                ax.set_ylabel(f"{label}\n{kind}" if kind else label, fontsize=6)
+                name_lines = "\n".join(textwrap.wrap(label, 24, break_on_hyphens=False)) if kind else label
+                ax.set_ylabel(f"{name_lines}\n{kind}" if kind else label, fontsize=6)
     fig.tight_layout()
     return to_png(fig)
