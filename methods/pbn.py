@@ -76,8 +76,10 @@ class VIMethod(Method):
         "epochs": None,  # None = the profile's training epochs
         "lr": None,  # None = the profile's learning rate (the VI phase may fine-tune at a smaller one)
         # How the KL enters the per-example loss: "dataset" = beta KL / N_train (the ELBO per
-        # example; beta < 1 tempers it), "batch" = beta KL / batch size (common Bayes-by-backprop
-        # code; for the same beta a N/B times stronger pull towards the prior)
+        # observation; beta < 1 tempers it; on segmentation N counts training pixels), "examples"
+        # = beta KL / the number of training inputs (images on segmentation, where the medical PBN
+        # paper does not say which N it used; = "dataset" on classification), "batch" = beta KL /
+        # batch size (common Bayes-by-backprop code; a N/B times stronger pull towards the prior)
         "kl_scale": "dataset",
     }
 
@@ -86,7 +88,7 @@ class VIMethod(Method):
         "prior_scale": Range(0, lo_open=True), "sigma_init": Range(0, lo_open=True), "rho_init_std": Range(0),
         "rho_optimizer": OneOf(*OPTIMIZERS), "rho_lr": Range(0, lo_open=True), "beta_start": Range(0),
         "beta_end": Range(0), "epochs": Range(1, integer=True, optional=True),
-        "lr": Range(0, lo_open=True, optional=True), "kl_scale": OneOf("dataset", "batch"),
+        "lr": Range(0, lo_open=True, optional=True), "kl_scale": OneOf("dataset", "examples", "batch"),
     }
     constraints = vi_constraints
     PREDICT_OPTIONS = ("predict_samples",)  # the S prediction draws are made at predict time
@@ -139,9 +141,9 @@ class VIMethod(Method):
         meta["forward_flops"] = forward_flops(self.vi.net, x0)
         cfg = self.train_config()
         num_train = self.ctx.num_train or train.num_examples
-        if c["kl_scale"] not in ("dataset", "batch"):
-            raise BenchError(f"{self.name}: kl_scale must be 'dataset' or 'batch', got {c['kl_scale']!r}")
-        kl_divisor = num_train if c["kl_scale"] == "dataset" else cfg.batch_size
+        if c["kl_scale"] not in ("dataset", "examples", "batch"):
+            raise BenchError(f"{self.name}: kl_scale must be 'dataset', 'examples' or 'batch', got {c['kl_scale']!r}")
+        kl_divisor = {"dataset": num_train, "examples": train.num_examples, "batch": cfg.batch_size}[c["kl_scale"]]
         last: dict = {}
         # The optimiser runs without weight decay so that rho is not shrunk towards 0
         # (sigma -> 0.69); the profile's L2 is applied to the means inside the loss instead.

@@ -183,3 +183,17 @@ def test_bad_options_are_errors(setup):
         METHODS.get("pbn")(ctx, criterion="magnitude", squared=True).build_posterior(loader())
     with pytest.raises(BenchError):
         METHODS.get("mfvi")(ctx, r_bayes=0.1)
+
+
+def test_the_kl_divisor_counts_observations_inputs_or_the_batch(setup):
+    """kl_scale: "dataset" divides the KL by the observations (pixels on segmentation, here 16
+    per input), "examples" by the training inputs, "batch" by the batch size."""
+    import dataclasses
+
+    ctx, loader, _ = setup
+    ctx = dataclasses.replace(ctx, num_train=N_TRAIN * 16)
+    for scale, expected in (("dataset", N_TRAIN * 16), ("examples", N_TRAIN), ("batch", 32)):
+        torch.manual_seed(0)
+        method = METHODS.get("pbn")(ctx, r_bayes=0.01, kl_scale=scale, epochs=1)
+        method.fit(loader(), None)
+        assert method.meta["train"]["kl_divisor"] == expected, scale
