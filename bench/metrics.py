@@ -59,9 +59,16 @@ def brier(probs: torch.Tensor, y: torch.Tensor) -> float:
     return (p.pow(2).sum(-1) - 2 * p_y + 1).mean().item()
 
 
-def reliability_bins(probs: torch.Tensor, y: torch.Tensor, n_bins: int = ECE_BINS) -> dict:
-    """Counts, summed confidences and summed correctness per equal-width confidence bin."""
-    conf, pred = probs.double().max(-1)
+def _top(probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(confidence as float64, predicted class): the maximum probability and its first index."""
+    conf, pred = probs.max(-1)
+    return conf.double(), pred
+
+
+def reliability_bins(probs: torch.Tensor, y: torch.Tensor, n_bins: int = ECE_BINS, top=None) -> dict:
+    """Counts, summed confidences and summed correctness per equal-width confidence bin
+    (``top``: :func:`_top` of ``probs`` when the caller has it)."""
+    conf, pred = _top(probs) if top is None else top
     correct = (pred == y).double()
     # bin b holds confidences in (b/n, (b+1)/n]; confidence exactly 0 goes to bin 0
     idx = (torch.ceil(conf * n_bins) - 1).clamp(0, n_bins - 1).long()
@@ -73,10 +80,9 @@ def reliability_bins(probs: torch.Tensor, y: torch.Tensor, n_bins: int = ECE_BIN
 
 
 def ece_from_bins(bins: dict) -> float:
-    count = torch.tensor(bins["count"], dtype=torch.float64)
-    n = count.sum()
-    gap = (torch.tensor(bins["correct_sum"], dtype=torch.float64) - torch.tensor(bins["confidence_sum"], dtype=torch.float64)).abs()
-    return (gap.sum() / n).item()  # sum_b |B_b|/N |acc_b - conf_b| = sum_b |corr_b - conf_b| / N
+    # sum_b |B_b|/N |acc_b - conf_b| = sum_b |corr_b - conf_b| / N (15 numbers: plain floats)
+    gap = sum(abs(float(c) - float(f)) for c, f in zip(bins["correct_sum"], bins["confidence_sum"]))
+    return gap / sum(float(n) for n in bins["count"])
 
 
 def ece(probs: torch.Tensor, y: torch.Tensor, n_bins: int = ECE_BINS) -> float:
@@ -142,12 +148,12 @@ def fpr_at_tpr(scores_in: torch.Tensor, scores_out: torch.Tensor, tpr: float = 0
     return (scores_in.double() >= t).double().mean().item()
 
 
-def aurc(probs: torch.Tensor, y: torch.Tensor) -> float:
+def aurc(probs: torch.Tensor, y: torch.Tensor, top=None) -> float:
     """Area under the risk-coverage curve: errors among the k most confident examples divided by
     k, averaged over k = 1..N; examples of equal confidence enter together (their mean error)."""
-    conf = probs.max(-1).values.double()
-    err = (probs.argmax(-1) != y).double()
-    order = torch.argsort(conf, descending=True, stable=True)
+    conf, pred = _top(probs) if top is None else top
+    err = (pred != y).double()
+    order = torch.argsort(conf, descending=True)  # the order within ties does not matter (below)
     conf, err = conf[order], err[order]
     cum = torch.cumsum(err, 0)
     # within a group of tied confidences the order is arbitrary: use the group's mean error rate
@@ -168,11 +174,12 @@ def entropy_histogram(ent: torch.Tensor, num_classes: int, bins: int = 30) -> di
     return {"edges": edges.tolist(), "counts": counts.tolist()}
 
 
-def entropy_by_correctness(probs: torch.Tensor, y: torch.Tensor, ent: torch.Tensor | None = None) -> dict:
+def entropy_by_correctness(probs: torch.Tensor, y: torch.Tensor, ent: torch.Tensor | None = None,
+                           correct: torch.Tensor | None = None) -> dict:
     """Mean predictive entropy of the correctly and of the wrongly classified examples
     (``None`` for an empty group)."""
     ent = entropy(probs) if ent is None else ent
-    correct = probs.argmax(-1) == y
+    correct = probs.argmax(-1) == y if correct is None else correct
 
     def mean(mask):
         return ent[mask].mean().item() if bool(mask.any()) else None
@@ -191,23 +198,24 @@ def classification_metrics(probs: torch.Tensor, y: torch.Tensor, sample_probs: t
     """Scalar metrics and the curves (reliability bins, entropy histogram) of one evaluation set.
 
     ``variance`` (N,), from moment-propagating methods, adds ``vdp_variance`` (its mean)."""
-    bins = reliability_bins(probs, y)
+    top = _top(probs)  # the arg-max and its probability, once for every metric that needs them
+    correct = top[1] == y
+    bins = reliability_bins(probs, y, top=top)
     ent = entropy(probs)
     metrics = {
-        "accuracy": accuracy(probs, y),
+        "accuracy": correct.double().mean().item(),
         "nll": nll(probs, y),
         "brier": brier(probs, y),
         "ece": ece_from_bins(bins),
-        "aurc": aurc(probs, y),
+        "aurc": aurc(probs, y, top=top),
         "entropy": ent.mean().item(),
         "mutual_information": None if sample_probs is None else mutual_information(sample_probs).mean().item(),
-        **entropy_by_correctness(probs, y, ent),
+        **entropy_by_correctness(probs, y, ent, correct),
     }
     if probs.shape[-1] > 10:  # ImageNet's headline accuracy (the PBN paper's Fig. 7)
         metrics["top5_accuracy"] = top_k_accuracy(probs, y, 5)
     if variance is not None:
         metrics["vdp_variance"] = variance.double().mean().item()
-    correct = probs.argmax(-1) == y
     curves = {"reliability": bins, "entropy_hist": entropy_histogram(ent, probs.shape[-1]),
               "entropy_hist_correct": entropy_histogram(ent[correct], probs.shape[-1]),
               "entropy_hist_incorrect": entropy_histogram(ent[~correct], probs.shape[-1])}
