@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import gc
 import threading
 import time
@@ -35,17 +36,14 @@ def memory_probe(device, legacy: bool = False) -> str:
     return "rss-above-start" if legacy else CPU_MEMORY_PROBE
 
 
-_LIBC: list = []
-
-
+@functools.cache
 def _glibc():
-    if not _LIBC:
-        try:
-            lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            _LIBC.append(lib if hasattr(lib, "malloc_trim") else None)
-        except OSError:
-            _LIBC.append(None)
-    return _LIBC[0]
+    """The C library when it has glibc's ``malloc_trim``, else None."""
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    return lib if hasattr(lib, "malloc_trim") else None
 
 
 class PeakMemory:
