@@ -34,6 +34,8 @@ def label(method: str, cfg: dict) -> str:
         from methods.subnet_laplace import SubnetLaplace
         size = cfg.get("n_subnet") or cfg.get("subnet_fraction") or SubnetLaplace.DEFAULT_SUBNET
         return f"subnet_laplace ({cfg.get('criterion')}, s {size})"
+    if method == "vdp":  # the key hyperparameter, swept and chosen on validation (docs/vdp.md)
+        return f"vdp (kl_weight {float(cfg.get('kl_weight', 1.0)):g})"
     return method
 
 
