@@ -18,6 +18,9 @@ B=".venv/bin/python -m bench run --profile quick --data-root ${DATA_ROOT:-data} 
 # Tiny-ImageNet-C (generated once from the test part, ~4 min): every classification method, seeds 0-2
 $B --suite tinyimagenetc --seeds 0,1,2 --methods deterministic,mc_dropout,deep_ensemble,laplace_last_layer,temperature_scaling
 $B --suite tinyimagenetc --seeds 0,1,2 --methods pbn,mfvi,ssvi,vdp
+# VDP++'s KL weight is its key hyperparameter (docs/vdp.md): swept, chosen on validation with
+#   .venv/bin/python -m bench select --suite tinyimagenetc --method vdp --tune kl_weight
+$B --suite tinyimagenetc --seeds 0,1,2 --methods vdp --set vdp.kl_weight=0.0001,0.01
 # 200 classes: the linearised predictives of these two drawn by Jacobian-vector products (glm_sampler=jvp)
 $B --suite tinyimagenetc --seeds 0,1,2 --methods subnet_laplace,laplace_diag
 # CamVid under CamVid-C (quick: 120 x 160, 12 epochs): every method that supports segmentation,
