@@ -55,6 +55,8 @@ class PeakMemory:
     :func:`release_free_memory`: without it, memory that an earlier block of the same process
     (an earlier cell of a grid) freed stays resident in the allocator, is reused by this block,
     and its peak reads as far less than it needs (a fit measured at a few KiB after a 7 GiB one).
+    Free memory that the trim cannot return (pages still shared with live allocations) can still
+    be reused uncounted: after many blocks in one process the figure can read somewhat low.
     """
 
     def __init__(self, device: torch.device, interval_s: float = 0.005):
