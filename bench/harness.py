@@ -221,6 +221,16 @@ def eval_batch_size(suite, plan: RunPlan) -> int:
     return int(suite.data_cfg(plan.data).get("eval_batch_size", 1000))
 
 
+def num_observations(suite, plan: RunPlan, data: SuiteData) -> int:
+    """N of the likelihood (e.g. the KL / N of an ELBO): training examples, or for segmentation
+    training pixels (pixels are the observations, as the networks output a row per pixel)."""
+    n = len(data.train_x)
+    if suite.task.kind == "segmentation":
+        h, w = suite.input_shape(plan.data)[-2:]
+        n *= int(h) * int(w)
+    return n
+
+
 class Harness:
     def __init__(self, suite, plan: RunPlan, data: SuiteData, store: ResultsStore, device: torch.device,
                  methods_registry, *, force: bool = False, progress: bool = False, quiet: bool = False,
@@ -391,13 +401,7 @@ class Harness:
             self.record_failure(run_dir, base, started, exc, tag)
 
     def num_observations(self) -> int:
-        """N of the likelihood (e.g. the KL / N of an ELBO): training examples, or for segmentation
-        training pixels (pixels are the observations, as the networks output a row per pixel)."""
-        n = len(self.data.train_x)
-        if self.suite.task.kind == "segmentation":
-            h, w = self.suite.input_shape(self.plan.data)[-2:]
-            n *= int(h) * int(w)
-        return n
+        return num_observations(self.suite, self.plan, self.data)
 
     def made_from(self, record: dict, e: EvalSet) -> bool:
         """Whether ``record`` was made from the data ``e`` holds now (same fingerprint)."""

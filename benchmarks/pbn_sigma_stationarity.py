@@ -31,8 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.config import resolve_plan  # noqa: E402
 from bench.data import TensorLoader  # noqa: E402
+from bench.harness import num_observations  # noqa: E402
 from bench.models import build_model  # noqa: E402
-from bench.store import atomic_write_json  # noqa: E402
+from bench.store import ResultsStore, atomic_write_json  # noqa: E402
 from bench.subnet.partial_vi import elbo_loss  # noqa: E402
 from bench.subnet.ssvi import softplus_inv  # noqa: E402
 from bench.suites import SUITES  # noqa: E402
@@ -45,7 +46,7 @@ def fitted_pbn(results: Path, suite, plan, model: str, seed: int):
     if not recs:
         raise SystemExit(f"no pbn record of seed {seed} under {results / suite.name / 'records' / model}")
     rec = json.loads(recs[-1].read_text())
-    ckpt = results / suite.name / "checkpoints" / "fitted" / model / f"pbn-{rec['fit_hash']}" / f"seed{seed}.pt"
+    ckpt = ResultsStore(results).fitted_checkpoint(rec)
     if not ckpt.exists():
         raise SystemExit(f"the fitted checkpoint {ckpt} is not there (checkpoints are not kept in git: rerun the cell)")
     build = partial(build_model, model, suite.input_shape(plan.data), suite.task.num_outputs)
@@ -54,14 +55,6 @@ def fitted_pbn(results: Path, suite, plan, model: str, seed: int):
     method = METHODS.get("pbn")(ctx, **rec["method_config"])
     method.load_state_dict(torch.load(ckpt, map_location="cpu", weights_only=False)["method"])
     return method, rec, ckpt
-
-
-def num_observations(suite, plan, data) -> int:
-    n = len(data.train_x)
-    if suite.task.kind == "segmentation":
-        h, w = suite.input_shape(plan.data)[-2:]
-        n *= int(h) * int(w)
-    return n
 
 
 def scan(method, data, num_train: int, levels, batches: int, batch_size: int, samples: int, seed: int) -> list[dict]:

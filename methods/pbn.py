@@ -141,9 +141,10 @@ class VIMethod(Method):
         meta["forward_flops"] = forward_flops(self.vi.net, x0)
         cfg = self.train_config()
         num_train = self.ctx.num_train or train.num_examples
-        if c["kl_scale"] not in ("dataset", "examples", "batch"):
-            raise BenchError(f"{self.name}: kl_scale must be 'dataset', 'examples' or 'batch', got {c['kl_scale']!r}")
-        kl_divisor = {"dataset": num_train, "examples": train.num_examples, "batch": cfg.batch_size}[c["kl_scale"]]
+        divisors = {"dataset": num_train, "examples": train.num_examples, "batch": cfg.batch_size}
+        if c["kl_scale"] not in divisors:
+            raise BenchError(f"{self.name}: kl_scale must be one of {', '.join(divisors)}, got {c['kl_scale']!r}")
+        kl_divisor = divisors[c["kl_scale"]]
         last: dict = {}
         # The optimiser runs without weight decay so that rho is not shrunk towards 0
         # (sigma -> 0.69); the profile's L2 is applied to the means inside the loss instead.

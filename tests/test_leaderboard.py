@@ -234,3 +234,7 @@ def test_train_peaks_measured_above_an_untrimmed_start_are_named(tmp_path):
     notes = [line for line in md.splitlines() if "untrimmed start" in line]
     assert len(notes) == 1 and "train peak MiB of mc_dropout, pbn[lr=0.05]:" in notes[0]
     assert "deterministic" not in notes[0]
+    from bench.cost import memory_probe
+    from bench.leaderboard.board import LEGACY_CPU_PROBE
+
+    assert LEGACY_CPU_PROBE == memory_probe("cpu", legacy=True)  # the board's spelling of the harness's name

@@ -33,6 +33,9 @@ COST = [("stochastic_params", "stoch. params", 1.0, True),
         ("flops_per_example", "MFLOP/ex", 1e-6, False),
         ("peak_memory_mb", "train peak MiB", 1.0, False)]
 MAP_LABEL = "deterministic"
+#: bench.cost.memory_probe("cpu", legacy=True), spelled out: importing bench.cost would load torch,
+#: which the leaderboard does not need
+LEGACY_CPU_PROBE = "rss-above-start"
 
 
 @dataclass
@@ -239,7 +242,7 @@ def _untrimmed_peak_notes(df: pd.DataFrame) -> list[str]:
                                                          if c in df.columns])
     probe = runs.get("cost.peak_memory_probe", pd.Series(np.nan, index=runs.index))
     on_cpu = runs.get("device", pd.Series("cpu", index=runs.index)).astype(str).str.startswith("cpu")
-    legacy = on_cpu & runs["cost.peak_memory_mb"].notna() & (probe.isna() | (probe == "rss-above-start"))
+    legacy = on_cpu & runs["cost.peak_memory_mb"].notna() & (probe.isna() | (probe == LEGACY_CPU_PROBE))
     labels = sorted({str(lab) for lab, _ in runs.index[legacy]}, key=natural_key)
     if not labels:
         return []

@@ -786,7 +786,7 @@ def segmentation_maps(df: pd.DataFrame, inputs: dict) -> bytes | None:
                 ax.set_title(name, fontsize=8)
             if j == 0:
                 kind = {"pred": "prediction", "entropy": "entropy", "mi": "MI"}.get(what, "")
-                name_lines = "\n".join(textwrap.wrap(label, 24, break_on_hyphens=False)) if kind else label
-                ax.set_ylabel(f"{name_lines}\n{kind}" if kind else label, fontsize=6)
+                wrapped = "\n".join(textwrap.wrap(label, 24, break_on_hyphens=False))
+                ax.set_ylabel(f"{wrapped}\n{kind}" if kind else label, fontsize=6)
     fig.tight_layout()
     return to_png(fig)
