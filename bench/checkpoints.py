@@ -22,7 +22,7 @@ from bench.locks import file_lock
 from bench.provenance import worker_identity
 from bench.seeding import derive_seed, isolated_rng, seed_everything
 from bench.store import atomic_write_bytes, atomic_write_json, config_hash, set_aside
-from bench.training import TrainConfig, nll_loss, train_model
+from bench.training import TrainConfig, earlier_training_time, nll_loss, train_model
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,7 @@ class MapCache:
         self.refresh = refresh  # retrain each seed once in this process even if cached (--force)
         self.trained_now: list[int] = []  # seeds trained (not loaded) by this cache instance
         self.train_time_s: dict[int, float] = {}
+        self.in_process_s: dict[int, float] = {}  # of the networks trained now: the part this process ran
         self.retried: set[int] = set()
         self.requested: list[int] = []  # every get(seed), in order: the harness charges their training time
         # {"path": weights file, ...}: the MAP network is these published weights for every seed
@@ -143,13 +144,15 @@ class MapCache:
                               seed=gen_seed, device=self.device, augment=self.augment)
         t0 = time.perf_counter()
         try:
-            train_model(model, loader, self.train_cfg, nll_loss(self.task), desc=f"MAP seed {seed}",
-                        progress=self.progress, resume_path=path.with_suffix(".partial"))
+            with earlier_training_time() as earlier:  # a MAP network resumed here: its earlier epochs count
+                train_model(model, loader, self.train_cfg, nll_loss(self.task), desc=f"MAP seed {seed}",
+                            progress=self.progress, resume_path=path.with_suffix(".partial"))
         except DivergedError as exc:
             atomic_write_json(failed, {"seed": seed, "error": str(exc), "key": self.key})
             raise
         failed.unlink(missing_ok=True)
-        elapsed = time.perf_counter() - t0
+        self.in_process_s[seed] = time.perf_counter() - t0  # inside a fit's timer: not the fit's time
+        elapsed = self.in_process_s[seed] + earlier[0]
         save_torch({"model": model.state_dict(), "key": self.key, "seed": seed, "train_time_s": elapsed,
                     **worker_identity()}, path)
         log_event(self.events_path, "map_trained", model=self.key.get("model"), seed=seed, seconds=elapsed,

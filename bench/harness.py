@@ -29,6 +29,7 @@ from bench.predictive import concat
 from bench.provenance import device_description, git_commit, now, versions, worker_identity
 from bench.seeding import derive_seed, seed_everything
 from bench.store import ResultsStore, config_hash
+from bench.training import earlier_training_time
 
 log = logging.getLogger("bench")
 
@@ -376,19 +377,22 @@ class Harness:
                 loader = TensorLoader(self.data.train_x, self.data.train_y, self.plan.train.batch_size,
                                       shuffle=True, seed=fit_seed, device=self.device, augment=self.data.augment)
                 n_before, n_requested = len(map_cache.trained_now), len(map_cache.requested)
-                with PeakMemory(self.device) as mem, Timer(self.device) as timer:
+                with PeakMemory(self.device) as mem, Timer(self.device) as timer, earlier_training_time() as earlier:
                     method.fit(loader, (self.data.val_x, self.data.val_y))
                 # MAP networks trained inside this fit are not fit time; every MAP network the fit
                 # used counts as upstream training time (added by measure_cost, from the cache)
-                map_in_fit = map_cache.upstream_time(map_cache.trained_now[n_before:])
-                fit_cost = {"fit_time_s": timer.seconds - map_in_fit, "fit_peak_memory_mb": mem.peak_mb,
-                            "memory_probe": memory_probe(self.device),
+                map_in_fit = sum(map_cache.in_process_s.get(s, 0.0) for s in map_cache.trained_now[n_before:])
+                # a fit resumed from a partial checkpoint (killed mid-training): the epochs earlier
+                # processes ran count (NaN: a checkpoint too old to say how long they took)
+                fit_cost = {"fit_time_s": timer.seconds - map_in_fit + earlier[0], "fit_resumed_s": earlier[0],
+                            "fit_peak_memory_mb": mem.peak_mb, "memory_probe": memory_probe(self.device),
                             "upstream_seeds": sorted(set(map_cache.requested[n_requested:]))}
                 save_torch({"method": method.state_dict(), "fit_cost": fit_cost}, ckpt)
                 self.summary.fitted += 1
                 log_event(map_cache.events_path, "fitted", model=model_name, method=method_name, config_hash=fhash,
-                          seed=seed, seconds=timer.seconds)
-                self.say(f"{tag}: fitted in {timer.seconds:.1f} s")
+                          seed=seed, seconds=timer.seconds + earlier[0], resumed_seconds=earlier[0])
+                resumed = f" ({earlier[0]:.1f} s of it before a resume)" if earlier[0] else ""
+                self.say(f"{tag}: fitted in {timer.seconds + earlier[0]:.1f} s{resumed}")
         except Exception as exc:  # noqa: BLE001 - any error of a method is its cell's, not the grid's
             self.record_failure(run_dir, base, started, exc, tag)
             return
@@ -441,6 +445,9 @@ class Harness:
                 "state_mb": state_bytes / 2**20,
                 "train_time_s": fit_cost["fit_time_s"] + upstream, "upstream_train_time_s": upstream,
                 "fit_time_s": fit_cost["fit_time_s"], "peak_memory_mb": fit_cost["fit_peak_memory_mb"],
+                # seconds of the fit that earlier processes ran (resumed from a partial checkpoint);
+                # the train peak is then this process's part only
+                "fit_resumed_s": fit_cost.get("fit_resumed_s", 0.0),
                 "predict_peak_memory_mb": mem.peak_mb, "flops_per_example": flops,
                 # how the train peak was measured (a checkpoint fitted by older code: untrimmed start)
                 "peak_memory_probe": fit_cost.get("memory_probe", memory_probe(self.device, legacy=True)),

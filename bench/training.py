@@ -4,6 +4,9 @@ from __future__ import annotations
 import math
 import os
 import sys
+import threading
+import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
@@ -167,9 +170,50 @@ def progress_enabled(requested: bool) -> bool:
     return requested and sys.stderr.isatty()
 
 
+class _EarlierTime(threading.local):
+    def __init__(self):
+        self.boxes: list[list[float]] = []
+
+
+_EARLIER = _EarlierTime()
+
+
+@contextmanager
+def earlier_training_time():
+    """Collect the training time that the trainings inside the block resumed from: the seconds
+    earlier processes spent on the epochs a partial checkpoint holds (a run killed mid-fit and
+    started again). Yields a one-element list, ``[seconds]``: 0.0 when nothing was resumed, NaN
+    when a resumed checkpoint predates this bookkeeping (its earlier time is unknown). Blocks
+    nest; a training counts in the innermost one only (the MAP cache's own block keeps a MAP
+    network's earlier time out of the fit that asked for it)."""
+    box = [0.0]
+    _EARLIER.boxes.append(box)
+    try:
+        yield box
+    finally:
+        _EARLIER.boxes.pop()
+
+
+class TrainingClock:
+    """Wall time of one training across resumes: what the resumed checkpoint says earlier
+    processes spent (``state["train_seconds"]``) plus this process's time since the clock was
+    made. Reports the earlier part to the innermost :func:`earlier_training_time` block, so that
+    the fit time a record carries is the whole training's, not only its last piece."""
+
+    def __init__(self, resumed_state: dict | None = None):
+        self.earlier = 0.0 if resumed_state is None else float(resumed_state.get("train_seconds", math.nan))
+        self.t0 = time.perf_counter()
+        if _EARLIER.boxes and resumed_state is not None:
+            _EARLIER.boxes[-1][0] += self.earlier
+
+    def seconds(self) -> float:
+        return self.earlier + (time.perf_counter() - self.t0)
+
+
 def save_training_state(path, model: nn.Module, optimizer, loader: TensorLoader, **extra) -> None:
     """Checkpoint (atomically) what a resumed training needs after a finished epoch: model,
-    optimiser, data order and torch's random state, plus ``extra`` (epoch, log, ...)."""
+    optimiser, data order and torch's random state, plus ``extra`` (epoch, log, and
+    ``train_seconds`` from the loop's :class:`TrainingClock`, ...)."""
     from bench.checkpoints import save_torch
 
     save_torch({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "loader": loader.state_dict(),
@@ -206,7 +250,9 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
 
     Raises :class:`DivergedError` on a non-finite loss. With ``resume_path`` the model,
     optimiser and data order are checkpointed after every epoch and a restarted call
-    continues from the last finished epoch. Returns a small training log; with
+    continues from the last finished epoch. Returns a small training log (``train_seconds``:
+    the whole training's wall time, the epochs of earlier processes included; ``resumed_seconds``:
+    that earlier part, 0.0 without a resume; see :class:`TrainingClock`); with
     ``epoch_stats`` the dict it returns after each epoch is appended to ``log["epoch_stats"]``
     (checkpointed with the log, so it survives a resume). ``callback_state``: a dict an
     ``on_epoch_end`` callback keeps its own state in (tensors and plain Python data); it is
@@ -220,6 +266,7 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
     start_epoch, log = 0, {"epoch_loss": []}
     resume_path = Path(resume_path) if resume_path else None
     state = restore_training_state(resume_path, model, optimizer, loader)
+    clock = TrainingClock(state)
     if state is not None:
         start_epoch, log = state["epoch"], state["log"]
         if callback_state is not None:
@@ -258,11 +305,13 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
             on_epoch_end(epoch)
         if resume_path is not None and epoch + 1 < cfg.epochs:
             save_training_state(resume_path, model, optimizer, loader, epoch=epoch + 1, log=log,
-                                callback_state=callback_state or {})
+                                callback_state=callback_state or {}, train_seconds=clock.seconds())
     bar.close()
     if resume_path is not None and resume_path.exists():
         resume_path.unlink()
     model.eval()
+    log["train_seconds"] = clock.seconds()  # the whole training's, earlier processes' epochs included
+    log["resumed_seconds"] = clock.earlier
     return log
 
 

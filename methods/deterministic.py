@@ -9,7 +9,6 @@ means with Adam at 1e-3 and no weight decay).
 """
 from __future__ import annotations
 
-import time
 
 import torch
 
@@ -52,13 +51,12 @@ class Deterministic(Method):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(self.name, "init", self.ctx.seed))
             self.model = self.ctx.build_model(dropout=0.0).to(self.ctx.device)
-        t0 = time.perf_counter()
         log = train_model(self.model, train, cfg, nll_loss(self.ctx.task), desc=self.name, progress=self.ctx.progress,
                           resume_path=self.ctx.resume_path(self.name))
         self.meta = {"train": {"optimizer": cfg.optimizer, "lr": cfg.lr, "weight_decay": cfg.weight_decay,
                                "epochs": cfg.epochs, "schedule": cfg.schedule,
                                "epoch_loss": [float(v) for v in log.get("epoch_loss", [])]},
-                     "train_time_s": time.perf_counter() - t0}
+                     "train_time_s": log["train_seconds"]}
         self.model.eval()
         return self
 

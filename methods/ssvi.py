@@ -32,7 +32,6 @@ the suites' ``paper`` profile). docs/ssvi.md lists every choice.
 from __future__ import annotations
 
 import copy
-import time
 
 import torch
 
@@ -40,7 +39,8 @@ from bench.errors import BenchError
 from bench.seeding import derive_seed
 from bench.subnet.ssvi import (CRITERIA, GROW_MODES, SSVINet, as_float, kl_warmup_beta, update_fraction)
 from bench.subnet.sigma_stats import last_rel_change, sigma_change, sigma_summary
-from bench.training import OPTIMIZERS, make_optimizer, own_group, restore_training_state, save_training_state
+from bench.training import (OPTIMIZERS, TrainingClock, make_optimizer, own_group, restore_training_state,
+                            save_training_state)
 from methods.base import Method, register_method
 
 #: The official code's values (train_cifar.py / scripts/ssvi_cifar.sh) that are not already the
@@ -164,11 +164,11 @@ class SSVI(Method):
         start_epoch, log = 0, {"epoch_loss": []}
         resume = self.ctx.resume_path(self.name)
         st = restore_training_state(resume, model, opt, train)
+        clock = TrainingClock(st)  # the time of the epochs a resumed checkpoint holds counts too
         if st is not None:
             start_epoch, log, history = st["epoch"], st["log"], st["history"]
         bar = tqdm(total=total, initial=start_epoch * steps_per_epoch, desc=self.name,
                    disable=not progress_enabled(self.ctx.progress), leave=False, mininterval=0.5)
-        t0 = time.perf_counter()
         last = {}
         model.train()
         for epoch in range(start_epoch, cfg.epochs):
@@ -221,11 +221,12 @@ class SSVI(Method):
             log.setdefault("epoch_stats", []).append({"sigma_mean": float(sig.mean()), "sigma_median": float(sig.median()),
                                                       **last})
             if resume is not None and epoch + 1 < cfg.epochs:
-                save_training_state(resume, model, opt, train, epoch=epoch + 1, log=log, history=history)
+                save_training_state(resume, model, opt, train, epoch=epoch + 1, log=log, history=history,
+                                    train_seconds=clock.seconds())
         bar.close()
         if resume is not None and resume.exists():
             resume.unlink()
-        meta["vi_train_time_s"] = time.perf_counter() - t0
+        meta["vi_train_time_s"] = clock.seconds()
         meta["train"] = {"epochs": cfg.epochs, "steps": total, "t_end": t_end, "batch_size": cfg.batch_size,
                          "epoch_loss": [float(v) for v in log["epoch_loss"]], "final_nll": last.get("nll"),
                          "epoch_stats": log.get("epoch_stats", []),

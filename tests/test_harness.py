@@ -525,3 +525,42 @@ def test_map_networks_cached_under_the_older_key_are_still_found(tmp_path):
     assert main(args + ["--methods", "pbn"]) == 0
     assert sum(e["event"] == "map_trained" for e in read_events(out / "toy" / "events.jsonl")) == 1
     assert not (new / "seed0.pt").exists()  # loaded from the old place, not written anew
+
+
+def test_a_fit_resumed_after_a_kill_records_the_whole_training_time(tmp_path, monkeypatch):
+    """Killed mid-fit and run again, a cell resumes from its partial checkpoint; the fit time it
+    records counts the epochs the killed process finished (here at least 2 x 0.4 s of sleep), not
+    only the rest (a few milliseconds of toy training): a VDP++ cell on Tiny-ImageNet-C once
+    recorded a 9 s fit for a 7-minute training."""
+    import time
+
+    import methods.mc_dropout as mcd
+
+    real = mcd.train_model
+    plan = {"sleep": 0.4, "kill_at": 2}
+
+    def slow_then_killed(*a, **k):
+        def on_epoch_end(epoch):
+            time.sleep(plan["sleep"])
+            if epoch == plan["kill_at"]:
+                raise KeyboardInterrupt  # the checkpoint of epochs 0-1 is on disk, epoch 2's never
+
+        return real(*a, on_epoch_end=on_epoch_end, **k)
+
+    monkeypatch.setattr(mcd, "train_model", slow_then_killed)
+    out = tmp_path / "r"
+    args = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--out", str(out),
+            "--methods", "mc_dropout", "--set", "train.epochs=5", "--threads", "1"]
+    assert main(args) != 0  # interrupted
+    assert list(out.rglob("partial/**/*.partial")) and not list(out.rglob("records/**/*.json"))
+    plan.update(sleep=0.0, kill_at=None)
+    assert main(args) == 0
+    cost = load_records(out)
+    assert (cost["status"] == "ok").all()
+    resumed, fit = cost["cost.fit_resumed_s"].iloc[0], cost["cost.fit_time_s"].iloc[0]
+    assert 0.8 <= resumed < 5 and fit >= resumed
+    assert cost["cost.train_time_s"].iloc[0] >= resumed  # the total the leaderboard shows
+    from bench.events import read_events
+
+    fitted = [e for e in read_events(out / "toy" / "events.jsonl") if e["event"] == "fitted"]
+    assert len(fitted) == 1 and fitted[0]["resumed_seconds"] == resumed and fitted[0]["seconds"] >= resumed

@@ -143,3 +143,40 @@ def test_deterministic_with_its_own_recipe_trains_its_own_network(tmp_path):
         acc = (own.predict(x).probs.argmax(-1) == y).float().mean()
     assert acc > 0.8
     assert list(ctx.map_cache.dir.glob("seed*.pt")) == [ctx.map_cache.path(0)]  # only the shared one is cached
+
+
+def test_training_time_of_a_resumed_training_counts_the_earlier_epochs(tmp_path):
+    """The clock of a resumed training starts from what its checkpoint says the killed process
+    spent; the surrounding earlier_training_time block sees that part; blocks nest."""
+    import time
+
+    from bench.training import earlier_training_time
+
+    x, y = toy_classification()
+    task = classification(3)
+    cfg = TrainConfig(epochs=4, batch_size=32, lr=0.05)
+    ckpt = tmp_path / "run.partial"
+
+    def run(stop_at=None, pause=0.0):
+        torch.manual_seed(0)
+        model = build_model("lenet_300_100", (20,), 3)
+
+        def on_epoch_end(epoch):
+            time.sleep(pause)
+            if epoch == stop_at:
+                raise KeyboardInterrupt
+
+        return train_model(model, TensorLoader(x, y, 32, seed=1), cfg, nll_loss(task), resume_path=ckpt,
+                           on_epoch_end=on_epoch_end)
+
+    with earlier_training_time() as outer:
+        with pytest.raises(KeyboardInterrupt):
+            run(stop_at=2, pause=0.3)  # epochs 0 and 1 checkpointed: >= 0.6 s
+        with earlier_training_time() as inner:
+            log = run()
+    assert outer == [0.0]  # the resumed training counted in the innermost block only
+    assert 0.6 <= inner[0] == log["resumed_seconds"] < 5
+    assert log["train_seconds"] >= inner[0]
+    with earlier_training_time() as fresh:
+        log = run()
+    assert fresh == [0.0] and log["resumed_seconds"] == 0.0 and 0 < log["train_seconds"] < inner[0]
