@@ -18,6 +18,12 @@ next to the measured peak.
 
     .venv/bin/python benchmarks/laplace_memory.py                 # s = 100, 1000; N = 256
     .venv/bin/python benchmarks/laplace_memory.py --sizes 300 --n 512 --curvlinops
+    .venv/bin/python benchmarks/laplace_memory.py --jvp           # the JVP-sampled predictive
+
+``--jvp``: the linearised predictive drawn by Jacobian-vector products (``glm_sampler=jvp``, the
+Tiny-ImageNet-C and ImageNet-C setting), measured on a chunk of images per network (random
+weights and inputs: memory does not depend on the values) beside the guard's estimate for it and
+the estimate of the Jacobian-forming predictive it replaces.
 """
 from __future__ import annotations
 
@@ -137,6 +143,48 @@ def run_one(backend: str, kind: str, s: int, n: int, threads: int = 1) -> dict:
             "H": la.H.detach().double().flatten()[:: max(1, s * s // 4096)].tolist(), "probs": probs[:8].tolist()}
 
 
+JVP_CASES = (("lenet5", (1, 28, 28), 10), ("resnet_small", (3, 32, 32), 10), ("resnet_small", (3, 64, 64), 200))
+
+
+def run_jvp(model_name: str, shape: tuple, n_outputs: int, chunk: int, samples: int = 3) -> dict:
+    from bench.laplace.jvp_glm import glm_logit_samples
+    from bench.laplace.memory import activation_numel, estimate_memory
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    net = build_model(model_name, shape, n_outputs).eval()
+    n_params = sum(p.numel() for p in net.parameters())
+    x = torch.randn(chunk, *shape)
+    acts = activation_numel(net, x[:1])
+    offsets = [1e-3 * torch.randn(n_params) for _ in range(samples)]
+    with PeakMemory("cpu") as mem:
+        glm_logit_samples(net, x, offsets)
+    kw = dict(backend="subnet", n_params=n_params, s=1000, n_outputs=n_outputs, batch_size=BATCH,
+              predict_batch=chunk, activations=acts)
+    est = estimate_memory(glm_sampler="jvp", n_samples=samples, **kw)["jacobian_predict"]
+    jac = estimate_memory(**kw)["jacobian_predict"]
+    return {"model": model_name, "shape": "x".join(map(str, shape)), "K": n_outputs, "chunk": chunk,
+            "peak_mb": mem.peak_mb, "est_mb": est / 2**20, "jacobian_est_mb": jac / 2**20}
+
+
+def jvp_table(chunks=(250, 1000)) -> None:
+    print("JVP-sampled linearised predictive (3 samples, one JVP at a time); peak = resident-memory growth "
+          "(bench.cost.PeakMemory) in a fresh process; est = the memory guard's predict term for glm_sampler=jvp; "
+          "Jacobian est = its term for the Jacobian-forming predictive (subnet backend, s = 1000)")
+    print("| network | input | K | chunk | peak MB | est MB | est / peak | Jacobian est MB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for model_name, shape, k in JVP_CASES:
+        for chunk in chunks:
+            proc = subprocess.run([sys.executable, __file__, "--one-jvp", f"{model_name}:{'x'.join(map(str, shape))}:{k}:{chunk}"],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                print(f"| {model_name} | {shape} | {k} | {chunk} | failed: {proc.stderr.strip()[-80:]} |")
+                continue
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            print(f"| {r['model']} | {r['shape']} | {r['K']} | {r['chunk']} | {r['peak_mb']:.0f} | {r['est_mb']:.0f} | "
+                  f"{r['est_mb'] / r['peak_mb']:.2f} | {r['jacobian_est_mb']:.0f} |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="100,1000")
@@ -147,8 +195,17 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads per run (default 1: on a shared machine two OpenMP threads make small "
                          "ops up to 100x slower whenever a core is taken by another process)")
+    ap.add_argument("--jvp", action="store_true", help="only the JVP-sampled predictive's table")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--one-jvp", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.one_jvp:
+        model_name, shape, k, chunk = args.one_jvp.split(":")
+        print(json.dumps(run_jvp(model_name, tuple(int(v) for v in shape.split("x")), int(k), int(chunk))))
+        return 0
+    if args.jvp:
+        jvp_table()
+        return 0
     if args.one:
         backend, kind, s = args.one.split(":")
         print(json.dumps(run_one(backend, kind, int(s), args.n, args.threads)))

@@ -159,7 +159,8 @@ class SubnetLaplace(LaplaceMethod):
         # 1. cheap check before the (slow) selection, with the cheapest backend that could apply
         want = self.segmentation_backend() or (c["backend"] if c["backend"] != "auto" else "subnet")
         mem_kw = dict(n_params=n_params, n_outputs=K, batch_size=int(c["batch_size"]),
-                      predict_batch=int(c["predict_batch_size"]), activations=acts, pred_type=c["pred_type"])
+                      predict_batch=int(c["predict_batch_size"]), activations=acts, pred_type=c["pred_type"],
+                      glm_sampler=c["glm_sampler"], n_samples=int(c["n_samples"]))
         check_memory(limit=limit, what=f"subnet_laplace (n_subnet={s}, backend={want})", backend=want, s=s, **mem_kw)
         # 2. selection ("Q3"), any criterion of the shared module at this size
         criterion = make_criterion(name, s, **self.criterion_options(name))

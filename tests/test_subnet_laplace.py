@@ -238,6 +238,36 @@ def test_memory_guard_refuses_oversized_and_names_a_size_that_fits():
     assert full["jacobian_fit"] > 50 * estimate_memory(backend="subnet", s=100, **MEM)["jacobian_fit"]
 
 
+def test_the_jvp_sampled_predictive_is_estimated_without_a_jacobian():
+    """glm_sampler=jvp forms no Jacobian: its predict term is one JVP's activations plus the
+    logit draws, whatever s and the backend. Tiny-ImageNet-C's setting (resnet_small at 64 x 64:
+    82,568 activation floats per image, K = 200, s = 1,000, chunks of 1,000) was refused at a
+    4.9 GB limit for a Jacobian it never builds (6 B K s floats = 4.8 GB); benchmarks/
+    laplace_memory.py --jvp measures the JVP predictive at 0.6 GB there."""
+    tiny = dict(n_params=220_000, n_outputs=200, batch_size=16, predict_batch=1000, activations=82_568)
+    jac = estimate_memory(backend="subnet", s=1000, **tiny)
+    assert jac["jacobian_predict"] == (6 * 1000 * 200 * 1000 + 1000 * 3 * 82_568) * 4  # > 4.9 GB
+    for backend in ("subnet", "backpack", "asdl"):
+        for s in (100, 1000):
+            jvp = estimate_memory(backend=backend, s=s, glm_sampler="jvp", n_samples=20, **tiny)
+            assert jvp["jacobian_predict"] == (3 * 1000 * 82_568 + 21 * 1000 * 200) * 4  # 0.96 GB
+    limit = int(4.9 * 2**30)
+    with pytest.raises(MemoryGuardError):
+        check_memory(limit=limit, what="t", backend="subnet", s=1000, **tiny)
+    check_memory(limit=limit, what="t", backend="subnet", s=1000, glm_sampler="jvp", n_samples=20, **tiny)
+
+
+def test_subnet_laplace_tells_the_guard_how_it_predicts(monkeypatch):
+    import methods.subnet_laplace as sl
+
+    seen = []
+    real = sl.check_memory
+    monkeypatch.setattr(sl, "check_memory", lambda **kw: seen.append(kw) or real(**kw))
+    SubnetLaplace(ctx_for(bn_net), n_subnet=20, link_approx="mc", glm_sampler="jvp", n_samples=7,
+                  prior_precision_method="none").fit(loader(), data(24, 1))
+    assert seen and all(kw["glm_sampler"] == "jvp" and kw["n_samples"] == 7 for kw in seen)
+
+
 def test_subnet_laplace_memory_guard_stops_before_selecting():
     ctx = ctx_for(bn_net)
     small = SubnetLaplace(ctx, n_subnet=20, memory_limit_gb=1.0, prior_precision_method="none").fit(loader(), data(24, 1))

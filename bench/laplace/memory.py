@@ -42,7 +42,8 @@ def activation_numel(model: nn.Module, x1: torch.Tensor) -> int:
 
 
 def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batch_size: int, predict_batch: int,
-                    activations: int, pred_type: str = "glm", dtype_bytes: int = FLOAT_BYTES) -> dict:
+                    activations: int, pred_type: str = "glm", glm_sampler: str = "moments", n_samples: int = 1,
+                    dtype_bytes: int = FLOAT_BYTES) -> dict:
     """Bytes a full-covariance subnet Laplace needs at its peak, by term.
 
     Calibrated on LeNet-300-100 (benchmarks/laplace_memory.py prints estimate and measured
@@ -51,7 +52,10 @@ def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batc
     concatenation and slice), the torch.func path (Curvlinops; ASDL's predictive falls back to it) all K
     outputs at once (B x K x P, x3). SubnetJacobianGGN needs ~6 B x K x s plus activations.
     The s x s terms: the GGN H, the posterior precision, its Cholesky factor / scale and
-    the covariance (4 s^2).
+    the covariance (4 s^2). The linearised predictive drawn by Jacobian-vector products
+    (``glm_sampler="jvp"``, :mod:`bench.laplace.jvp_glm`) forms no Jacobian whatever the backend:
+    one JVP at a time (primal and tangent activations, ~3 per layer output at the peak) plus
+    the ``n_samples`` logit draws; the fit still builds the backend's Jacobians for the GGN.
     """
     B, Bp, K, P = int(batch_size), int(predict_batch), int(n_outputs), int(n_params)
     act = 3 * activations  # forward activations + the gradients at the layer outputs
@@ -68,7 +72,12 @@ def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batc
         return 3 * b * K * P + 2 * b * K * s + b * act  # torch.func (curvlinops; asdl predictive)
 
     fit = jac(B, "fit")
-    predict = jac(Bp, "predict") if pred_type == "glm" else Bp * act * 2
+    if pred_type != "glm":
+        predict = Bp * act * 2
+    elif glm_sampler == "jvp":
+        predict = 3 * Bp * activations + (int(n_samples) + 1) * Bp * K
+    else:
+        predict = jac(Bp, "predict")
     cov = 4 * s * s
     terms = {"jacobian_fit": fit * dtype_bytes, "jacobian_predict": predict * dtype_bytes,
              "covariance": cov * dtype_bytes, "params": 3 * P * dtype_bytes}
