@@ -159,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--method", required=True)
     sel.add_argument("--tune", type=_csv, required=True, help="comma-separated option names that were swept")
     sel.add_argument("--model", default=None, help="only this model (default: every model with records)")
+    sel.add_argument("--markdown", action="store_true",
+                     help="print the choice as a markdown table (every candidate's per-seed validation score) and "
+                          "write nothing (for README tables)")
 
     sub.add_parser("list", help="show methods, suites, profiles and each suite's shifts")
 
@@ -353,8 +356,15 @@ def cmd_leaderboard(args) -> int:
 
 
 def cmd_select(args) -> int:
-    from bench.selection import select
+    from bench.selection import choose_on_validation, select, selection_markdown
+    from bench.store import load_records
 
+    if args.markdown:
+        df = load_records(args.results, args.suite)
+        if df.empty:
+            raise BenchError(f"no records for suite {args.suite!r} under {args.results}")
+        print(selection_markdown(choose_on_validation(df, args.method, args.tune, model=args.model)))
+        return 0
     for c in select(args.results, args.suite, args.method, args.tune, model=args.model):
         print(f"{c['model']} {c['method']}: chose {c['chosen']} ({c['metric']}, seeds {c['seeds']}) -> {c['path']}")
         for r in c["candidates"]:

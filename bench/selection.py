@@ -90,3 +90,22 @@ def select(results: str | Path, suite: str, method: str, tuned: list[str], model
     for c in choices:
         c["path"] = str(write_selection(results, suite, c))
     return choices
+
+
+def selection_markdown(choices: list[dict]) -> str:
+    """Choices as markdown: per model, one row per candidate (tuned values, the validation score
+    of each seed and their mean), the chosen one marked."""
+    out = []
+    for c in choices:
+        seeds = c["seeds"]
+        out.append(f"**{c['model']} / {c['method']}**: {c['metric']} over seeds {', '.join(map(str, seeds))}, "
+                   f"lowest mean chosen")
+        out.append("")
+        out.append("| " + " | ".join([*c["tuned"], *(f"seed {s}" for s in seeds), "mean", "chosen"]) + " |")
+        out.append("|" + " --- |" * (len(c["tuned"]) + len(seeds) + 2))
+        for r in c["candidates"]:
+            cells = [str(r["values"][t]) for t in c["tuned"]] + [f"{r['per_seed'][s]:.4f}" for s in seeds]
+            cells += [f"{r['score']:.4f}", "**chosen**" if r["config_hash"] == c["chosen_config_hash"] else ""]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out).rstrip("\n")

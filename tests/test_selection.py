@@ -47,3 +47,31 @@ def test_no_validation_records_or_unknown_option_is_an_error():
         choose_on_validation(pd.DataFrame([_rec("id", 0.1, 1, 0, 0.3)]), "pbn", ["lr"])
     with pytest.raises(BenchError, match="no option"):
         choose_on_validation(pd.DataFrame([_rec("val", 0.1, 1, 0, 0.3)]), "pbn", ["temperature"])
+
+
+def test_the_markdown_table_shows_every_seed_and_marks_the_lower_mean():
+    from bench.selection import selection_markdown
+
+    rows = [_rec("val", 0.1, 1, 0, 0.30), _rec("val", 0.1, 1, 1, 0.70),  # best seed, worse mean (0.50)
+            _rec("val", 0.01, 1, 0, 0.40), _rec("val", 0.01, 1, 1, 0.50)]  # mean 0.45: chosen
+    lines = selection_markdown(choose_on_validation(pd.DataFrame(rows), "pbn", ["lr"])).splitlines()
+    assert lines[2] == "| lr | seed 0 | seed 1 | mean | chosen |"
+    assert lines[4] == "| 0.01 | 0.4000 | 0.5000 | 0.4500 | **chosen** |"
+    assert lines[5] == "| 0.1 | 0.3000 | 0.7000 | 0.5000 |  |"
+
+
+def test_select_markdown_writes_nothing(tmp_path, capsys):
+    """`bench select --markdown` (README tables over kept records) leaves the results folder as it was."""
+    from bench.cli import main
+
+    out = tmp_path / "r"
+    assert main(["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--out", str(out),
+                 "--methods", "mc_dropout", "--set", "mc_dropout.p=0.1,0.3", "--set", "train.epochs=20",
+                 "--threads", "1"]) == 0
+    before = sorted(p for p in out.rglob("*") if p.is_file())
+    capsys.readouterr()
+    assert main(["select", "--results", str(out), "--suite", "toy", "--method", "mc_dropout", "--tune", "p",
+                 "--markdown"]) == 0
+    text = capsys.readouterr().out
+    assert "| p | seed 0 | mean | chosen |" in text and text.count("**chosen**") == 1
+    assert sorted(p for p in out.rglob("*") if p.is_file()) == before
