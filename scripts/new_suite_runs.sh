@@ -29,3 +29,6 @@ $B --suite tinyimagenetc --seeds 0,1,2 --methods subnet_laplace,laplace_diag
 CAMVID=deterministic,laplace_last_layer,temperature_scaling,pbn,mc_dropout,vdp,ssvi,mfvi,deep_ensemble,laplace_diag,subnet_laplace
 $B --suite camvid --seeds 0 --methods $CAMVID
 $B --suite camvid --seeds 1,2 --methods $CAMVID
+# VDP++'s KL weight on CamVid too (the same sweep and choice as on Tiny-ImageNet-C):
+#   .venv/bin/python -m bench select --suite camvid --method vdp --tune kl_weight
+$B --suite camvid --seeds 0,1,2 --methods vdp --set vdp.kl_weight=0.0001,0.01
