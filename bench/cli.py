@@ -356,14 +356,10 @@ def cmd_leaderboard(args) -> int:
 
 
 def cmd_select(args) -> int:
-    from bench.selection import choose_on_validation, select, selection_markdown
-    from bench.store import load_records
+    from bench.selection import choose_from_store, select, selection_markdown
 
     if args.markdown:
-        df = load_records(args.results, args.suite)
-        if df.empty:
-            raise BenchError(f"no records for suite {args.suite!r} under {args.results}")
-        print(selection_markdown(choose_on_validation(df, args.method, args.tune, model=args.model)))
+        print(selection_markdown(choose_from_store(args.results, args.suite, args.method, args.tune, model=args.model)))
         return 0
     for c in select(args.results, args.suite, args.method, args.tune, model=args.model):
         print(f"{c['model']} {c['method']}: chose {c['chosen']} ({c['metric']}, seeds {c['seeds']}) -> {c['path']}")

@@ -81,12 +81,18 @@ def write_selection(results: str | Path, suite: str, choice: dict) -> Path:
     return path
 
 
-def select(results: str | Path, suite: str, method: str, tuned: list[str], model: str | None = None) -> list[dict]:
-    """Choose on validation from the stored records and write the choices; returns them."""
+def choose_from_store(results: str | Path, suite: str, method: str, tuned: list[str],
+                      model: str | None = None) -> list[dict]:
+    """:func:`choose_on_validation` over the records stored under ``results`` (nothing written)."""
     df = load_records(results, suite)
     if df.empty:
         raise BenchError(f"no records for suite {suite!r} under {results}")
-    choices = choose_on_validation(df, method, tuned, model=model)
+    return choose_on_validation(df, method, tuned, model=model)
+
+
+def select(results: str | Path, suite: str, method: str, tuned: list[str], model: str | None = None) -> list[dict]:
+    """Choose on validation from the stored records and write the choices; returns them."""
+    choices = choose_from_store(results, suite, method, tuned, model=model)
     for c in choices:
         c["path"] = str(write_selection(results, suite, c))
     return choices
