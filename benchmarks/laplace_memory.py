@@ -19,11 +19,17 @@ next to the measured peak.
     .venv/bin/python benchmarks/laplace_memory.py                 # s = 100, 1000; N = 256
     .venv/bin/python benchmarks/laplace_memory.py --sizes 300 --n 512 --curvlinops
     .venv/bin/python benchmarks/laplace_memory.py --jvp           # the JVP-sampled predictive
+    .venv/bin/python benchmarks/laplace_memory.py --fit-cases     # the subnet backend at 200 classes
 
 ``--jvp``: the linearised predictive drawn by Jacobian-vector products (``glm_sampler=jvp``, the
 Tiny-ImageNet-C and ImageNet-C setting), measured on a chunk of images per network (random
 weights and inputs: memory does not depend on the values) beside the guard's estimate for it and
 the estimate of the Jacobian-forming predictive it replaces.
+
+``--fit-cases``: the subnet backend's GGN fit on LeNet-5 and resnet_small up to 200 classes
+(Tiny-ImageNet-C's setting), with the gradients at its hooked layer outputs kept a chunk of
+outputs at a time (``OUTPUT_CHUNK_FLOATS``) beside all K outputs at once (the code before), and
+the guard's estimate.
 """
 from __future__ import annotations
 
@@ -185,6 +191,74 @@ def jvp_table(chunks=(250, 1000)) -> None:
                   f"{r['est_mb'] / r['peak_mb']:.2f} | {r['jacobian_est_mb']:.0f} |")
 
 
+FIT_CASES = (("lenet5", (1, 28, 28), 10, 128), ("resnet_small", (3, 32, 32), 10, 128),
+             ("resnet_small", (3, 64, 64), 200, 32), ("resnet_small", (3, 64, 64), 200, 128))
+
+
+def run_fit(model_name: str, shape: tuple, n_outputs: int, batch: int, chunk_floats: int, s: int = 1000) -> dict:
+    """The subnet backend's GGN (laplace-torch's ``fit``) over two batches of random images, its
+    outputs' gradients kept for ``chunk_floats`` floats at a time (0: all K at once, as before)."""
+    import bench.laplace.subnet_jacobians as sj
+    from laplace import Laplace
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from bench.laplace.memory import activation_numel, estimate_memory
+    from bench.subnet.selection import candidate_indices
+
+    sj.OUTPUT_CHUNK_FLOATS = chunk_floats or 2**62
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    net = build_model(model_name, shape, n_outputs).eval()
+    n_params = sum(p.numel() for p in net.parameters())
+    cand = candidate_indices(net)
+    idx = cand[torch.randperm(cand.numel())[:s]].sort().values
+    x, y = torch.randn(2 * batch, *shape), torch.randint(0, n_outputs, (2 * batch,))
+    acts = activation_numel(net, x[:1])
+    la = Laplace(net, "classification", subset_of_weights="subnetwork", hessian_structure="full",
+                 subnetwork_indices=idx, backend=sj.subnet_jacobian_backend(), prior_precision=1.0)
+    with PeakMemory("cpu") as mem:
+        t0 = time.perf_counter()
+        la.fit(DataLoader(TensorDataset(x, y), batch_size=batch))
+        secs = time.perf_counter() - t0
+    est = estimate_memory(backend="subnet", n_params=n_params, s=s, n_outputs=n_outputs, batch_size=batch,
+                          predict_batch=batch, activations=acts)
+    return {"model": model_name, "shape": "x".join(map(str, shape)), "K": n_outputs, "batch": batch,
+            "peak_mb": mem.peak_mb, "s_per_batch": secs / 2,
+            "est_mb": (est["jacobian_fit"] + est["covariance"] + est["params"]) / 2**20,
+            "H": la.H.detach().double().flatten()[:: max(1, s * s // 4096)].tolist()}
+
+
+def fit_table() -> None:
+    print("Subnet-only Jacobian backend, GGN fit (laplace-torch fit over 2 batches of random images, s = 1000 "
+          "random candidate weights); peak = resident-memory growth (bench.cost.PeakMemory) in a fresh process; "
+          "chunked: the outputs' gradients kept OUTPUT_CHUNK_FLOATS at a time (now), all K: every output's at once "
+          "(before); est = the memory guard's fit estimate (Jacobian term + s x s matrices + parameters)")
+    print("| network | input | K | batch | peak MB, chunked | peak MB, all K | s/batch, chunked | s/batch, all K | "
+          "est MB | est / peak | max rel dH |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    from bench.laplace.subnet_jacobians import OUTPUT_CHUNK_FLOATS
+
+    for model_name, shape, k, batch in FIT_CASES:
+        runs = []
+        for chunk in (OUTPUT_CHUNK_FLOATS, 0):
+            spec = f"{model_name}:{'x'.join(map(str, shape))}:{k}:{batch}:{chunk}"
+            proc = subprocess.run([sys.executable, __file__, "--one-fit", spec], capture_output=True, text=True)
+            if proc.returncode != 0:
+                runs.append(None)
+                print(f"  {spec} failed: {proc.stderr.strip()[-200:]}", file=sys.stderr)
+                continue
+            runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        new, old = runs
+        if new is None or old is None:
+            print(f"| {model_name} | {shape} | {k} | {batch} | failed |")
+            continue
+        h1, h0 = torch.tensor(new["H"]), torch.tensor(old["H"])
+        dh = float((h1 - h0).abs().max() / h0.abs().max().clamp_min(1e-30))
+        print(f"| {model_name} | {new['shape']} | {k} | {batch} | {new['peak_mb']:.0f} | {old['peak_mb']:.0f} | "
+              f"{new['s_per_batch']:.2f} | {old['s_per_batch']:.2f} | {new['est_mb']:.0f} | "
+              f"{new['est_mb'] / new['peak_mb']:.2f} | {dh:.1e} |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="100,1000")
@@ -197,7 +271,11 @@ def main(argv=None) -> int:
                          "ops up to 100x slower whenever a core is taken by another process)")
     ap.add_argument("--jvp", action="store_true", help="only the JVP-sampled predictive's table")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--fit-cases", action="store_true",
+                    help="only the subnet backend's GGN fit on LeNet-5 / resnet_small up to 200 classes, its outputs "
+                         "chunked (now) and all at once (before)")
     ap.add_argument("--one-jvp", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--one-fit", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one_jvp:
         model_name, shape, k, chunk = args.one_jvp.split(":")
@@ -205,6 +283,13 @@ def main(argv=None) -> int:
         return 0
     if args.jvp:
         jvp_table()
+        return 0
+    if args.one_fit:
+        model_name, shape, k, batch, chunk = args.one_fit.split(":")
+        print(json.dumps(run_fit(model_name, tuple(int(v) for v in shape.split("x")), int(k), int(batch), int(chunk))))
+        return 0
+    if args.fit_cases:
+        fit_table()
         return 0
     if args.one:
         backend, kind, s = args.one.split(":")

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from bench.errors import BenchError
+from bench.laplace.subnet_jacobians import OUTPUT_CHUNK_FLOATS
 
 FLOAT_BYTES = 4
 
@@ -50,7 +51,9 @@ def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batc
     peak side by side). laplace-torch's backends materialise per-example gradients of all
     P weights and slice: BackPACK / ASDL per output (B x P, x3 / x3.5 for gradient,
     concatenation and slice), the torch.func path (Curvlinops; ASDL's predictive falls back to it) all K
-    outputs at once (B x K x P, x3). SubnetJacobianGGN needs ~6 B x K x s plus activations.
+    outputs at once (B x K x P, x3). SubnetJacobianGGN needs ~6 B x K x s plus activations, plus
+    the gradients at its hooked layer outputs for a chunk of the K outputs (at most
+    ``OUTPUT_CHUNK_FLOATS`` floats, or one output's, and their stacked copy).
     The s x s terms: the GGN H, the posterior precision, its Cholesky factor / scale and
     the covariance (4 s^2). The linearised predictive drawn by Jacobian-vector products
     (``glm_sampler="jvp"``, :mod:`bench.laplace.jvp_glm`) forms no Jacobian whatever the backend:
@@ -63,8 +66,9 @@ def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batc
     def jac(b: int, phase: str) -> int:
         if backend == "sampled":  # one image at a time: its gradient (P), the kept rows; predict: JVPs
             return 2 * P + b * s + act if phase == "fit" else 3 * b * act
-        if backend == "subnet":  # J, the gathered g and a entries, their product, GGN intermediates
-            return 6 * b * K * s + b * act
+        if backend == "subnet":  # J, the gathered g and a entries, their product, GGN intermediates,
+            # and the gradients at the hooked layer outputs for a chunk of outputs, stacked per layer
+            return 6 * b * K * s + b * act + 2 * min(K * b * activations, max(b * activations, OUTPUT_CHUNK_FLOATS))
         if backend == "backpack":
             return 3 * b * P + 2 * b * K * s + b * act
         if backend == "asdl" and phase == "fit":

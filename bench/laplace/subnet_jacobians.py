@@ -29,6 +29,11 @@ SUBNET_BACKENDS = ("auto", "subnet", "backpack", "asdl", "curvlinops", "sampled"
 #: ~10x faster than the pairwise gather on LeNet-5's concentrated subnets), else pairwise
 DENSE_PAIRS_FACTOR = 64
 
+#: the gradients at the hooked layers' outputs are kept for a chunk of the K outputs at a time,
+#: at most this many floats (K x B x the hooked outputs at once was 7.6 GB for resnet_small at
+#: 64 x 64 with 200 classes and batches of 128; benchmarks/laplace_memory.py --fit-cases)
+OUTPUT_CHUNK_FLOATS = 2**24
+
 
 def _ggn_interface():
     from laplace.curvature import GGNInterface
@@ -91,6 +96,12 @@ class _LayerPlan:
                 out[:, :, self.b_pos] += g[:, :, self.b_row, :].sum(-1).transpose(0, 1)
 
 
+def output_chunk(n_outputs: int, hooked_floats: int) -> int:
+    """Outputs whose gradients (``hooked_floats`` each: the batch's hooked layer outputs) are
+    kept at once: as many as :data:`OUTPUT_CHUNK_FLOATS` allows, at least one."""
+    return max(1, min(int(n_outputs), OUTPUT_CHUNK_FLOATS // max(1, int(hooked_floats))))
+
+
 def _supported_layer(m: nn.Module) -> str | None:
     """None if :class:`SubnetJacobianGGN` can differentiate w.r.t. ``m``'s parameters, else why not."""
     if isinstance(m, nn.Linear):
@@ -115,8 +126,9 @@ def _build_subnet_jacobian_backend():
         the linearised predictive; its own backends build the (B, K, P) Jacobian of every
         weight and slice it. Here forward hooks keep each subnet layer's input ``a`` and
         output ``z``; per output k one ``autograd.grad`` gives ``g = df_k/dz`` for all layers
-        at once (per example, as the network is in eval mode), and the subnet columns are
-        products of ``g`` and ``a`` entries: memory O(B K s + activations), not O(B K P).
+        at once (per example, as the network is in eval mode; a chunk of outputs at a time,
+        :func:`output_chunk`), and the subnet columns are products of ``g`` and ``a`` entries:
+        memory O(B K s + activations), not O(B K P).
         """
 
         def __init__(self, model, likelihood, last_layer=False, subnetwork_indices=None,
@@ -216,16 +228,21 @@ def _build_subnet_jacobian_backend():
             zs = [z for _, _, z in calls]
             # one backward pass per output k: g[k] = d f_k / d z for every hooked layer output
             # (a plain loop: autograd's is_grads_batched vmap is ~4x slower here, as BatchNorm's
-            # backward has no batching rule)
-            per_k = []
-            for k in range(K):
-                with torch.enable_grad():
-                    per_k.append(torch.autograd.grad(f[:, k].sum(), zs, retain_graph=k < K - 1 or enable_backprop,
-                                                     allow_unused=True))
-            with torch.no_grad():
-                for i, (pl, a, z) in enumerate(calls):
-                    g = torch.stack([gk[i] if gk[i] is not None else torch.zeros_like(z) for gk in per_k])
-                    pl.accumulate(J, a.detach(), g)
+            # backward has no batching rule), for a chunk of outputs at a time: K x B x the
+            # hooked outputs at once is gigabytes at hundreds of classes
+            step = output_chunk(K, sum(z.numel() for z in zs))
+            for k0 in range(0, K, step):
+                k1 = min(K, k0 + step)
+                per_k = []
+                for k in range(k0, k1):
+                    with torch.enable_grad():
+                        per_k.append(torch.autograd.grad(f[:, k].sum(), zs, retain_graph=k < K - 1 or enable_backprop,
+                                                         allow_unused=True))
+                with torch.no_grad():
+                    for i, (pl, a, z) in enumerate(calls):
+                        g = torch.stack([gk[i] if gk[i] is not None else torch.zeros_like(z) for gk in per_k])
+                        pl.accumulate(J[:, k0:k1], a.detach(), g)
+                per_k = g = None  # this chunk's gradients go before the next chunk's come
             return (J, f) if enable_backprop else (J.detach(), f.detach())
 
         def gradients(self, x, y):  # the empirical Fisher is not offered for subnetworks here
