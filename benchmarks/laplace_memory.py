@@ -91,6 +91,16 @@ def subnet(net, x, y, kind: str, s: int) -> torch.Tensor:
     return make_criterion("largest_variance_diag_laplace", s, backend="backpack").select(net, loader)
 
 
+def ggn_sample(la, s: int) -> list[float]:
+    """About 4,096 evenly spaced entries of the fitted s x s GGN, to compare backends by."""
+    return la.H.detach().double().flatten()[:: max(1, s * s // 4096)].tolist()
+
+
+def relative_difference(h: torch.Tensor, ref: torch.Tensor) -> float:
+    """Largest entry-wise difference of two GGN samples, relative to the reference's largest entry."""
+    return float((h - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+
+
 def frozen_copy(net, idx: torch.Tensor):
     """Freeze every parameter tensor without a subnet entry; indices into the trainable vector."""
     import copy
@@ -146,7 +156,7 @@ def run_one(backend: str, kind: str, s: int, n: int, threads: int = 1) -> dict:
             "est_fit_mb": (est["jacobian_fit"] + est["covariance"] + est["params"]) / 2**20,
             "pred_s_per_1k": 1000 * pred_s / len(xt), "pred_peak_mb": pmem.peak_mb,
             "est_pred_mb": (est["jacobian_predict"] + est["covariance"] + est["params"]) / 2**20,
-            "H": la.H.detach().double().flatten()[:: max(1, s * s // 4096)].tolist(), "probs": probs[:8].tolist()}
+            "H": ggn_sample(la, s), "probs": probs[:8].tolist()}
 
 
 JVP_CASES = (("lenet5", (1, 28, 28), 10), ("resnet_small", (3, 32, 32), 10), ("resnet_small", (3, 64, 64), 200))
@@ -225,7 +235,7 @@ def run_fit(model_name: str, shape: tuple, n_outputs: int, batch: int, chunk_flo
     return {"model": model_name, "shape": "x".join(map(str, shape)), "K": n_outputs, "batch": batch,
             "peak_mb": mem.peak_mb, "s_per_batch": secs / 2,
             "est_mb": (est["jacobian_fit"] + est["covariance"] + est["params"]) / 2**20,
-            "H": la.H.detach().double().flatten()[:: max(1, s * s // 4096)].tolist()}
+            "H": ggn_sample(la, s)}
 
 
 def fit_table() -> None:
@@ -252,8 +262,7 @@ def fit_table() -> None:
         if new is None or old is None:
             print(f"| {model_name} | {shape} | {k} | {batch} | failed |")
             continue
-        h1, h0 = torch.tensor(new["H"]), torch.tensor(old["H"])
-        dh = float((h1 - h0).abs().max() / h0.abs().max().clamp_min(1e-30))
+        dh = relative_difference(torch.tensor(new["H"]), torch.tensor(old["H"]))
         print(f"| {model_name} | {new['shape']} | {k} | {batch} | {new['peak_mb']:.0f} | {old['peak_mb']:.0f} | "
               f"{new['s_per_batch']:.2f} | {old['s_per_batch']:.2f} | {new['est_mb']:.0f} | "
               f"{new['est_mb'] / new['peak_mb']:.2f} | {dh:.1e} |")
@@ -312,7 +321,7 @@ def main(argv=None) -> int:
                 h, p = torch.tensor(r.pop("H")), torch.tensor(r.pop("probs"))
                 if ref is None:
                     ref = (h, p)
-                r["max_dH_rel"] = float((h - ref[0]).abs().max() / ref[0].abs().max().clamp_min(1e-30))
+                r["max_dH_rel"] = relative_difference(h, ref[0])
                 r["max_dprobs"] = float((p - ref[1]).abs().max())
                 rows.append(r)
                 print(f"  done {b} {kind} s={s}", file=sys.stderr, flush=True)
