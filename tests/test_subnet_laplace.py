@@ -267,7 +267,7 @@ def test_the_subnet_backend_fit_is_estimated_with_its_chunk_of_output_gradients(
     layer: 2 x that chunk beside 6 B K s (the Jacobian and its products) and 3 B x activations
     (the graph). At Tiny-ImageNet-C's fit (batches of 128, K = 200, 82,568 activation floats per
     image) all K at once is 2.1 G floats (benchmarks/laplace_memory.py --fit-cases: 5.1 GB
-    measured before the chunking, 0.43 GB after); a 10-class LeNet keeps all K, a few MB."""
+    measured before the chunking, 0.44 GB after); a 10-class LeNet keeps all K, a few MB."""
     from bench.laplace.subnet_jacobians import OUTPUT_CHUNK_FLOATS
 
     tiny = dict(n_params=168_888, n_outputs=200, batch_size=128, predict_batch=1000, activations=82_568)
