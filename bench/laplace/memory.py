@@ -49,7 +49,8 @@ def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batc
 
     Calibrated on LeNet-300-100, and for the subnet backend on LeNet-5 and resnet_small up to
     200 classes (benchmarks/laplace_memory.py, its ``--fit-cases`` and ``--jvp``, prints estimate
-    and measured peak side by side). laplace-torch's backends materialise per-example gradients of all
+    and measured peak side by side); the ``sampled`` segmentation backend against the CamVid grid's
+    measured peaks, docs/segmentation.md). laplace-torch's backends materialise per-example gradients of all
     P weights and slice: BackPACK / ASDL per output (B x P, x3 / x3.5 for gradient,
     concatenation and slice), the torch.func path (Curvlinops; ASDL's predictive falls back to it) all K
     outputs at once (B x K x P, x3). SubnetJacobianGGN needs ~6 B x K x s plus activations, plus
