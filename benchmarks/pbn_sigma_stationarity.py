@@ -18,7 +18,6 @@ the levels), which ``--from-json PATH`` prints again without recomputing.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -28,15 +27,15 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench.config import resolve_plan  # noqa: E402
 from bench.data import TensorLoader  # noqa: E402
 from bench.harness import num_observations  # noqa: E402
 from bench.models import build_model  # noqa: E402
-from bench.store import ResultsStore, atomic_write_json  # noqa: E402
+from bench.store import ResultsStore  # noqa: E402
 from bench.subnet.partial_vi import elbo_loss  # noqa: E402
 from bench.subnet.ssvi import softplus_inv  # noqa: E402
-from bench.suites import SUITES  # noqa: E402
+from experiment_cli import run_experiment  # noqa: E402
 from methods import METHODS, MethodContext  # noqa: E402
 
 
@@ -104,44 +103,29 @@ def table(out: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--results", default="results")
-    p.add_argument("--data-root", default="data")
-    p.add_argument("--suite", default="camvid")
-    p.add_argument("--profile", default="quick")
-    p.add_argument("--model", default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--levels", default="1e-4,3e-4,1e-3,3e-3,1e-2,3e-2")
-    p.add_argument("--batches", type=int, default=16)
-    p.add_argument("--samples", type=int, default=None, help="posterior samples per batch (default: the fit's)")
-    p.add_argument("--save", default=None)
-    p.add_argument("--from-json", default=None)
-    a = p.parse_args(argv)
-    if a.from_json:
-        print(table(json.loads(Path(a.from_json).read_text())))
-        return 0
-    torch.set_num_threads(1)
-    suite = SUITES.get(a.suite)()
-    plan = resolve_plan(suite, a.profile, ["pbn"], {}, method_registry=METHODS)
-    model = a.model or plan.models[0]
-    data = suite.load(Path(a.data_root), plan.data, download=False)
+def compute(a, suite, plan, model, data) -> dict:
     method, rec, ckpt = fitted_pbn(Path(a.results), suite, plan, model, a.seed)
     fitted = method.vi.sigma().detach()
     n = num_observations(suite, plan, data)
     samples = int(a.samples or method.config["train_samples"])
     rows = scan(method, data, n, [float(v) for v in a.levels.split(",")], a.batches, plan.train.batch_size,
                 samples, a.seed)
-    out = {"suite": a.suite, "profile": a.profile, "model": model, "seed": a.seed, "checkpoint": str(ckpt),
-           "record_commit": rec.get("git_commit"), "k": int(fitted.numel()),
-           "fitted_sigma_mean": float(fitted.mean()),
-           "initial_sigma_mean": float(rec["diagnostics"]["sigma_init"]["mean"]),
-           "beta": float(method.config["beta_end"]), "num_train": n, "batches": a.batches,
-           "batch_size": plan.train.batch_size, "samples": samples, "rows": rows}
-    if a.save:
-        atomic_write_json(Path(a.save), out)
-    print(table(out))
-    return 0
+    return {"checkpoint": str(ckpt), "record_commit": rec.get("git_commit"), "k": int(fitted.numel()),
+            "fitted_sigma_mean": float(fitted.mean()),
+            "initial_sigma_mean": float(rec["diagnostics"]["sigma_init"]["mean"]),
+            "beta": float(method.config["beta_end"]), "num_train": n, "batches": a.batches,
+            "batch_size": plan.train.batch_size, "samples": samples, "rows": rows}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--levels", default="1e-4,3e-4,1e-3,3e-3,1e-2,3e-2")
+    p.add_argument("--batches", type=int, default=16)
+    p.add_argument("--samples", type=int, default=None, help="posterior samples per batch (default: the fit's)")
+
+
+def main(argv=None) -> int:
+    return run_experiment(argv, description=__doc__.splitlines()[0], method="pbn", compute=compute, table=table,
+                          add_arguments=add_arguments)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ same seed when they are in ``--results`` (the same network, the same scorer: the
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -32,15 +31,14 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench.checkpoints import MapCache  # noqa: E402
-from bench.config import resolve_plan  # noqa: E402
 from bench.data import EvalSet  # noqa: E402
 from bench.harness import score_segmentation  # noqa: E402
 from bench.models import build_model  # noqa: E402
-from bench.store import ResultsStore, atomic_write_json  # noqa: E402
-from bench.suites import SUITES  # noqa: E402
-from methods import METHODS  # noqa: E402
+from bench.store import ResultsStore  # noqa: E402
+from experiment_cli import run_experiment  # noqa: E402
 
 COLUMNS = ("miou", "pixel_accuracy", "mean_class_accuracy", "nll", "ece", "brier", "error_auroc")
 
@@ -134,28 +132,7 @@ def table(out: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--results", default="results")
-    p.add_argument("--data-root", default="data")
-    p.add_argument("--suite", default="camvid")
-    p.add_argument("--profile", default="quick")
-    p.add_argument("--model", default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=8, help="images per scoring batch")
-    p.add_argument("--save", default=None)
-    p.add_argument("--from-json", default=None)
-    a = p.parse_args(argv)
-    if a.from_json:
-        print(table(json.loads(Path(a.from_json).read_text())))
-        return 0
-    torch.set_num_threads(1)
-    suite = SUITES.get(a.suite)()
-    if suite.task.kind != "segmentation":
-        raise SystemExit(f"{a.suite} is not a segmentation suite")
-    plan = resolve_plan(suite, a.profile, ["deterministic"], {}, method_registry=METHODS)
-    model = a.model or plan.models[0]
-    data = suite.load(Path(a.data_root), plan.data, download=False)
+def compute(a, suite, plan, model, data) -> dict:
     task = suite.task
     build = partial(build_model, model, suite.input_shape(plan.data), task.num_outputs)
     store = ResultsStore(a.results)
@@ -172,16 +149,18 @@ def main(argv=None) -> int:
     sets = [EvalSet("val", "clean", 0.0, data.val_x, data.val_y)] + list(data.eval_sets)
     cells = {loss: score(net, task, sets, a.batch_size) for loss, net in nets.items()}
     id_key = next(k for k in cells["unweighted"] if k.startswith("id:"))
-    out = {"suite": a.suite, "profile": a.profile, "model": model, "seed": a.seed,
-           "classes": list(data.extras.get("classes", range(task.num_outputs))), "weights": weights.tolist(),
-           "n_val": len(data.val_x), "n_test": data.id_set().n,
-           "n_shift_cells": sum(e.kind == "shift" for e in data.eval_sets), "id_key": id_key,
-           "summary": {loss: summary(c) for loss, c in cells.items()}, "cells": cells,
-           "stored_check": stored_check(Path(a.results), a.suite, model, a.seed, cells["unweighted"])}
-    if a.save:
-        atomic_write_json(Path(a.save), out)
-    print(table(out))
-    return 0
+    return {"classes": list(data.extras.get("classes", range(task.num_outputs))), "weights": weights.tolist(),
+            "n_val": len(data.val_x), "n_test": data.id_set().n,
+            "n_shift_cells": sum(e.kind == "shift" for e in data.eval_sets), "id_key": id_key,
+            "summary": {loss: summary(c) for loss, c in cells.items()}, "cells": cells,
+            "stored_check": stored_check(Path(a.results), suite.name, model, a.seed, cells["unweighted"])}
+
+
+def main(argv=None) -> int:
+    return run_experiment(
+        argv, description=__doc__.splitlines()[0], method="deterministic", compute=compute, table=table,
+        task_kind="segmentation",
+        add_arguments=lambda p: p.add_argument("--batch-size", type=int, default=8, help="images per scoring batch"))
 
 
 if __name__ == "__main__":
