@@ -31,13 +31,32 @@ from bench.subnet.selection import as_torch_loader
 from methods.base import Method
 
 
+class _PixelRowDataset(torch.utils.data.Dataset):
+    """The images of ``dataset`` (item i: image i and its label map) whose ``len()`` is the number of
+    pixel rows, the observations: laplace-torch takes its N (the KFAC rescaling of each batch's
+    input factor, ``n_data``) from ``len(train_loader.dataset)``."""
+
+    def __init__(self, dataset, rows_per_item: int):
+        self.dataset, self.rows_per_item = dataset, int(rows_per_item)
+
+    def __getitem__(self, i):
+        return self.dataset[i]
+
+    def __len__(self):
+        return len(self.dataset) * self.rows_per_item
+
+
 def pixel_label_loader(loader, ignore_index: int):
     """The loader laplace-torch fits a segmentation network with: batches of images and their
-    labels flattened to one per pixel row (the network's output rows). laplace-torch has no ignore
-    label: ignored pixels get class 0, which changes only the loss value it reports (the GGN of a
-    softmax likelihood does not depend on the label); they still count as observations of the
-    curvature (void: ~5 % of CamVid's pixels), said in docs/segmentation.md."""
-    from torch.utils.data import DataLoader
+    labels flattened to one per pixel row (the network's output rows), and N, the dataset's length
+    for laplace-torch, the number of pixel rows. With N the number of images, laplace-torch's KFAC
+    divides the summed input outer products of the last layer by the images instead of the pixels
+    (its ``A = sum a a^T / N`` with one ``a`` per pixel): a curvature H x W times too large.
+    laplace-torch has no ignore label: ignored pixels get class 0, which changes only the loss
+    value it reports (the GGN of a softmax likelihood does not depend on the label); they still
+    count as observations of the curvature (void: ~5 % of CamVid's pixels), said in
+    docs/segmentation.md."""
+    from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
     def collate(items):
         xs, ys = zip(*items)
@@ -45,7 +64,10 @@ def pixel_label_loader(loader, ignore_index: int):
         y[y == ignore_index] = 0
         return torch.stack(list(xs)), y
 
-    return DataLoader(loader.dataset, batch_size=loader.batch_size, shuffle=False, collate_fn=collate)
+    images = loader.dataset
+    rows = torch.as_tensor(images[0][1]).numel() if len(images) else 1
+    batches = BatchSampler(SequentialSampler(range(len(images))), loader.batch_size, drop_last=False)
+    return DataLoader(_PixelRowDataset(images, rows), batch_sampler=batches, collate_fn=collate)
 
 
 class LaplaceMethod(Method):
