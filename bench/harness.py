@@ -34,6 +34,17 @@ from bench.training import earlier_training_time
 log = logging.getLogger("bench")
 
 
+def model_builder(suite, plan: RunPlan, model_name: str):
+    """``build(dropout=...)``: a fresh network of ``model_name`` for the suite's inputs and outputs."""
+    return partial(build_model, model_name, suite.input_shape(plan.data), suite.task.num_outputs)
+
+
+def map_network_key(suite, plan: RunPlan, model_name: str) -> dict:
+    """The key of the grid's MAP network in the suite's checkpoint cache. The network depends on the
+    data it trains on, not on the evaluation sets (``Suite.EVAL_ONLY_DATA``)."""
+    return {"suite": suite.name, "model": model_name, "train": plan.train.to_dict(), "data": suite.fit_data(plan.data)}
+
+
 @dataclass
 class RunSummary:
     fitted: int = 0
@@ -267,11 +278,10 @@ class Harness:
     def map_cache(self, model_name: str) -> MapCache:
         """The shared MAP-network cache of ``model_name`` (one per model and harness)."""
         if model_name not in self._map_caches:
-            build = partial(build_model, model_name, self.suite.input_shape(self.plan.data), self.suite.task.num_outputs)
-            # the MAP network depends on the data it trains on, not on the evaluation sets
-            # (Suite.EVAL_ONLY_DATA); a key that included them (older code) is still found
-            key = {"suite": self.suite.name, "model": model_name, "train": self.plan.train.to_dict()}
-            map_key, legacy = {**key, "data": self.suite.fit_data(self.plan.data)}, {**key, "data": self.plan.data}
+            build = model_builder(self.suite, self.plan, model_name)
+            # a key that included the evaluation sets (older code) is still found
+            map_key = map_network_key(self.suite, self.plan, model_name)
+            legacy = {**map_key, "data": self.plan.data}
             self._map_caches[model_name] = MapCache(
                 self.store.checkpoint_dir(self.suite.name), map_key, build, self.suite.task, self.data.train_x,
                 self.data.train_y, self.plan.train, self.device, augment=self.data.augment, progress=self.progress,

@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.config import resolve_plan  # noqa: E402
 from bench.errors import BenchError  # noqa: E402
-from bench.store import atomic_write_json  # noqa: E402
+from bench.harness import map_network_key, model_builder  # noqa: E402
+from bench.store import ResultsStore, atomic_write_json  # noqa: E402
 from bench.suites import SUITES  # noqa: E402
 from methods import METHODS  # noqa: E402
 
@@ -44,6 +45,19 @@ def experiment_parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--save", default=None, metavar="PATH", help="also write the result as JSON (atomically)")
     p.add_argument("--from-json", default=None, metavar="PATH", help="print a saved result; compute nothing")
     return p
+
+
+def grid_map_cache(a, suite, plan, model: str, data):
+    """The grid's cache of MAP networks in ``--results`` (the harness's key: an experiment finds the
+    network every method of the grid started from, and trains it the same way when it is not
+    there), on the CPU."""
+    import torch
+
+    from bench.checkpoints import MapCache
+
+    return MapCache(ResultsStore(a.results).checkpoint_dir(suite.name), map_network_key(suite, plan, model),
+                    model_builder(suite, plan, model), suite.task, data.train_x, data.train_y, plan.train,
+                    torch.device("cpu"), augment=data.augment)
 
 
 def run_experiment(argv, *, description: str, method: str, compute: Callable[..., dict],

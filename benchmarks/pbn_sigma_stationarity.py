@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -30,8 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench.data import TensorLoader  # noqa: E402
-from bench.harness import num_observations  # noqa: E402
-from bench.models import build_model  # noqa: E402
+from bench.harness import model_builder, num_observations  # noqa: E402
 from bench.store import ResultsStore  # noqa: E402
 from bench.subnet.partial_vi import elbo_loss  # noqa: E402
 from bench.subnet.ssvi import softplus_inv  # noqa: E402
@@ -48,7 +46,7 @@ def fitted_pbn(results: Path, suite, plan, model: str, seed: int):
     ckpt = ResultsStore(results).fitted_checkpoint(rec)
     if not ckpt.exists():
         raise SystemExit(f"the fitted checkpoint {ckpt} is not there (checkpoints are not kept in git: rerun the cell)")
-    build = partial(build_model, model, suite.input_shape(plan.data), suite.task.num_outputs)
+    build = model_builder(suite, plan, model)
     ctx = MethodContext(task=suite.task, build_model=build, train=plan.train, device=torch.device("cpu"), seed=seed,
                         map_cache=None, num_train=0)
     method = METHODS.get("pbn")(ctx, **rec["method_config"])

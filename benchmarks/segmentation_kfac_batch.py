@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -30,29 +29,19 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench.checkpoints import MapCache  # noqa: E402
 from bench.cost import PeakMemory  # noqa: E402
 from bench.data import TensorLoader  # noqa: E402
-from bench.models import build_model  # noqa: E402
-from bench.store import ResultsStore  # noqa: E402
 from bench.subnet.selection import as_torch_loader  # noqa: E402
-from experiment_cli import run_experiment  # noqa: E402
+from bench.harness import model_builder  # noqa: E402
+from experiment_cli import grid_map_cache, run_experiment  # noqa: E402
 from methods import METHODS, MethodContext  # noqa: E402
 from methods._laplace_base import pixel_label_loader  # noqa: E402
 
 
-def map_network(a, suite, plan, model, data):
-    build = partial(build_model, model, suite.input_shape(plan.data), suite.task.num_outputs)
-    key = {"suite": suite.name, "model": model, "train": plan.train.to_dict(), "data": suite.fit_data(plan.data)}
-    cache = MapCache(ResultsStore(a.results).checkpoint_dir(suite.name), key, build, suite.task, data.train_x,
-                     data.train_y, plan.train, torch.device("cpu"), augment=data.augment)
-    return cache, build
-
-
 def fit_factors(a, suite, plan, model, data, batch_size: int) -> dict:
     """One curvature fit (run in a subprocess): its peak memory, time and factors."""
-    cache, build = map_network(a, suite, plan, model, data)
-    ctx = MethodContext(task=suite.task, build_model=build, train=plan.train, device=torch.device("cpu"), seed=a.seed,
+    cache = grid_map_cache(a, suite, plan, model, data)
+    ctx = MethodContext(task=suite.task, build_model=model_builder(suite, plan, model), train=plan.train, device=torch.device("cpu"), seed=a.seed,
                         map_cache=cache, num_train=len(data.train_x))
     method = METHODS.get("laplace_last_layer")(ctx, batch_size=batch_size)
     net = method.map_network()
@@ -89,8 +78,8 @@ def reference_factors(net, x, batch: int = 4) -> tuple[torch.Tensor, torch.Tenso
 
 
 def compute(a, suite, plan, model, data) -> dict:
-    cache, _ = map_network(a, suite, plan, model, data)
-    ref_a, ref_g, rows = reference_factors(cache.get(a.seed).eval(), data.train_x)
+    net = grid_map_cache(a, suite, plan, model, data).get(a.seed).eval()
+    ref_a, ref_g, rows = reference_factors(net, data.train_x)
     out_rows = []
     for bs in (int(v) for v in a.batch_sizes.split(",")):
         with tempfile.TemporaryDirectory() as tmp:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from functools import partial
 from pathlib import Path
 
 import torch
@@ -35,10 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench.checkpoints import MapCache  # noqa: E402
 from bench.data import EvalSet  # noqa: E402
-from bench.harness import score_segmentation  # noqa: E402
-from bench.models import build_model  # noqa: E402
-from bench.store import ResultsStore  # noqa: E402
-from experiment_cli import run_experiment  # noqa: E402
+from bench.harness import map_network_key, model_builder, score_segmentation  # noqa: E402
+from experiment_cli import grid_map_cache, run_experiment  # noqa: E402
 
 COLUMNS = ("miou", "pixel_accuracy", "mean_class_accuracy", "nll", "ece", "brier", "error_auroc")
 
@@ -134,17 +131,14 @@ def table(out: dict) -> str:
 
 def compute(a, suite, plan, model, data) -> dict:
     task = suite.task
-    build = partial(build_model, model, suite.input_shape(plan.data), task.num_outputs)
-    store = ResultsStore(a.results)
-    key = {"suite": suite.name, "model": model, "train": plan.train.to_dict(), "data": suite.fit_data(plan.data)}
     weights = median_frequency_weights(data.train_y, task.num_outputs, task.ignore_index)
     nets = {
         # the grid's MAP network (trained here only when the grid has not cached it)
-        "unweighted": MapCache(store.checkpoint_dir(suite.name), key, build, task, data.train_x, data.train_y,
-                               plan.train, torch.device("cpu"), augment=data.augment).get(a.seed),
-        "weighted": MapCache(Path(a.results) / suite.name / "ablations" / "checkpoints", {**key, "loss": "weighted_ce_median_frequency"},
-                             build, WeightedTask(task, weights), data.train_x, data.train_y, plan.train,
-                             torch.device("cpu"), augment=data.augment).get(a.seed),
+        "unweighted": grid_map_cache(a, suite, plan, model, data).get(a.seed),
+        "weighted": MapCache(Path(a.results) / suite.name / "ablations" / "checkpoints",
+                             {**map_network_key(suite, plan, model), "loss": "weighted_ce_median_frequency"},
+                             model_builder(suite, plan, model), WeightedTask(task, weights), data.train_x, data.train_y,
+                             plan.train, torch.device("cpu"), augment=data.augment).get(a.seed),
     }
     sets = [EvalSet("val", "clean", 0.0, data.val_x, data.val_y)] + list(data.eval_sets)
     cells = {loss: score(net, task, sets, a.batch_size) for loss, net in nets.items()}
