@@ -34,9 +34,10 @@ from bench.training import earlier_training_time
 log = logging.getLogger("bench")
 
 
-def model_builder(suite, plan: RunPlan, model_name: str):
-    """``build(dropout=...)``: a fresh network of ``model_name`` for the suite's inputs and outputs."""
-    return partial(build_model, model_name, suite.input_shape(plan.data), suite.task.num_outputs)
+def model_builder(suite, data_cfg: dict, model_name: str):
+    """``build(dropout=...)``: a fresh network of ``model_name`` for the suite's outputs and its inputs
+    under the data options ``data_cfg`` (a run plan's, or a record's ``data_config``)."""
+    return partial(build_model, model_name, suite.input_shape(data_cfg), suite.task.num_outputs)
 
 
 def map_network_key(suite, plan: RunPlan, model_name: str) -> dict:
@@ -278,7 +279,7 @@ class Harness:
     def map_cache(self, model_name: str) -> MapCache:
         """The shared MAP-network cache of ``model_name`` (one per model and harness)."""
         if model_name not in self._map_caches:
-            build = model_builder(self.suite, self.plan, model_name)
+            build = model_builder(self.suite, self.plan.data, model_name)
             # a key that included the evaluation sets (older code) is still found
             map_key = map_network_key(self.suite, self.plan, model_name)
             legacy = {**map_key, "data": self.plan.data}

@@ -56,7 +56,7 @@ def grid_map_cache(a, suite, plan, model: str, data):
     from bench.checkpoints import MapCache
 
     return MapCache(ResultsStore(a.results).checkpoint_dir(suite.name), map_network_key(suite, plan, model),
-                    model_builder(suite, plan, model), suite.task, data.train_x, data.train_y, plan.train,
+                    model_builder(suite, plan.data, model), suite.task, data.train_x, data.train_y, plan.train,
                     torch.device("cpu"), augment=data.augment)
 
 

@@ -46,7 +46,7 @@ def fitted_pbn(results: Path, suite, plan, model: str, seed: int):
     ckpt = ResultsStore(results).fitted_checkpoint(rec)
     if not ckpt.exists():
         raise SystemExit(f"the fitted checkpoint {ckpt} is not there (checkpoints are not kept in git: rerun the cell)")
-    build = model_builder(suite, plan, model)
+    build = model_builder(suite, plan.data, model)
     ctx = MethodContext(task=suite.task, build_model=build, train=plan.train, device=torch.device("cpu"), seed=seed,
                         map_cache=None, num_train=0)
     method = METHODS.get("pbn")(ctx, **rec["method_config"])

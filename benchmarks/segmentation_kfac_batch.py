@@ -41,7 +41,7 @@ from methods._laplace_base import pixel_label_loader  # noqa: E402
 def fit_factors(a, suite, plan, model, data, batch_size: int) -> dict:
     """One curvature fit (run in a subprocess): its peak memory, time and factors."""
     cache = grid_map_cache(a, suite, plan, model, data)
-    ctx = MethodContext(task=suite.task, build_model=model_builder(suite, plan, model), train=plan.train, device=torch.device("cpu"), seed=a.seed,
+    ctx = MethodContext(task=suite.task, build_model=model_builder(suite, plan.data, model), train=plan.train, device=torch.device("cpu"), seed=a.seed,
                         map_cache=cache, num_train=len(data.train_x))
     method = METHODS.get("laplace_last_layer")(ctx, batch_size=batch_size)
     net = method.map_network()

@@ -41,7 +41,6 @@ import math
 import statistics
 import sys
 import time
-from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -263,7 +262,7 @@ def summary(args) -> str:
 def _fitted_methods(results: Path, suite_name: str, model: str, methods: list[str], seeds):
     """[(label, method name, seed, method object)] for every fitted checkpoint in the store."""
     from bench.checkpoints import load_torch
-    from bench.models import build_model
+    from bench.harness import model_builder
     from bench.store import ResultsStore
     from bench.suites import SUITES
     from bench.training import TrainConfig
@@ -282,8 +281,7 @@ def _fitted_methods(results: Path, suite_name: str, model: str, methods: list[st
         if not ckpt.exists():
             print(f"  (no fitted checkpoint {ckpt}; skipped)", file=sys.stderr)
             continue
-        build = partial(build_model, model, suite.in_shape, suite.task.num_outputs)
-        ctx = MethodContext(task=suite.task, build_model=build, train=TrainConfig.from_dict(rec["train_config"]),
+        ctx = MethodContext(task=suite.task, build_model=model_builder(suite, rec["data_config"], model), train=TrainConfig.from_dict(rec["train_config"]),
                             device=torch.device("cpu"), seed=int(seed), num_train=1)
         method = METHODS.get(name)(ctx, **rec["method_config"])
         method.load_state_dict(load_torch(ckpt)["method"])

@@ -137,7 +137,7 @@ def compute(a, suite, plan, model, data) -> dict:
         "unweighted": grid_map_cache(a, suite, plan, model, data).get(a.seed),
         "weighted": MapCache(Path(a.results) / suite.name / "ablations" / "checkpoints",
                              {**map_network_key(suite, plan, model), "loss": "weighted_ce_median_frequency"},
-                             model_builder(suite, plan, model), WeightedTask(task, weights), data.train_x, data.train_y,
+                             model_builder(suite, plan.data, model), WeightedTask(task, weights), data.train_x, data.train_y,
                              plan.train, torch.device("cpu"), augment=data.augment).get(a.seed),
     }
     sets = [EvalSet("val", "clean", 0.0, data.val_x, data.val_y)] + list(data.eval_sets)
