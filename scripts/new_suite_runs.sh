@@ -32,3 +32,6 @@ $B --suite camvid --seeds 1,2 --methods $CAMVID
 # VDP++'s KL weight on CamVid too (the same sweep and choice as on Tiny-ImageNet-C):
 #   .venv/bin/python -m bench select --suite camvid --method vdp --tune kl_weight
 $B --suite camvid --seeds 0,1,2 --methods vdp --set vdp.kl_weight=0.0001,0.01
+# VDP++ trains its means with Adam at 1e-3 without weight decay (docs/vdp.md), the grid's MAP network
+# with SGD: the deterministic UNet with VDP++'s optimiser is the control that separates the two
+$B --suite camvid --seeds 0,1,2 --methods deterministic --set deterministic.optimizer=adam --set deterministic.lr=0.001 --set deterministic.weight_decay=0
