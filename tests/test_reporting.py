@@ -698,3 +698,15 @@ def test_selective_curves_from_bins_match_the_predictions():
         keep = conf > t
         assert c == pytest.approx(keep.double().mean().item())
         assert a == pytest.approx((pred[keep] == y[keep]).double().mean().item())
+
+
+def test_wrap_label_breaks_configuration_labels_at_commas():
+    """A configuration label has no spaces: figure labels break after its commas (worked by hand)
+    and never change its characters."""
+    from bench.reporting.plots import wrap_label
+
+    label = "subnet_laplace[glm_sampler=jvp,link_approx=mc,n_samples=10]"
+    assert wrap_label(label, 32) == "subnet_laplace[glm_sampler=jvp,\nlink_approx=mc,n_samples=10]"
+    assert wrap_label("deterministic", 24) == "deterministic"
+    for w in (5, 10, 24):
+        assert wrap_label(label, w).replace("\n", "") == label

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import math
-import textwrap
 import warnings
 
 import matplotlib
@@ -707,7 +706,7 @@ def layer_distribution_figure(frames: dict) -> bytes | None:
                          color="white" if j >= len(names) / 2 else "black")
         left += w
     ax1.set_yticks(y)
-    ax1.set_yticklabels(configs, fontsize=8)
+    ax1.set_yticklabels([wrap_label(c, 40) for c in configs], fontsize=8)
     ax1.invert_yaxis()
     ax1.set_xlim(0, 1)
     ax1.set_xlabel("fraction of the subnetwork (stochastic entries) per layer")
@@ -717,7 +716,7 @@ def layer_distribution_figure(frames: dict) -> bytes | None:
     for i, lab in enumerate(configs):
         v = lay_frac.loc[lab].to_numpy(dtype=float)
         v = np.where(v > 0, v, np.nan)
-        ax2.plot(xs, v, marker="o", markersize=4, color=config_colors[i], label=lab)
+        ax2.plot(xs, v, marker="o", markersize=4, color=config_colors[i], label=wrap_label(lab, 40))
     ax2.set_xticks(xs)
     ax2.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
     if (lay_frac.to_numpy(dtype=float) > 0).any():
@@ -786,7 +785,7 @@ def segmentation_maps(df: pd.DataFrame, inputs: dict) -> bytes | None:
                 ax.set_title(name, fontsize=8)
             if j == 0:
                 kind = {"pred": "prediction", "entropy": "entropy", "mi": "MI"}.get(what, "")
-                wrapped = "\n".join(textwrap.wrap(label, 24, break_on_hyphens=False))
+                wrapped = wrap_label(label, 24)
                 ax.set_ylabel(f"{wrapped}\n{kind}" if kind else label, fontsize=6)
     fig.tight_layout()
     return to_png(fig)
