@@ -718,7 +718,7 @@ def layer_distribution_figure(frames: dict) -> bytes | None:
         v = np.where(v > 0, v, np.nan)
         ax2.plot(xs, v, marker="o", markersize=4, color=config_colors[i], label=wrap_label(lab, 40))
     ax2.set_xticks(xs)
-    ax2.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
+    ax2.set_xticklabels(names, rotation=30 if len(names) <= 10 else 75, ha="right", rotation_mode="anchor", fontsize=8)
     if (lay_frac.to_numpy(dtype=float) > 0).any():
         ax2.set_yscale("log")
     ax2.set_ylabel("fraction of the layer stochastic")
