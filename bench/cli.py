@@ -148,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, what in (("suite", "suites"), ("model", "models"), ("profile", "profiles"), ("method", "methods"),
                        ("commit", "commits (prefixes)")):
         lb.add_argument(f"--{name}", type=_csv, default=None, help=f"only these {what}, comma-separated")
+    lb.add_argument("--exclude-label", action="append", default=None, metavar="LABEL",
+                    help="leave out this configuration, by its label as the tables show it (a label has commas: "
+                         "one per flag, e.g. 'deterministic[lr=0.001,optimizer=adam,weight_decay=0]'; repeatable)")
     lb.add_argument("--include-smoke", action="store_true",
                     help="also rank smoke-profile records (marked as such wherever shown)")
     lb.add_argument("--print-tables", action="store_true",
@@ -337,9 +340,10 @@ def cmd_leaderboard(args) -> int:
 
     check_writable(args.out, "leaderboard directory (--out)")
     filters = {"suite": args.suite, "model": args.model, "profile": args.profile, "method": args.method,
-               "commit": args.commit}
+               "commit": args.commit, "exclude_label": args.exclude_label}
     df = select_runs(load_runs(args.results), suites=args.suite, models=args.model, profiles=args.profile,
-                     methods=args.method, commits=args.commit, include_smoke=args.include_smoke)
+                     methods=args.method, commits=args.commit, include_smoke=args.include_smoke,
+                     exclude_labels=args.exclude_label)
     boards = build_boards(df, args.metric)
     paths = write_leaderboard(boards, args.out, args.results, filters, args.metric)
     if args.print_tables:

@@ -141,6 +141,17 @@ def test_filters_smoke_and_published_rows(tmp_path, two_dirs):
     assert "Wide ResNet-28-10" not in set(df["label"])
 
 
+def test_exclude_label_leaves_out_one_configuration_by_its_label(tmp_path, two_dirs, capsys):
+    """A label has commas, so it is passed whole, one per flag; the other configurations of the same
+    method stay; a label no record carries is an error (exit 2), not a silent no-op."""
+    out = _run(tmp_path, two_dirs, "--exclude-label", "pbn[lr=0.05]")
+    assert set(_csv(out)["label"]) == {"deterministic", "mc_dropout"}
+    assert "exclude_label=pbn[lr=0.05]" in (out / "leaderboard.md").read_text()
+    none = tmp_path / "none"
+    assert main(["leaderboard", "--results", str(two_dirs[0]), "--out", str(none), "--exclude-label", "pbn[lr=0.5]"]) == 2
+    assert "pbn[lr=0.5]" in capsys.readouterr().err and not none.exists()
+
+
 def test_bad_input_exits_2_and_writes_nothing(tmp_path, two_dirs, capsys):
     out = tmp_path / "none"
     assert main(["leaderboard", "--results", str(tmp_path / "missing"), "--out", str(out)]) == 2

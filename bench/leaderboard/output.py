@@ -134,12 +134,17 @@ def board_section(board: Board, with_figure: bool = True) -> Section:
     return s
 
 
+def _joined(values) -> str:
+    """A filter's values as one string: comma-separated, or ``; `` where a value (a label) has commas."""
+    return ("; " if any("," in str(v) for v in values) else ",").join(map(str, values))
+
+
 def leaderboard_document(boards: list[Board], results_dirs, filters: dict, metric: str) -> Document:
     doc = Document(title="Leaderboard")
     o = Section("How to read it", anchor="how-to-read")
     generated = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
     o.add(KeyValues([("results", ", ".join(map(str, results_dirs))), ("ranked by", metric),
-                     ("filters", ", ".join(f"{k}={','.join(v)}" for k, v in filters.items() if v) or "none"),
+                     ("filters", ", ".join(f"{k}={_joined(v)}" for k, v in filters.items() if v) or "none"),
                      ("generated", generated)]))
     o.add(Paragraph(HOW_TO_READ.format(metric=metric)))
     if any(b.profile == "smoke" for b in boards):

@@ -38,16 +38,24 @@ def load_runs(results_dirs) -> pd.DataFrame:
 
 
 def select_runs(df: pd.DataFrame, suites=None, models=None, profiles=None, methods=None, commits=None,
-                include_smoke: bool = False) -> pd.DataFrame:
+                include_smoke: bool = False, exclude_labels=None) -> pd.DataFrame:
     """The ok evaluation records that pass the filters (each a list of accepted values, or None
-    for all). ``commits`` match by prefix. Smoke-profile records only with ``include_smoke`` or
-    when ``profiles`` names smoke. BenchError when nothing is left, naming what there is."""
+    for all). ``commits`` match by prefix. ``exclude_labels``: configurations left out, by their
+    label (``method[option=value,...]``); one that no record carries is a BenchError (a typo would
+    otherwise leave it in). Smoke-profile records only with ``include_smoke`` or when ``profiles``
+    names smoke. BenchError when nothing is left, naming what there is."""
     ok = df[(df["status"] == "ok") & (df["kind"] != "fit")]
     keep = pd.Series(True, index=ok.index)
     filters = {"suite": suites, "model": models, "profile": profiles, "method": methods}
     for col, values in filters.items():
         if values:
             keep &= ok[col].isin(list(values))
+    if exclude_labels:
+        unknown = sorted(set(exclude_labels) - set(ok["method_label"]))
+        if unknown:
+            raise BenchError(f"no records of the configuration(s) to exclude: {', '.join(unknown)} (labels as the "
+                             f"tables show them, e.g. {sorted(set(ok['method_label']))[:3]})")
+        keep &= ~ok["method_label"].isin(list(exclude_labels))
     if commits:
         commit = ok["git_commit"].astype(str)
         keep &= commit.map(lambda c: any(c.startswith(p) for p in commits))
