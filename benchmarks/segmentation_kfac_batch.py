@@ -32,7 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench.cost import PeakMemory  # noqa: E402
 from bench.data import TensorLoader  # noqa: E402
 from bench.subnet.selection import as_torch_loader  # noqa: E402
-from bench.harness import model_builder  # noqa: E402
 from experiment_cli import grid_map_cache, run_experiment  # noqa: E402
 from methods import METHODS, MethodContext  # noqa: E402
 from methods._laplace_base import pixel_label_loader  # noqa: E402
@@ -41,8 +40,8 @@ from methods._laplace_base import pixel_label_loader  # noqa: E402
 def fit_factors(a, suite, plan, model, data, batch_size: int) -> dict:
     """One curvature fit (run in a subprocess): its peak memory, time and factors."""
     cache = grid_map_cache(a, suite, plan, model, data)
-    ctx = MethodContext(task=suite.task, build_model=model_builder(suite, plan.data, model), train=plan.train, device=torch.device("cpu"), seed=a.seed,
-                        map_cache=cache, num_train=len(data.train_x))
+    ctx = MethodContext(task=suite.task, build_model=cache.build_model, train=plan.train, device=torch.device("cpu"),
+                        seed=a.seed, map_cache=cache, num_train=len(data.train_x))
     method = METHODS.get("laplace_last_layer")(ctx, batch_size=batch_size)
     net = method.map_network()
     loader = pixel_label_loader(as_torch_loader(TensorLoader(data.train_x, data.train_y, batch_size), batch_size),

@@ -281,8 +281,9 @@ def _fitted_methods(results: Path, suite_name: str, model: str, methods: list[st
         if not ckpt.exists():
             print(f"  (no fitted checkpoint {ckpt}; skipped)", file=sys.stderr)
             continue
-        ctx = MethodContext(task=suite.task, build_model=model_builder(suite, rec["data_config"], model), train=TrainConfig.from_dict(rec["train_config"]),
-                            device=torch.device("cpu"), seed=int(seed), num_train=1)
+        ctx = MethodContext(task=suite.task, build_model=model_builder(suite, rec["data_config"], model),
+                            train=TrainConfig.from_dict(rec["train_config"]), device=torch.device("cpu"), seed=int(seed),
+                            num_train=1)
         method = METHODS.get(name)(ctx, **rec["method_config"])
         method.load_state_dict(load_torch(ckpt)["method"])
         out.append((rec["method_label"], name, int(seed), method))

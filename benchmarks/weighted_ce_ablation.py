@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench.checkpoints import MapCache  # noqa: E402
 from bench.data import EvalSet  # noqa: E402
-from bench.harness import map_network_key, model_builder, score_segmentation  # noqa: E402
+from bench.harness import score_segmentation  # noqa: E402
 from experiment_cli import grid_map_cache, run_experiment  # noqa: E402
 
 COLUMNS = ("miou", "pixel_accuracy", "mean_class_accuracy", "nll", "ece", "brier", "error_auroc")
@@ -132,13 +132,14 @@ def table(out: dict) -> str:
 def compute(a, suite, plan, model, data) -> dict:
     task = suite.task
     weights = median_frequency_weights(data.train_y, task.num_outputs, task.ignore_index)
+    grid = grid_map_cache(a, suite, plan, model, data)
     nets = {
         # the grid's MAP network (trained here only when the grid has not cached it)
-        "unweighted": grid_map_cache(a, suite, plan, model, data).get(a.seed),
+        "unweighted": grid.get(a.seed),
         "weighted": MapCache(Path(a.results) / suite.name / "ablations" / "checkpoints",
-                             {**map_network_key(suite, plan, model), "loss": "weighted_ce_median_frequency"},
-                             model_builder(suite, plan.data, model), WeightedTask(task, weights), data.train_x, data.train_y,
-                             plan.train, torch.device("cpu"), augment=data.augment).get(a.seed),
+                             {**grid.key, "loss": "weighted_ce_median_frequency"}, grid.build_model,
+                             WeightedTask(task, weights), data.train_x, data.train_y, plan.train, torch.device("cpu"),
+                             augment=data.augment).get(a.seed),
     }
     sets = [EvalSet("val", "clean", 0.0, data.val_x, data.val_y)] + list(data.eval_sets)
     cells = {loss: score(net, task, sets, a.batch_size) for loss, net in nets.items()}
