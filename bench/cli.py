@@ -181,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_list(_args) -> int:
     from bench.models import MODELS
     from bench.suites import PROFILES, SUITES
+    from bench.validity import CHECKS
     from methods import METHODS
 
     print("methods:")
@@ -190,6 +191,10 @@ def cmd_list(_args) -> int:
         print(f"  {name:16s} {cls.description}\n  {'':16s} tasks: {', '.join(cls.tasks)}\n  {'':16s} options: {opts}")
         for key, why in cls.OWN_BUDGET.items():
             print(f"  {'':16s} replaces the profile's train.{key}: {why}")
+        print(f"  {'':16s} validity checks: {', '.join(cls.VALIDITY_CHECKS)}")
+    print("\nvalidity checks (bench.validity; a row that fails one is marked and never ranked best):")
+    for cname in CHECKS.names():
+        print(f"  {cname}: {CHECKS.get(cname).description}")
     print(f"\nmodels: {', '.join(MODELS.names())}")
     print(f"profiles: {', '.join(PROFILES)}")
     print("\nsuites:")

@@ -17,6 +17,7 @@ from functools import partial
 import torch
 
 from bench import metrics as M
+from bench import validity
 from bench.checkpoints import MapCache, load_or_set_aside, save_torch
 from bench.config import RunPlan, method_label
 from bench.cost import PeakMemory, Timer, flops_per_example, memory_probe
@@ -478,6 +479,13 @@ class Harness:
 
         from bench.training import progress_enabled
 
+        # the fit's validity verdict (bench.validity), from its clean-test record: computed when that
+        # record is made (or read back when it exists already) and stored in every record of the fit
+        checks = type(method).VALIDITY_CHECKS
+        verdict_now = None
+        if id_set not in order:
+            stored = self.store.read(run_dir, id_set.kind, id_set.shift, id_set.severity)
+            verdict_now = validity.verdict(validity.run_view(stored), checks) if stored else None
         for e in tqdm(order, desc=f"eval {tag}", leave=False, disable=not progress_enabled(self.progress)):
             seed_everything(derive_seed("eval", seed, e.kind, e.shift, e.severity))
             if kind == "segmentation":  # scored batch by batch: a split's pixels never sit in memory
@@ -501,6 +509,13 @@ class Harness:
                 rec["eval_note"] = "; ".join(filter(None, [base.get("eval_note"), e.note]))
             if e.fingerprint:
                 rec["data_fingerprint"] = e.fingerprint
+            if kind in ("classification", "segmentation"):
+                rec["num_classes"] = int(self.suite.task.num_outputs)
+            if e is id_set:
+                verdict_now = validity.verdict(validity.run_view(rec), checks)
+            rec["validity"] = verdict_now if verdict_now is not None else {
+                "status": validity.UNVERIFIED, "reasons": ["no clean-test record of this fit"], "checks": [],
+                "version": validity.VERSION}
             self.store.write(run_dir, rec)
             self.summary.records += 1
         self.summary.eval_examples += n_seen

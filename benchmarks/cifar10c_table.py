@@ -11,9 +11,14 @@ Run from the repository root:
   .venv/bin/python benchmarks/cifar10c_table.py --suite tinyimagenetc --seeds 0,1,2
 """
 import argparse
+import math
 import statistics
 
 from bench.store import load_records
+from bench.validity import SYMBOLS, attach_validity, num_classes_of
+
+#: one line per row that is not method evidence, printed under the table
+NOTES: list[str] = []
 
 ORDER = ["deterministic", "mc_dropout", "deep_ensemble", "pbn", "mfvi", "ssvi", "subnet_laplace",
          "laplace_last_layer", "laplace_diag", "vdp"]
@@ -57,7 +62,7 @@ def seed_mce(idr, sh, reference) -> float:
 
 
 def rows(results: str, seeds: list[int], methods: list[str] | None, model: str, profile: str, suite: str = "cifar10c"):
-    df = load_records(results, suite)
+    df = attach_validity(load_records(results, suite))
     df = df[(df["status"] == "ok") & df["seed"].isin(seeds) & (df["model"] == model) & (df["profile"] == profile)]
     if methods:
         df = df[df["method"].isin(methods)]
@@ -73,8 +78,17 @@ def rows(results: str, seeds: list[int], methods: list[str] | None, model: str, 
         idr, sh = idr[idr["seed"].isin(complete)], sh[sh["seed"].isin(complete)]
         per = sh.groupby("seed")
         sev = sh.groupby(["seed", "severity"])["metrics.accuracy"].mean().groupby("severity").mean()
+        statuses = set(idr["validity.status"])
+        status = "fail" if "fail" in statuses else "unverified" if "unverified" in statuses else "ok"
+        name = label(method, idr.iloc[0]["method_config"]) + (f" {SYMBOLS[status]}" if status in SYMBOLS else "")
+        if status in SYMBOLS:
+            why = {}
+            for v in idr["validity"]:
+                for text in (v or {}).get("reasons", []) if (v or {}).get("status") == status else []:
+                    why.setdefault(text.split(":", 1)[0], text)
+            NOTES.append(f"{name}: " + "; ".join(why.values()) + " (the numbers are the first seed's)")
         out.append((method, [
-            label(method, idr.iloc[0]["method_config"]), ",".join(str(int(s)) for s in sorted(complete)),
+            name, ",".join(str(int(s)) for s in sorted(complete)),
             mean_std(idr["metrics.accuracy"]), mean_std(idr["metrics.nll"]), mean_std(idr["metrics.ece"]),
             mean_std(per["metrics.accuracy"].mean()), mean_std(per["metrics.nll"].mean(), "{:.3f}"),
             mean_std(per["metrics.brier"].mean(), "{:.3f}"), mean_std(per["metrics.ece"].mean(), "{:.3f}"),
@@ -103,6 +117,15 @@ def main(argv=None) -> int:
     print("|" + "|".join(" --- " for _ in header) + "|")
     for r in table:
         print("| " + " | ".join(r) + " |")
+    k = num_classes_of(a.suite)
+    if k:  # what a uniform predictor scores, whatever the data: accuracy 1/K, NLL ln K, Brier 1 - 1/K
+        acc, nll, brier = f"{1 / k:.4f}", f"{math.log(k):.3f}", f"{1 - 1 / k:.3f}"
+        ref = [f"uniform predictor (1/{k} each; reference)", "–", acc, nll, "–", acc, nll, brier, "–", "–"]
+        print("| " + " | ".join(ref + ["–"] * (len(header) - len(ref))) + " |")
+    if NOTES:
+        print("\n✗: fails its validity checks, ?: could not be checked (bench.validity): not method evidence.\n")
+        for n in NOTES:
+            print(f"- {n}")
     return 0
 
 

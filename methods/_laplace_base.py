@@ -74,6 +74,7 @@ class LaplaceMethod(Method):
     """A laplace-torch approximation around the cached MAP network: fit, tune the prior
     precision, predict in chunks, save / load without refitting."""
     STARTS_FROM = "map"
+    VALIDITY_CHECKS = ("informative", "laplace_prior_grid")
 
     tasks = ("classification",)
     #: laplace.Laplace(subset_of_weights=..., hessian_structure=...)
@@ -387,6 +388,9 @@ class LaplaceMethod(Method):
                 "layer_distribution", "select_time_s", "curvature_time_s", "prior_time_s", "ggn_samples")
         out = {k: self.meta[k] for k in keep if k in self.meta}
         out.update({k: self.config[k] for k in ("pred_type", "link_approx", "glm_sampler")})
+        # the N of the posterior (training examples; pixels on segmentation): s / N bounds the
+        # attainable predictive variance of a full-covariance posterior (bench.validity)
+        out["num_observations"] = int(self.ctx.num_train) if self.ctx.num_train else None
         return out
 
 

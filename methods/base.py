@@ -116,6 +116,9 @@ class Method(abc.ABC):
     #: initialisation). On a suite whose MAP network is a pretrained one (e.g. ImageNet's ResNet-50)
     #: only "map" methods can run; :meth:`starts_from` refines it per configuration.
     STARTS_FROM: ClassVar[str] = "scratch"
+    #: the checks (:mod:`bench.validity`) whose verdict says whether a fit of this method is method
+    #: evidence (converged, in a setting that can test it); ``bench list`` shows them
+    VALIDITY_CHECKS: ClassVar[tuple[str, ...]] = ("informative",)
     #: task kind -> why the method does not support it (shown by ``bench list`` and the report)
     UNSUPPORTED: ClassVar[dict[str, str]] = {}
 

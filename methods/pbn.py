@@ -33,6 +33,7 @@ from bench.subnet.partial_vi import PartialVI, elbo_loss, forward_flops
 from bench.subnet.selection import (CRITERIA, VarianceCriterion, candidate_indices, data_seed, layer_distribution,
                                     make_criterion, param_layout, subnet_digest)
 from bench.subnet.sigma_stats import last_rel_change, sigma_change, sigma_summary
+from bench.subnet.stationarity import sigma_stationarity
 from bench.subnet.ssvi import softplus_inv
 from bench.training import OPTIMIZERS, own_group, train_model
 from methods.base import Method, register_method
@@ -45,12 +46,15 @@ def softplus_inv_float(sigma: float) -> float:
 
 #: first-layer sigma tensors up to this many entries are stored whole in the diagnostics
 MAX_SIGMA_VALUES = 5000
+#: training batches on which the fitted sigma's stationarity is measured (bench.subnet.stationarity)
+STATIONARITY_BATCHES = 8
 
 
 class VIMethod(Method):
     """Common fit / predict / save / cost code of PBN and full mean-field VI."""
 
     tasks = ("classification", "regression", "segmentation")  # segmentation: pixels as examples
+    VALIDITY_CHECKS = ("informative", "vi_rate_limit", "vi_moved", "vi_stationarity")
 
     #: hyperparameters shared by both (PBN paper, Sec. 3 and Appendix H.6)
     vi_defaults = {
@@ -161,7 +165,8 @@ class VIMethod(Method):
                           epoch_stats=epoch_stats, desc=self.name,
                           progress=self.ctx.progress, resume_path=self.ctx.resume_path(self.name))
         meta["vi_train_time_s"] = log["train_seconds"]
-        meta["train"] = {"epochs": cfg.epochs, "epoch_loss": [float(v) for v in log.get("epoch_loss", [])],
+        meta["sigma_stationarity"] = self.measure_stationarity(train, kl_divisor, c)
+        meta["train"] = {"epochs": cfg.epochs, "steps": cfg.epochs * len(train), "epoch_loss": [float(v) for v in log.get("epoch_loss", [])],
                          "epoch_stats": log.get("epoch_stats", []),
                          "sigma_last_epoch_rel_change": last_rel_change(log.get("epoch_stats", []), "sigma_mean"),
                          "final_nll": last.get("nll"), "final_kl": last.get("kl"), "final_beta": last.get("beta"),
@@ -173,6 +178,17 @@ class VIMethod(Method):
         self.vi.eval()
         self._predict_eps = None
         return self
+
+    def measure_stationarity(self, train, kl_divisor: int, c: dict) -> dict:
+        """d (negative ELBO per observation) / d log c with every sigma scaled by c, at the end KL
+        weight, on a few training batches (:mod:`bench.subnet.stationarity`; check vi_stationarity)."""
+        likelihood = elbo_loss(self.ctx.task, kl_divisor, samples=int(c["train_samples"]), beta_start=0.0,
+                               beta_end=0.0, local_reparam=bool(c["local_reparam"]))
+        beta = float(c["beta_end"])
+        out = sigma_stationarity(self.vi, [self.vi.rho], lambda m, x, y: likelihood(m, x, y, 1.0),
+                                 lambda m: beta * m.kl() / kl_divisor, train, batches=STATIONARITY_BATCHES,
+                                 seed=derive_seed(self.name, "stationarity", self.ctx.seed))
+        return {**out, "beta": beta} if out else {}
 
     def _eps(self) -> torch.Tensor:
         """Fixed weight noise for prediction: every ``predict`` call uses the same S posterior
@@ -280,7 +296,8 @@ class VIMethod(Method):
             "first_layer_sigma": self.first_layer_sigma(),
         }
         out["sigma_change"] = sigma_change(out["sigma_init"], out["sigma_final"])
-        for key in ("criterion", "select_time_s", "subnet_digest", "select_info", "init", "train"):
+        for key in ("criterion", "select_time_s", "subnet_digest", "select_info", "init", "train",
+                    "sigma_stationarity"):
             if key in self.meta:
                 out[key] = self.meta[key]
         return out

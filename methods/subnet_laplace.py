@@ -49,6 +49,7 @@ class SubnetLaplace(LaplaceMethod):
                    "network, full-covariance GGN Laplace over it (laplace-torch)")
     subset_of_weights = "subnetwork"
     hessian_structure = "full"
+    VALIDITY_CHECKS = ("informative", "laplace_prior_grid", "laplace_attainable_variance")
     defaults = {
         # the paper's Wasserstein criterion (Q3) with its authors' estimator of the marginal
         # variances, diagonal SWAG; "wasserstein_diag_laplace" estimates them with a diagonal Laplace
@@ -58,7 +59,9 @@ class SubnetLaplace(LaplaceMethod):
         "per_layer": False,
         "select_backend": "auto",  # diagonal Laplace of the selection: auto | backpack | asdl | curvlinops
         "select_max_examples": None,  # None: the whole training set for the selection
-        "swag_n_snapshots": 256,  # SWAG of the Wasserstein criterion: the authors' settings ...
+        # SWAG of the Wasserstein criterion: 256 snapshots is this project's choice (laplace-torch's
+        # LargestVarianceSWAGSubnetMask defaults to 40), lr 1e-2 as there ...
+        "swag_n_snapshots": 256,
         "swag_lr": 0.01,
         "swag_snapshot_every": None,  # ... one snapshot per epoch; an int: every so many SGD steps
         "swag_batch_size": 128,  # ... SGD batches of 128 examples (segmentation: images of pixels)
@@ -118,10 +121,10 @@ class SubnetLaplace(LaplaceMethod):
         return opts
 
     def choose_backend(self, model: nn.Module, x1: torch.Tensor) -> tuple[str, str]:
-        """(backend, why). Measured on LeNet-300-100 / MNIST (docs/subnet_laplace.md): the
-        subnet-only Jacobians are the fastest and smallest; of laplace-torch's own, BackPACK
-        beats ASDL (whose predictive falls back to torch.func Jacobians of all weights);
-        Curvlinops' subnet path is torch.func over all weights: only on request."""
+        """(backend, why). The subnet-only Jacobians scale with the subnet, not the network; of
+        laplace-torch's own, BackPACK is preferred to ASDL (whose predictive falls back to torch.func
+        Jacobians of all weights); Curvlinops' subnet path is torch.func over all weights: only on
+        request. benchmarks/laplace_memory.py measures the backends' time and memory."""
         want = self.config["backend"]
         if self.segmentation_backend():
             return "sampled", ("segmentation: Jacobian backends take one row per input example; the subnet GGN "

@@ -37,14 +37,19 @@ from bench.errors import BenchError
 from bench.predictive import ClassificationPredictive
 from bench.seeding import derive_seed
 from bench.subnet.sigma_stats import adam_travel_ratio, last_rel_change, sigma_change, sigma_summary
+from bench.subnet.stationarity import sigma_stationarity
 from bench.training import OPTIMIZERS, own_group, train_model
 from bench.vdp import LIKELIHOODS, VDPNetwork, VDPWeightLayer, softmax_moments, to_vdp, vdp_loss
 from bench.vdp.layers import SIGMA_PER
 from methods.base import Method, register_method
 
+#: training batches on which the fitted sigma's stationarity is measured (bench.subnet.stationarity)
+STATIONARITY_BATCHES = 8
+
 
 @register_method("vdp")
 class VDP(Method):
+    VALIDITY_CHECKS = ("informative", "vi_rate_limit", "vi_moved", "vi_stationarity")
     description = ("VDP++: mean-field Gaussian weights, one deterministic pass propagating mean and "
                    "variance per activation, ELBO training; output variance as uncertainty")
     tasks = ("classification", "segmentation")  # segmentation: pixels as rows, moments through the UNet
@@ -169,7 +174,17 @@ class VDP(Method):
                               "epoch_loss": [float(v) for v in log.get("epoch_loss", [])], "epoch_stats": stats,
                               "sigma_last_epoch_rel_change": last_rel_change(stats, "sigma_mean"),
                               "rho_adam_travel_ratio": travel,
-                              "final_nll": last.get("nll"), "final_kl": last.get("kl")}
+                              "final_nll": last.get("nll"), "final_kl": last.get("kl"),
+                              "steps": cfg.epochs * len(train), "kl_divisor": int(self.meta["num_train"])}
+        c = self.config
+        nll_only = vdp_loss(self.meta["num_train"], kl_weight=0.0, likelihood=str(c["likelihood"]),
+                            prior_scale=float(c["prior_scale"]), var_floor=float(c["var_floor"]),
+                            ce_variance_term=bool(c["ce_variance_term"]),
+                            ignore_index=self.ctx.task.ignore_index if self.ctx.task.kind == "segmentation" else None)
+        st = sigma_stationarity(self.net, self.net.rho_params(), lambda m, x, y: nll_only(m, x, y, 1.0),
+                                lambda m: float(c["kl_weight"]) * m.kl(float(c["prior_scale"])) / self.meta["num_train"],
+                                train, batches=STATIONARITY_BATCHES, seed=derive_seed("vdp", "stationarity", self.ctx.seed))
+        self.meta["sigma_stationarity"] = {**st, "beta": float(c["kl_weight"])} if st else {}
         if self.config["init"] == "map" and self.ctx.map_cache is not None:
             self.meta["upstream_seed"] = self.ctx.seed
         self.net.eval()
@@ -243,7 +258,7 @@ class VDP(Method):
                "layers": layers}
         with torch.no_grad():
             out["kl"] = float(self.net.kl(float(self.config["prior_scale"])))
-        for key in ("train", "sigma_init", "sigma_final", "sigma_change", "num_train"):
+        for key in ("train", "sigma_init", "sigma_final", "sigma_change", "num_train", "sigma_stationarity"):
             if key in self.meta:
                 out[key] = self.meta[key]
         if not math.isfinite(out["kl"]):

@@ -26,6 +26,12 @@ CONFIGS = {"deterministic": ("deterministic", {"optimizer": None, "lr": None, "w
            "pbn": ("pbn[lr=0.05]", {"lr": 0.05, "epochs": 2, "r_bayes": 0.05}),
            "mc_dropout": ("mc_dropout", {"p": 0.1, "samples": 10})}
 TRAIN = {"optimizer": "sgd", "lr": 0.1, "schedule": "cosine", "epochs": 12, "batch_size": 128, "weight_decay": 1e-5}
+#: a PBN fit that passes its validity checks (bench.validity): sigma moved x1.5 (log 0.41 of Adam's
+#: ceiling 0.01 x 200 x 0.5 = 1.0) and the objective is stationary in sigma
+CONVERGED_VI = {"sigma_change": {"median_ratio": 1.5},
+                "train": {"rho_optimizer": "adam", "rho_lr": 0.01, "epochs": 2, "steps": 200, "num_train": 1000,
+                          "final_beta": 0.01, "kl_divisor": 1000},
+                "sigma_stationarity": {"residual": 0.05, "residual_se": 0.02}}
 
 
 def _write(root, method, seed, profile="quick", finished="2026-01-01T00:10:00+00:00", skip=(), bump=0.0,
@@ -42,7 +48,8 @@ def _write(root, method, seed, profile="quick", finished="2026-01-01T00:10:00+00
                      "predict_time_per_example_s": 1e-4, "flops_per_example": 2e6, "peak_memory_mb": 50.0,
                      **({"peak_memory_probe": probe} if probe else {})}}
     store.write(run, {**base, "kind": "id", "shift": "clean", "severity": 0, "n": 100,
-                      "metrics": {"accuracy": 0.9, "nll": 0.3, "brier": 0.15, "ece": 0.03}})
+                      "metrics": {"accuracy": 0.9, "nll": 0.3, "brier": 0.15, "ece": 0.03},
+                      "diagnostics": CONVERGED_VI if method == "pbn" else {}})
     for fam, sev in SHIFTS:
         if (fam, sev) in skip:
             continue

@@ -40,6 +40,13 @@ AUROC = {("deterministic", 0): 0.80, ("deterministic", 1): 0.84, ("pbn", 0): 0.9
 COST = {"deterministic": 266_610, "pbn": 266_610}
 TRAIN_TIME = {("deterministic", 0): 10.0, ("deterministic", 1): 12.0, ("pbn", 0): 20.0, ("pbn", 1): 30.0}
 EDGES = np.linspace(0.0, np.log(10), 21).tolist()
+#: PBN diagnostics that pass its validity checks (bench.validity): sigma moved x1.5, 40 % of Adam's
+#: ceiling, and measured stationary
+CONVERGED_VI = {"sigma_change": {"median_ratio": 1.5},
+                "train": {"rho_optimizer": "adam", "rho_lr": 0.01, "epochs": 2, "steps": 200, "num_train": 1000,
+                          "final_beta": 0.01, "kl_divisor": 1000},
+                "sigma_stationarity": {"residual": 0.05, "residual_se": 0.02}}
+UNIFORM = "uniform predictor (1/10 each; reference)"
 
 
 def _metrics_at(method, seed, sev):
@@ -90,8 +97,9 @@ def write_synthetic(root: Path, with_cifar: bool = True) -> None:
             for sev in [0.0] + SHIFT_SEVERITIES:
                 m = _metrics_at(method, seed, sev)
                 m.update(entropy=0.1 + sev / 200, mutual_information=None if method == "deterministic" else 0.01)
+                diag = CONVERGED_VI if (method == "pbn" and sev == 0) else None
                 store.write(run, {**base, "kind": "id" if sev == 0 else "shift", "shift": "rotation",
-                                  "severity": sev, "n": 200, "metrics": m,
+                                  "severity": sev, "n": 200, "metrics": m, "diagnostics": diag,
                                   "curves": {"reliability": _reliability(m["accuracy"], rng),
                                              "entropy_hist": _entropy_hist(0.2 + sev / 100, rng)}})
             store.write(run, {**base, "kind": "ood", "shift": "fashion_mnist", "severity": None, "n": 200,
@@ -246,7 +254,9 @@ def test_leaderboard_values_and_best(report):
     h = html_table(html, "method", "ID acc ↑")
     m = md_table(md, "ID acc ↑")
     det, pbn = "deterministic", "pbn[r_bayes=0.01]"
-    assert set(h) == {det, pbn} and set(m) == {det, pbn}
+    assert set(h) == {det, pbn, UNIFORM} and set(m) == {det, pbn, UNIFORM}
+    # the uniform predictor's reference row: NLL ln K, Brier 1 - 1/K, accuracy 1/K
+    assert float(m[UNIFORM]["ID acc ↑"]) == 0.1 and float(m[UNIFORM]["ID NLL ↓"]) == pytest.approx(np.log(10), abs=1e-3)
 
     # in-distribution accuracy and ECE: mean ± std over the two seeds
     for method, label in (("deterministic", det), ("pbn", pbn)):

@@ -64,17 +64,29 @@ def grid_search_prior_precision(val_nll: Callable[[float], float], *, log_min: f
         n_ext += 1
     grid = sorted(losses)
     return {"prior_precision": 10.0 ** best, "log10_prior_precision": best, "log10_grid": grid,
-            "val_nll": [losses[lg] for lg in grid], "at_grid_edge": edge, "n_extensions": n_ext}
+            "val_nll": [losses[lg] for lg in grid], "at_grid_edge": edge, "n_extensions": n_ext,
+            "n_infeasible": sum(not math.isfinite(losses[lg]) for lg in grid)}
 
 
 def _edge(grid, losses, best, rtol) -> str | None:
-    """``"lower"`` / ``"upper"`` when the best loss is (within ``rtol`` of) an edge's, else None."""
-    if not math.isfinite(losses[best]):
+    """``"lower"`` / ``"upper"`` when the best loss is (within ``rtol`` of) an edge of the grid's
+    feasible part, else None (:func:`feasible_edge`)."""
+    return feasible_edge(list(grid), [losses[g] for g in grid], best, rtol)
+
+
+def feasible_edge(grid: list[float], losses: list[float], best: float, rtol: float = 1e-5) -> str | None:
+    """``"lower"`` / ``"upper"`` when ``best`` is (within ``rtol`` of) an edge of the *feasible*
+    part of the grid (its finite losses), else None. A grid point whose predictive could not be
+    formed (``inf``: e.g. a failed Cholesky) is not a choice the data made: a best beside such
+    points is at an edge, as at the grid's own end. None when no loss is finite."""
+    pts = sorted((g, v) for g, v in zip(grid, losses) if v is not None and math.isfinite(v))
+    by = dict(pts)
+    if not pts or best not in by:
         return None
-    tol = rtol * max(abs(losses[best]), 1e-12)
-    if best == grid[0] or losses[grid[0]] <= losses[best] + tol:
+    tol = rtol * max(abs(by[best]), 1e-12)
+    if best == pts[0][0] or pts[0][1] <= by[best] + tol:
         return "lower"
-    if best == grid[-1] or losses[grid[-1]] <= losses[best] + tol:
+    if best == pts[-1][0] or pts[-1][1] <= by[best] + tol:
         return "upper"
     return None
 

@@ -62,6 +62,20 @@ class Board:
     map_label: str | None = None
     provenance: dict = field(default_factory=dict)   # label -> {field: text}
     notes: list[str] = field(default_factory=list)
+    #: label -> (status, [reason texts]): bench.validity's verdict over the row's seeds ("fail" if
+    #: any seed fails, "unverified" if any could not be checked, else "ok")
+    validity: dict = field(default_factory=dict)
+    #: column key -> the value of a uniform predictor over K classes (NLL ln K, Brier 1 - 1/K, ...)
+    reference: dict = field(default_factory=dict)
+    num_classes: int | None = None
+
+    def is_evidence(self, label) -> bool:
+        """Whether a row passed its validity checks (rows of records without a verdict count)."""
+        return self.validity.get(label, ("ok", []))[0] == "ok"
+
+    @property
+    def evidence_rows(self) -> list[str]:
+        return [r for r in self.rows if self.is_evidence(r)]
 
     def mean(self) -> pd.DataFrame:
         return self.per_seed.groupby(level=0).mean().reindex(self.rows)
@@ -133,13 +147,76 @@ def build_board(df: pd.DataFrame, suite: str, model: str, profile: str, metric: 
     order = sorted(labels, key=lambda lab: (not np.isfinite(score.get(lab, np.nan)),
                                             -score.get(lab, 0) if better == "max" else score.get(lab, 0)))
     board = Board(suite, model, profile, task, metric, columns, order, per_seed, notes=notes)
+    board.validity = row_validity(df, order)
+    valid = [lab for lab in labels if board.is_evidence(lab)]
     for c in columns:
-        if c.better:
+        if c.better:  # best / tied only among the rows that are method evidence
             col_score = ranking_score(per_seed[c.key], paired_delta(per_seed[c.key], mlabel, labels), mlabel)
-            board.marks[c.key] = rank_marks(per_seed[c.key].unstack(level=1), c.better, col_score)
+            table = per_seed[c.key].unstack(level=1).reindex(valid)
+            board.marks[c.key] = rank_marks(table, c.better, col_score) if valid else (set(), set())
+    board.num_classes = board_num_classes(df, suite)
+    board.reference = uniform_reference(task, board.num_classes, [c.key for c in columns])
     board.map_label, board.delta = mlabel, delta.reindex(order) if delta is not None else None
     board.provenance = {lab: provenance(df[df["label"] == lab]) for lab in order}
     return board
+
+
+def row_validity(df: pd.DataFrame, labels) -> dict:
+    """label -> (status, reasons) over the label's seeds (:mod:`bench.validity`): ``fail`` if a
+    seed fails, else ``unverified`` if a seed could not be checked, else ``ok``. Each reason once,
+    with the seeds it holds for."""
+    if "validity.status" not in df.columns:
+        return {}
+    out = {}
+    for lab in labels:
+        sub = df[(df["label"] == lab) & (df["kind"] == "id")] if "kind" in df.columns else df[df["label"] == lab]
+        if sub.empty:
+            sub = df[df["label"] == lab]
+        statuses = set(sub["validity.status"].dropna())
+        status = "fail" if "fail" in statuses else "unverified" if "unverified" in statuses else "ok"
+        reasons: dict = {}
+        for _, r in sub.iterrows():
+            v = r.get("validity")
+            if not isinstance(v, dict) or v.get("status") != status:
+                continue
+            for text in v.get("reasons") or []:
+                check = text.split(":", 1)[0]
+                reasons.setdefault(check, [text, []])[1].append(int(r["seed"]))
+        texts = [f"{t} (seed {sd[0]})" if len(set(sd)) == 1 else
+                 f"{t} (seeds {', '.join(map(str, sorted(set(sd))))}; the numbers are seed {sd[0]}'s)"
+                 for t, sd in reasons.values()]
+        out[lab] = (status, texts)
+    return out
+
+
+def board_num_classes(df: pd.DataFrame, suite: str) -> int | None:
+    if "num_classes" in df.columns:
+        k = pd.to_numeric(df["num_classes"], errors="coerce").dropna()
+        if len(k):
+            return int(k.iloc[0])
+    from bench.validity import num_classes_of
+
+    return num_classes_of(suite)
+
+
+def uniform_reference(task: str, k: int | None, keys) -> dict:
+    """The columns a predictor that says 1/K for every class would score, whatever the data:
+    NLL ln K and Brier 1 - 1/K; accuracy 1/K on classification (balanced test sets; an argmax of
+    ties picks one class)."""
+    if task not in ("classification", "segmentation") or not k:
+        return {}
+    ref = {}
+    for key in keys:
+        metric = key.rsplit(".", 1)[-1]
+        if not key.startswith(("id.", "shift.")):
+            continue
+        if metric == "nll":
+            ref[key] = float(np.log(k))
+        elif metric == "brier":
+            ref[key] = 1.0 - 1.0 / k
+        elif metric == "accuracy" and task == "classification":
+            ref[key] = 1.0 / k
+    return ref
 
 
 def paired_delta(values: pd.Series, mlabel: str | None, labels) -> pd.DataFrame | None:

@@ -37,7 +37,11 @@ HOW_TO_READ = (
     "mean over every shifted test set (a seed that misses some is left out of the shift columns, see the "
     "notes); OOD AUROC from predictive entropy. Cost columns come from each run's records: train time "
     "includes the MAP network a method builds on; predict time and memory as measured on the device named "
-    "in the provenance table (CPU memory is the process's resident-set growth, an estimate).")
+    "in the provenance table (CPU memory is the process's resident-set growth, an estimate). Validity "
+    "(bench/validity.py, docs/validity.md): a row marked ✗ fails its checks (its fit did not converge, or the "
+    "setting cannot test the method), one marked ? could not be checked; neither is method evidence, neither "
+    "is ever bold or italic, and the summary sentences leave both out. The uniform-predictor row is what "
+    "a prediction of 1/K for every class scores, whatever the data.")
 
 
 def board_table(board: Board) -> Table:
@@ -70,9 +74,41 @@ def board_table(board: Board) -> Table:
     for c in quality:
         m[c.key] = mean[c.key]
     marks = {c.key: board.marks.get(c.key, (set(), set())) for c in quality}
-    caption = f"{board.suite} / {board.model}, {board.profile} profile: ranked by {board.column(board.metric).title}."
+    # rows that fail their validity checks carry a symbol (the reasons are in the notes)
+    shown = {lab: display_label(board, lab) for lab in board.rows}
+    m.index = [shown[lab] for lab in board.rows]
+    texts = {(shown.get(r, r), k): v for (r, k), v in texts.items()}
+    marks = {k: ({shown[r] for r in best}, {shown[r] for r in tied}) for k, (best, tied) in marks.items()}
+    if board.reference:
+        ref = f"uniform predictor (1/{board.num_classes} each; reference)"
+        m.loc[ref] = np.nan
+        for key in keys:
+            texts[(ref, key)] = (format_value(board.reference[key]) if key in board.reference else "–")
+    caption = (f"{board.suite} / {board.model}, {board.profile} profile: ranked by {board.column(board.metric).title}."
+               + (f" {VALIDITY_KEY}" if any(not board.is_evidence(r) for r in board.rows) else ""))
     return Table(f"leaderboard-{board.suite}-{board.model}", cols, m, m * np.nan, m * 0, index_title="method",
                  caption=caption, texts=texts, marks=marks)
+
+
+VALIDITY_KEY = ("✗: fails its validity checks, ?: could not be checked (bench.validity): not method evidence, never "
+                "marked best; reasons in the notes.")
+
+
+def display_label(board: Board, lab: str) -> str:
+    from bench.validity import SYMBOLS
+
+    status = board.validity.get(lab, ("ok", []))[0]
+    return f"{lab} {SYMBOLS[status]}" if status in SYMBOLS else lab
+
+
+def validity_notes(board: Board) -> list[str]:
+    """One note per row that is not method evidence: its symbol, label and reasons."""
+    out = []
+    for lab in board.rows:
+        status, reasons = board.validity.get(lab, ("ok", []))
+        if status != "ok":
+            out.append(f"{display_label(board, lab)}: " + "; ".join(reasons))
+    return out
 
 
 def provenance_table(board: Board) -> TextTable:
@@ -111,9 +147,10 @@ def board_section(board: Board, with_figure: bool = True) -> Section:
     s.add(Paragraph("What this shows:"))
     s.add(Bullets(summary_lines(board)))
     s.add(board_table(board))
-    if board.notes:
+    notes = validity_notes(board) + board.notes
+    if notes:
         s.add(Paragraph("Notes:"))
-        s.add(Bullets(board.notes))
+        s.add(Bullets(notes))
     if with_figure:
         png = pareto_figure(board)
         if png is not None:
@@ -162,8 +199,9 @@ def tables_markdown(boards: list[Board]) -> str:
         smoke = " — SMOKE PROFILE, not results" if b.profile == "smoke" else ""
         parts.append(f"**{b.suite} / {b.model} ({b.profile} profile){smoke}**")
         parts.append(markdown_table(board_table(b)))
-        if b.notes:
-            parts.append("\n".join(f"- {n}" for n in b.notes))
+        notes = validity_notes(b) + b.notes
+        if notes:
+            parts.append("\n".join(f"- {n}" for n in notes))
     return "\n\n".join(parts) + "\n"
 
 
@@ -176,7 +214,9 @@ def board_csv(boards: list[Board]) -> str:
         count = b.per_seed.groupby(level=0).count().reindex(b.rows)
         for rank, lab in enumerate(b.rows, 1):
             row = {"suite": b.suite, "model": b.model, "profile": b.profile, "task": b.task, "ranked_by": b.metric,
-                   "rank": rank, "label": lab, "seeds": " ".join(map(str, b.seeds(lab)))}
+                   "rank": rank, "label": lab, "seeds": " ".join(map(str, b.seeds(lab))),
+                   "validity": b.validity.get(lab, ("ok", []))[0],
+                   "validity_reasons": "; ".join(b.validity.get(lab, ("ok", []))[1])}
             for c in b.columns:
                 row[f"{c.key}.mean"] = mean.at[lab, c.key]
                 row[f"{c.key}.std"] = std.at[lab, c.key]

@@ -25,7 +25,7 @@ def _against_map(board: Board, key: str, worse: bool) -> list[str]:
     col = board.column(key)
     base = board.per_seed.loc[board.map_label, key]
     out = []
-    for lab in board.rows:
+    for lab in board.evidence_rows:
         if lab == board.map_label:
             continue
         d = paired(board.per_seed.loc[lab, key], base)
@@ -41,6 +41,15 @@ def summary_lines(board: Board) -> list[str]:
     """Sentences on the board: the top of the ranking metric (best or tied), MAP comparisons,
     the cheapest row among the top, clean accuracy and OOD detection."""
     lines = []
+    failed = [r for r in board.rows if board.validity.get(r, ("ok",))[0] == "fail"]
+    unverified = [r for r in board.rows if board.validity.get(r, ("ok",))[0] == "unverified"]
+    if failed or unverified:
+        lines.append(f"Validity: {len(failed)} of {len(board.rows)} configurations fail their checks (✗) and "
+                     f"{len(unverified)} could not be checked (?): they measure the set-up, not the method, and are "
+                     f"left out of the marks and of every sentence below (reasons under the table).")
+    if not board.evidence_rows:
+        lines.append("No configuration of this board is method evidence: nothing is ranked.")
+        return lines
     metric = board.metric
     title = board.column(metric).title
     rows, best = _tops(board, metric)
@@ -57,7 +66,9 @@ def summary_lines(board: Board) -> list[str]:
                      f"{_names(rows)}.")
     else:
         lines.append(f"{title}: too few seeds to tell configurations apart.")
-    if board.map_label:
+    if board.map_label and not board.is_evidence(board.map_label):
+        lines.append(f"The MAP network ({board.map_label}) fails its checks: no row is compared with it.")
+    elif board.map_label:
         better, worse = _against_map(board, metric, worse=False), _against_map(board, metric, worse=True)
         lines.append(f"Against the MAP network ({board.map_label}) on {title}, paired over seeds: "
                      f"{len(better)} configuration(s) better beyond the noise"

@@ -63,7 +63,9 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     df["suite"] = df["suite"].where(df["suite"].notna(), "?").astype(object)
     df["method_label"] = df["method_label"].where(df["method_label"].notna(), df["method"]).astype(object)
     df["label"] = _unique_labels(df)
-    return df
+    from bench.validity import attach_validity
+
+    return attach_validity(df)
 
 
 def _unique_labels(df: pd.DataFrame) -> pd.Series:

@@ -166,19 +166,69 @@ def _assemble(name, per_seed: list[pd.DataFrame], columns: list[Column], labels,
     return Table(name, columns, mean, std, count, caption=caption)
 
 
-def paired_marks(table: Table | None, per_seed: list[pd.DataFrame]) -> Table | None:
+def paired_marks(table: Table | None, per_seed: list[pd.DataFrame], df: pd.DataFrame | None = None,
+                 reference: bool = False) -> Table | None:
     """Mark a table's ranked columns by the leaderboard's rule: bold only where the top row beats
     every other row beyond the seed noise (paired t-test over common seeds), italic for the rows
-    tied with the top (``bench.leaderboard.stats.rank_marks``)."""
+    tied with the top (``bench.leaderboard.stats.rank_marks``). With the records ``df``: only
+    the rows that passed their validity checks (:mod:`bench.validity`) are marked, the others
+    carry the symbol of their verdict (✗ fail, ? unverified) and the caption says why; with
+    ``reference`` a uniform predictor's row is added (NLL ln K, Brier 1 - 1/K, accuracy 1/K)."""
     if table is None:
         return None
     from bench.leaderboard.stats import rank_marks
 
+    validity = {}
+    if df is not None and "validity.status" in df.columns:
+        from bench.leaderboard.board import row_validity
+
+        validity = row_validity(df, table.rows)
+    ranked = [r for r in table.rows if validity.get(r, ("ok",))[0] == "ok"]
     frame = pd.concat([p for p in per_seed if not p.empty], axis=1)
     for c in table.columns:
         if c.better in ("max", "min") and c.key in frame.columns:
-            table.marks[c.key] = rank_marks(frame[c.key].unstack(level=1).reindex(table.rows), c.better)
+            table.marks[c.key] = (rank_marks(frame[c.key].unstack(level=1).reindex(ranked), c.better)
+                                  if ranked else (set(), set()))
+    if validity:
+        _mark_rows(table, validity)
+    if reference and df is not None and len(df):
+        _reference_row(table, df)
     return table
+
+
+def _mark_rows(table: Table, validity: dict) -> None:
+    """Rows that are not method evidence get their verdict's symbol; the caption lists why."""
+    from bench.validity import SYMBOLS
+
+    shown, notes = {}, []
+    for r in table.rows:
+        status, reasons = validity.get(r, ("ok", []))
+        shown[r] = f"{r} {SYMBOLS[status]}" if status in SYMBOLS else r
+        if status in SYMBOLS:
+            notes.append(f"{shown[r]}: {'; '.join(reasons)}")
+    if not notes:
+        return
+    for frame in (table.mean, table.std, table.count):
+        frame.index = [shown[r] for r in frame.index]
+    table.texts = {(shown.get(r, r), k): v for (r, k), v in table.texts.items()}
+    table.marks = {k: ({shown[r] for r in b}, {shown[r] for r in t}) for k, (b, t) in table.marks.items()}
+    table.caption = (table.caption + " ✗: fails its validity checks, ?: could not be checked (bench.validity): not "
+                     "method evidence, never marked. " + " ".join(f"[{n}]" for n in notes))
+
+
+def _reference_row(table: Table, df: pd.DataFrame) -> None:
+    from bench.leaderboard.board import board_num_classes, uniform_reference
+
+    task = str((distinct(df["task"]) or ["classification"])[0]) if "task" in df.columns else "classification"
+    k = board_num_classes(df, str(df["suite"].iloc[0]))
+    ref = uniform_reference(task, k, [c.key for c in table.columns])
+    if not ref:
+        return
+    row = f"uniform predictor (1/{k} each; reference)"
+    for frame in (table.mean, table.std, table.count):
+        frame.loc[row] = np.nan
+    for c in table.columns:
+        table.texts[(row, c.key)] = format_number(ref[c.key]) if c.key in ref else "–"
 
 
 def leaderboard(df: pd.DataFrame) -> Table | None:
@@ -213,7 +263,8 @@ def leaderboard(df: pd.DataFrame) -> Table | None:
                + "Bold: better than every other row beyond the seed noise (two-sided paired t-test over the "
                  "common seeds, 5 %); italic: the rows the top one cannot be told apart from (with one seed, "
                  "nothing is marked); ↑ higher is better, ↓ lower is better.")
-    return paired_marks(_assemble("Leaderboard", per_seed, columns, labels, caption, seeds_from=df), per_seed)
+    return paired_marks(_assemble("Leaderboard", per_seed, columns, labels, caption, seeds_from=df), per_seed, df,
+                        reference=True)
 
 
 def uncertainty_table(df: pd.DataFrame) -> Table | None:
@@ -240,7 +291,7 @@ def uncertainty_table(df: pd.DataFrame) -> Table | None:
                "mutual information (AUROC (MI)). Records written before a metric existed show '–'. Higher "
                "uncertainty on shifted and OOD data than on clean data is what a method should show.")
     return paired_marks(_assemble("Predictive uncertainty", per_seed, columns, labels, caption, seeds_from=df),
-                        per_seed)
+                        per_seed, df)
 
 
 def corruption_error_table(df: pd.DataFrame, reference: str | None) -> Table | None:

@@ -1,0 +1,487 @@
+"""Is a row method evidence? The validity verdict of one fitted configuration.
+
+A benchmark row is a verdict on a method only where its fit converged and the setting can test
+the method's claim. A learned variance that followed the optimiser's step limit, a prior
+precision at the edge of its grid, a posterior whose attainable predictive variance is tiny, a
+network near chance: each makes the row a measurement of the set-up. Every check here reads the
+fitted method's own record (its clean-test ``metrics`` and its ``diagnostics``, which the method
+writes at fit time) and returns a :class:`CheckResult` with the reason and the numbers.
+
+A method names its checks in ``Method.VALIDITY_CHECKS`` (``bench list`` shows them); a plugin
+adds one with :func:`register_check`. The verdict of a configuration is
+
+* ``ok``: every check passed (or does not apply);
+* ``fail``: some check failed: the row measures the set-up, not the method;
+* ``unverified``: none failed, but some could not be computed (a record made before the check
+  existed): not evidence either, until it is rerun.
+
+Pure Python and numpy (no torch): the leaderboard and the report recompute the verdict of every
+record they read, so that old records get it and a changed rule applies everywhere at once.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from bench.laplace.prior import feasible_edge
+from bench.registry import Registry
+
+VERSION = 1
+
+PASS, FAIL, NOT_MEASURED, NOT_APPLICABLE = "pass", "fail", "not measured", "not applicable"
+OK, FAILED, UNVERIFIED = "ok", "fail", "unverified"
+
+# -- thresholds (each check's docstring says why) -----------------------------------------------------
+#: informative: the clean NLL must be at most this fraction of a uniform guess's ln K ...
+INFORMATIVE_NLL_FRACTION = 0.75
+#: ... and the clean accuracy at least this multiple of chance (1 / K)
+INFORMATIVE_ACCURACY_X_CHANCE = 2.0
+#: rate limit: median travel of log sigma at or above this fraction of the optimiser's ceiling
+RATE_LIMIT_FRACTION = 0.5
+#: sigma "did not move": |log(median sigma_final / median sigma_init)| below this
+MOVED_MIN_LOG_CHANGE = 0.05
+#: stationarity: |d objective / d log c| / (|likelihood part| + |KL part|) at most this, where
+#: every sigma is scaled by c (0 at a stationary point of the ELBO in sigma, -1 when only the
+#: KL acts on sigma, +1 when only the likelihood does)
+STATIONARITY_MAX_RESIDUAL = 0.3
+#: Laplace: validation NLL range over the feasible grid below this (relative): the prior
+#: precision changes nothing, i.e. the posterior does not change the predictive
+FLAT_GRID_RTOL = 1e-4
+#: full-covariance Laplace: s / N below this cannot reach the predictive variance that matters
+ATTAINABLE_MIN_S_OVER_N = 0.5
+#: Adam's epsilon (torch's default): a gradient well below it moves a parameter at a fraction of lr
+ADAM_EPS = 1e-8
+
+
+@dataclass
+class CheckResult:
+    name: str
+    status: str            # PASS | FAIL | NOT_MEASURED | NOT_APPLICABLE
+    reason: str
+    numbers: dict = field(default_factory=dict)
+
+
+@dataclass
+class Check:
+    name: str
+    description: str
+    fn: Callable[[dict], CheckResult]
+
+
+CHECKS: Registry[Check] = Registry("validity check")
+
+
+def register_check(name: str, description: str):
+    """Decorator: ``fn(run) -> CheckResult`` registered as check ``name``. ``run`` holds the
+    fitted configuration's ``method``, ``task``, ``num_classes``, ``metrics`` (clean test set),
+    ``diagnostics``, ``method_config`` and ``train_config``."""
+    def deco(fn):
+        CHECKS.register(name)(Check(name, description, fn))
+        return fn
+    return deco
+
+
+def _num(v) -> float | None:
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _result(name, status, reason, **numbers) -> CheckResult:
+    return CheckResult(name, status, reason, {k: v for k, v in numbers.items() if v is not None})
+
+
+# -- every method: a predictor well above chance -----------------------------------------------------
+@register_check("informative", "clean NLL at most 75 % of a uniform guess's ln K and accuracy at least twice chance "
+                               "(classification, segmentation pixels)")
+def informative(run: dict) -> CheckResult:
+    """A network near chance cannot test an uncertainty claim: every method on it is near-uniform,
+    and near-uniform predictors score well on ECE and badly on everything else. The clean NLL must
+    remove at least a quarter of a uniform guess's ln K, and the accuracy must be at least twice
+    chance (1 / K)."""
+    name, task, k = "informative", run.get("task"), run.get("num_classes")
+    if task not in ("classification", "segmentation"):
+        return _result(name, NOT_APPLICABLE, f"{task} task")
+    m = run.get("metrics") or {}
+    nll = _num(m.get("nll"))
+    acc = _num(m.get("accuracy", m.get("pixel_accuracy")))
+    if not k or nll is None or acc is None:
+        return _result(name, NOT_MEASURED, "no clean-test NLL / accuracy or number of classes in the record")
+    ln_k, chance = math.log(k), 1.0 / k
+    nums = dict(nll=nll, ln_k=ln_k, nll_fraction_of_uniform=nll / ln_k, accuracy=acc, chance=chance)
+    if nll > INFORMATIVE_NLL_FRACTION * ln_k:
+        return _result(name, FAIL, f"near chance: clean NLL {nll:.3g} is {nll / ln_k:.0%} of a uniform guess's "
+                                   f"ln {k} = {ln_k:.3g}", **nums)
+    if acc < INFORMATIVE_ACCURACY_X_CHANCE * chance:
+        return _result(name, FAIL, f"near chance: clean accuracy {acc:.3g} against chance {chance:.3g}", **nums)
+    return _result(name, PASS, f"clean NLL {nll / ln_k:.0%} of ln K, accuracy {acc / chance:.1f}x chance", **nums)
+
+
+# -- variational methods: the variances at their ELBO optimum, not where the optimiser left them ----
+def _vi_train(run: dict) -> dict:
+    return (run.get("diagnostics") or {}).get("train") or {}
+
+
+def _median_log_change(diag: dict) -> float | None:
+    ratio = _num((diag.get("sigma_change") or {}).get("median_ratio"))
+    if ratio is None or ratio <= 0:
+        return None
+    return math.log(ratio)
+
+
+def _schedule_mean_factor(train_config: dict, epochs: int) -> float | None:
+    """The mean of bench.training.lr_factor over training (cosine 0.5, constant 1, steps by
+    their milestones), without the warm-up (which only lowers it)."""
+    sched = (train_config or {}).get("schedule", "cosine")
+    if sched == "cosine":
+        return 0.5
+    if sched in ("constant", "none", None):
+        return 1.0
+    if sched in ("step", "multistep"):
+        ms = sorted(float(m) for m in (train_config.get("milestones") or []))
+        if epochs <= 0:
+            return None
+        return sum(0.1 ** sum(e >= m for m in ms) for e in range(epochs)) / epochs
+    return None
+
+
+def vi_steps(run: dict) -> int | None:
+    """Optimiser steps of the VI phase: recorded (``train.steps``), else epochs x batches of a
+    classification training set (``num_train`` examples, the profile's batch size)."""
+    tr = _vi_train(run)
+    if _num(tr.get("steps")):
+        return int(tr["steps"])
+    epochs, n = _num(tr.get("epochs")), _num(tr.get("num_train"))
+    bs = _num((run.get("train_config") or {}).get("batch_size"))
+    if run.get("task") == "classification" and epochs and n and bs:
+        return int(epochs) * math.ceil(n / bs)
+    return None
+
+
+@register_check("vi_rate_limit", "the median travel of log sigma below half of what Adam's step limit allows "
+                                 "(lr x the sum of the schedule's factors)")
+def vi_rate_limit(run: dict) -> CheckResult:
+    """Adam moves a parameter by at most about lr per step whatever the gradient, so in T steps of
+    a schedule with factors f_t rho (and log sigma = log softplus(rho), whose slope in rho is at
+    most 1) travels at most lr x sum f_t (cosine: 0.5 lr T). A median travel at half that
+    ceiling or more means the variances moved at full speed for most of training: the final
+    sigma is set by the budget (a longer run or a larger rate moves it further), not by the ELBO.
+    The last epoch's relative change cannot see this: a decaying rate makes it small anyway."""
+    name, tr = "vi_rate_limit", _vi_train(run)
+    opt = tr.get("rho_optimizer")
+    if opt is None:
+        return _result(name, NOT_MEASURED, "the record does not name the variances' optimiser")
+    if opt != "adam":
+        return _result(name, NOT_APPLICABLE, f"{opt} on the variances has no per-step limit; the stationarity "
+                                             f"check decides")
+    diag = run.get("diagnostics") or {}
+    change = _median_log_change(diag)
+    if change is None:
+        return _result(name, NOT_MEASURED, "no sigma summaries at initialisation and after training")
+    ratio = _num(tr.get("rho_adam_travel_ratio"))  # VDP++ measures it on rho itself
+    steps, lr = vi_steps(run), _num(tr.get("rho_lr"))
+    epochs = int(_num(tr.get("epochs")) or 0)
+    factor = _schedule_mean_factor(run.get("train_config") or {}, epochs)
+    ceiling = lr * steps * factor if (lr and steps and factor) else None
+    if ratio is None and ceiling:
+        ratio = abs(change) / ceiling
+    if ratio is None:
+        if abs(change) < MOVED_MIN_LOG_CHANGE:
+            return _result(name, PASS, "sigma did not move (see vi_moved)", median_log_change=change)
+        return _result(name, NOT_MEASURED, "the number of optimiser steps is not in the record", median_log_change=change)
+    nums = dict(median_log_change=change, ceiling=ceiling, travel_fraction=ratio, steps=steps, rho_lr=lr)
+    if ratio >= RATE_LIMIT_FRACTION:
+        return _result(name, FAIL, f"rate-limited: log sigma travelled {ratio:.0%} of Adam's ceiling"
+                                   + (f" ({abs(change):.2f} of {ceiling:.2f} in {steps} steps at rho lr {lr:g})"
+                                      if ceiling else ""), **nums)
+    return _result(name, PASS, f"log sigma travelled {ratio:.0%} of Adam's ceiling", **nums)
+
+
+@register_check("vi_moved", "sigma left its initial value (or was measured stationary there)")
+def vi_moved(run: dict) -> CheckResult:
+    """A sigma that ends where it started is noise injection at the initial scale, not VI, unless
+    the stationarity check shows the ELBO is at rest there. With Adam a KL pull per weight
+    (beta / divisor) below Adam's epsilon moves rho at a fraction of its rate: the number is
+    reported."""
+    name, diag, tr = "vi_moved", run.get("diagnostics") or {}, _vi_train(run)
+    change = _median_log_change(diag)
+    if change is None:
+        return _result(name, NOT_MEASURED, "no sigma summaries at initialisation and after training")
+    beta = _num(tr.get("final_beta", (run.get("method_config") or {}).get("kl_weight")))
+    divisor = _num(tr.get("kl_divisor", tr.get("num_train")))
+    pull = beta / divisor if (beta and divisor) else None
+    nums = dict(median_log_change=change, kl_pull_per_weight=pull)
+    if abs(change) >= MOVED_MIN_LOG_CHANGE:
+        return _result(name, PASS, f"median sigma changed x{math.exp(change):.3g}", **nums)
+    st = _stationarity(diag)
+    if st is not None and st.status == PASS:
+        return _result(name, PASS, "sigma stayed at its initial value, where the ELBO is stationary", **nums)
+    why = (f"; the KL pull per weight beta / N = {pull:.2g} is below Adam's epsilon {ADAM_EPS:g}"
+           if pull is not None and tr.get("rho_optimizer") == "adam" and pull < ADAM_EPS else "")
+    return _result(name, FAIL, f"sigma stayed at its initial value (median x{math.exp(change):.3f}){why}", **nums)
+
+
+def _stationarity(diag: dict) -> CheckResult | None:
+    st = diag.get("sigma_stationarity")
+    if not isinstance(st, dict) or _num(st.get("residual")) is None:
+        return None
+    r, se = float(st["residual"]), _num(st.get("residual_se"))
+    nums = {k: st.get(k) for k in ("residual", "residual_se", "likelihood_part", "kl_part", "batches", "beta")}
+    if abs(r) > STATIONARITY_MAX_RESIDUAL:
+        side = "the KL wants larger sigmas" if r < 0 else "the likelihood wants smaller sigmas"
+        return _result("vi_stationarity", FAIL, f"not stationary in sigma: relative gradient {r:+.2f}"
+                       + (f" ± {se:.2f}" if se is not None else "") + f" ({side})", **nums)
+    return _result("vi_stationarity", PASS, f"stationary in sigma: relative gradient {r:+.2f}"
+                   + (f" ± {se:.2f}" if se is not None else ""), **nums)
+
+
+@register_check("vi_stationarity", "the gradient of the objective with respect to a common scale of every sigma, "
+                                   "measured after the fit, near zero relative to its likelihood and KL parts")
+def vi_stationarity(run: dict) -> CheckResult:
+    """At an optimum of the ELBO in sigma, scaling every sigma by c changes nothing to first order.
+    The fit measures d objective / d log c at c = 1 on training batches (KL weight at its end
+    value), split into the likelihood's and the KL's parts; the residual is their sum over the
+    sum of their magnitudes: 0 at rest, -1 when only the KL acts (sigma too small for the
+    likelihood to care), +1 when only the likelihood does."""
+    st = _stationarity(run.get("diagnostics") or {})
+    if st is None:
+        return _result("vi_stationarity", NOT_MEASURED, "not measured (the record predates the check: rerun the cell)")
+    return st
+
+
+# -- Laplace: a prior chosen inside a feasible grid, and a posterior that can change the predictive --
+@register_check("laplace_prior_grid", "the prior precision chosen inside the grid (not at an edge of its feasible "
+                                      "part), every grid point feasible, and the validation NLL not flat over it")
+def laplace_prior_grid(run: dict) -> CheckResult:
+    """A prior precision at the edge of its grid was not chosen by the data: at the upper edge the
+    validation data prefer the posterior collapsed onto MAP, at the lower edge the widest one on
+    offer. Grid points whose predictive could not be formed (``inf``) make the grid infeasible
+    there; an optimum beside them is an edge too. A validation NLL flat over the whole grid means
+    the prior changes nothing: the posterior does not reach the predictive."""
+    name = "laplace_prior_grid"
+    diag = run.get("diagnostics") or {}
+    ps = diag.get("prior_search")
+    if diag.get("prior_precision_method", "gridsearch") != "gridsearch":
+        return _result(name, NOT_APPLICABLE, f"prior precision by {diag.get('prior_precision_method')}")
+    if not isinstance(ps, dict) or not ps.get("log10_grid"):
+        return _result(name, NOT_MEASURED, "no prior search in the record")
+    grid = [float(g) for g in ps["log10_grid"]]
+    losses = [(_num(v) if _num(v) is not None else math.inf) for v in ps["val_nll"]]
+    best = float(ps["log10_prior_precision"])
+    best = min(grid, key=lambda g: abs(g - best))
+    finite = [v for v in losses if math.isfinite(v)]
+    n_inf = len(losses) - len(finite)
+    edge = feasible_edge(grid, losses, best)
+    spread = (max(finite) - min(finite)) / max(abs(min(finite)), 1e-12) if finite else None
+    nums = dict(log10_prior_precision=best, grid_min=grid[0], grid_max=grid[-1], n_infeasible=n_inf,
+                n_points=len(grid), val_nll_relative_range=spread)
+    if not finite:
+        return _result(name, FAIL, "no grid point gave a finite validation NLL", **nums)
+    if spread is not None and spread < FLAT_GRID_RTOL:
+        return _result(name, FAIL, f"validation NLL flat over the grid (relative range {spread:.1e}): the posterior "
+                                   f"does not change the predictive", **nums)
+    if edge is not None:
+        side = ("the validation data prefer the posterior collapsed onto MAP" if edge == "upper"
+                else "the validation data prefer the widest posterior on offer")
+        at = "beside infeasible points" if (edge == "lower" and grid[0] != best and n_inf) else "of the grid"
+        return _result(name, FAIL, f"prior precision 10^{best:.1f} at the {edge} edge {at} ({side})", **nums)
+    if n_inf:
+        return _result(name, FAIL, f"{n_inf} of {len(grid)} grid points infeasible (non-finite validation NLL)",
+                       **nums)
+    return _result(name, PASS, f"prior precision 10^{best:.1f} inside the grid 10^{grid[0]:.0f}..10^{grid[-1]:.0f}",
+                   **nums)
+
+
+@register_check("laplace_attainable_variance", "full-covariance Laplace: subnet size s over training observations N "
+                                               "at least 0.5")
+def laplace_attainable_variance(run: dict) -> CheckResult:
+    """With a full-covariance GGN posterior over s weights from N observations, the Lambda-weighted
+    predictive variance averaged over the training inputs is at most s / N (the trace of a
+    projection of rank s shared among N terms). At s / N far below 1 the predictive on
+    training-like inputs is MAP's whatever the prior: a row "equal to MAP" is guaranteed by the
+    setting. Daxberger et al.'s ResNet-18 on CIFAR-10 (s = 42,438, N = 50,000) is at about 0.85."""
+    name = "laplace_attainable_variance"
+    diag = run.get("diagnostics") or {}
+    s = _num(diag.get("subnet_size"))
+    n = _num(diag.get("num_observations"))
+    if n is None:
+        info = diag.get("select_info") or {}
+        if run.get("task") == "classification":
+            n = _num(info.get("n_examples"))
+    if s is None or n is None or n <= 0:
+        return _result(name, NOT_MEASURED, "subnet size or number of training observations not in the record",
+                       subnet_size=s)
+    ratio = s / n
+    nums = dict(subnet_size=s, num_observations=n, s_over_n=ratio)
+    if ratio < ATTAINABLE_MIN_S_OVER_N:
+        return _result(name, FAIL, f"s / N = {ratio:.2g} ({s:,.0f} / {n:,.0f}): the attainable predictive variance on "
+                                   f"training-like inputs is tiny; equal to MAP by construction", **nums)
+    return _result(name, PASS, f"s / N = {ratio:.2g}", **nums)
+
+
+# -- the verdict ---------------------------------------------------------------------------------------
+def verdict(run: dict, check_names) -> dict:
+    """``{"status", "checks": [CheckResult as dict], "reasons": [text], "version"}`` of one fitted
+    configuration (``run``: see :func:`register_check`) under the checks ``check_names``."""
+    results = []
+    for cname in check_names:
+        try:
+            res = CHECKS.get(cname).fn(run)
+        except Exception as exc:  # noqa: BLE001 - a malformed record is an unmeasured check, not a crash
+            res = CheckResult(cname, NOT_MEASURED, f"could not be computed: {type(exc).__name__}: {exc}")
+        results.append(res)
+    failed = [r for r in results if r.status == FAIL]
+    unmeasured = [r for r in results if r.status == NOT_MEASURED]
+    status = FAILED if failed else UNVERIFIED if unmeasured else OK
+    reasons = [f"{r.name}: {r.reason}" for r in (failed or unmeasured)]
+    return {"status": status, "reasons": reasons, "checks": [asdict(r) for r in results], "version": VERSION}
+
+
+def checks_of(method: str, stored: dict | None = None) -> list[str]:
+    """The checks a method declares (``Method.VALIDITY_CHECKS``); for a method this version does
+    not know, the ones its stored verdict used (else ``informative`` alone)."""
+    try:
+        from methods import METHODS
+
+        return list(METHODS.get(str(method)).VALIDITY_CHECKS)
+    except Exception:  # noqa: BLE001 - a plugin that is not installed here
+        if isinstance(stored, dict) and stored.get("checks"):
+            return [c["name"] for c in stored["checks"] if c.get("name") in CHECKS]
+        return ["informative"]
+
+
+def num_classes_of(suite: str) -> int | None:
+    try:
+        from bench.suites import SUITES
+
+        return int(SUITES.get(str(suite)).task.num_outputs)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def run_view(id_record: dict, num_classes: int | None = None) -> dict:
+    """What the checks read, from a fitted configuration's clean-test (``id``) record."""
+    k = id_record.get("num_classes")
+    k = k if _num(k) else (num_classes or num_classes_of(id_record.get("suite")))
+    return {"method": id_record.get("method"), "task": id_record.get("task"), "num_classes": k,
+            "metrics": id_record.get("metrics") or {}, "diagnostics": id_record.get("diagnostics") or {},
+            "method_config": id_record.get("method_config") or {}, "train_config": id_record.get("train_config") or {}}
+
+
+SYMBOLS = {FAILED: "✗", UNVERIFIED: "?"}
+
+
+def short_reason(v: dict | None) -> str:
+    if not isinstance(v, dict) or v.get("status") == OK:
+        return ""
+    return "; ".join(v.get("reasons") or [])
+
+
+#: the records of one fitted configuration (every evaluation set of one seed)
+RUN_KEY = ["suite", "profile", "model", "config_hash", "seed"]
+
+
+def attach_validity(df):
+    """``df`` (flat records, as :func:`bench.store.load_records` gives them) with the verdict of
+    each fitted configuration recomputed from its clean-test record, in every one of its rows:
+    ``validity`` (the dict of :func:`verdict`), ``validity.status`` and ``validity.reason``. A run
+    without a clean-test record is ``unverified``."""
+    import pandas as pd
+
+    df = df.copy()
+    if df.empty:
+        for col in ("validity", "validity.status", "validity.reason"):
+            df[col] = pd.Series(dtype=object)
+        return df
+    key = [c for c in RUN_KEY if c in df.columns]
+    cache: dict = {}
+    verdicts = []
+    metric_cols = [c for c in df.columns if c.startswith("metrics.")]
+    kind = df["kind"] if "kind" in df.columns else pd.Series("id", index=df.index)
+    ids = df[kind == "id"]
+    id_rows = {tuple(r[k] for k in key): r for _, r in ids.iterrows()}
+    for _, row in df.iterrows():
+        k = tuple(row[c] for c in key)
+        if k not in cache:
+            rec = id_rows.get(k)
+            if rec is None:
+                cache[k] = {"status": UNVERIFIED, "reasons": ["no clean-test record of this run"], "checks": [],
+                            "version": VERSION}
+            else:
+                metrics = {c.split(".", 1)[1]: rec[c] for c in metric_cols if _num(rec[c]) is not None}
+                view = {"method": rec.get("method"), "task": rec.get("task"), "suite": rec.get("suite"),
+                        "num_classes": rec.get("num_classes"), "metrics": metrics,
+                        "diagnostics": rec.get("diagnostics"), "method_config": rec.get("method_config"),
+                        "train_config": rec.get("train_config")}
+                stored = rec.get("validity") if isinstance(rec.get("validity"), dict) else None
+                cache[k] = verdict(run_view(view), checks_of(rec.get("method"), stored))
+        verdicts.append(cache[k])
+    df["validity"] = verdicts
+    df["validity.status"] = [v["status"] for v in verdicts]
+    df["validity.reason"] = [short_reason(v) for v in verdicts]
+    return df
+
+
+# -- command line: the checks, and each kept board's regime -------------------------------------------
+def checks_markdown() -> str:
+    rows = ["| check | what passes | methods that declare it |", "| --- | --- | --- |"]
+    try:
+        from methods import METHODS
+
+        users = {c: [m for m in METHODS.names() if c in METHODS.get(m).VALIDITY_CHECKS] for c in CHECKS.names()}
+    except Exception:  # noqa: BLE001
+        users = {}
+    for name in CHECKS.names():
+        rows.append(f"| `{name}` | {CHECKS.get(name).description} | {', '.join(users.get(name, [])) or '–'} |")
+    return "\n".join(rows)
+
+
+def regime_markdown(results) -> str:
+    """Per (suite, model, profile) of the records under ``results``: the MAP network's clean accuracy
+    and NLL against a uniform guess, the subnetwork Laplace's s / N, and how many configurations
+    are method evidence."""
+    import numpy as np
+
+    from bench.leaderboard.records import load_runs
+
+    df = load_runs([results])
+    df = df[(df["status"] == "ok") & (df["kind"] == "id")]
+    rows = ["| suite / model (profile) | MAP clean accuracy, pixels on segmentation (chance 1/K) | MAP clean NLL / ln K | subnet Laplace s / N "
+            "| configurations: ok / fail / unverified |", "| --- | --- | --- | --- | --- |"]
+    for (suite, model, profile), g in df.groupby(["suite", "model", "profile"]):
+        k = num_classes_of(suite)
+        m = g[g["method_label"] == "deterministic"]
+        acc = m["metrics.accuracy"] if "metrics.accuracy" in m and m["metrics.accuracy"].notna().any() else \
+            m.get("metrics.pixel_accuracy", m.get("metrics.accuracy"))
+        acc_t = f"{np.mean(acc):.3f} ({1 / k:.3f})" if k and acc is not None and len(m) else "–"
+        nll_t = f"{np.mean(m['metrics.nll']) / math.log(k):.0%}" if k and len(m) else "–"
+        s_over_n = []
+        for v in g[g["method"] == "subnet_laplace"]["validity"]:
+            for c in (v or {}).get("checks", []):
+                if c["name"] == "laplace_attainable_variance" and "s_over_n" in c["numbers"]:
+                    s_over_n.append(c["numbers"]["s_over_n"])
+        sn = f"{min(s_over_n):.2g}" + (f"-{max(s_over_n):.2g}" if max(s_over_n) != min(s_over_n) else "") \
+            if s_over_n else "–"
+        runs = g.groupby("label")["validity.status"].agg(
+            lambda st: "fail" if "fail" in set(st) else "unverified" if "unverified" in set(st) else "ok")
+        counts = " / ".join(str(int((runs == s).sum())) for s in (OK, FAILED, UNVERIFIED))
+        rows.append(f"| {suite} / {model} ({profile}) | {acc_t} | {nll_t} | {sn} | {counts} |")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m bench.validity",
+                                description="The validity checks, or the regime of each board of kept records.")
+    p.add_argument("--results", default=None, help="print each (suite, model, profile) board's regime instead")
+    a = p.parse_args(argv)
+    print(regime_markdown(a.results) if a.results else checks_markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,261 @@
+"""The validity verdict (bench.validity): each check on constructed cases against an independent
+computation, the KL divisor of every VI plugin checked through its own training loss, the fixed
+grid edge, and boards that never mark a failing row best and show a uniform-predictor row."""
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+
+from bench import validity as V
+from bench.data import TensorLoader
+from bench.laplace.prior import grid_search_prior_precision
+from bench.models import build_model
+from bench.subnet.stationarity import sigma_stationarity
+from bench.tasks import classification
+from bench.training import TrainConfig, lr_factor
+from methods import METHODS, MethodContext
+from synthetic import blobs
+
+
+def vi_run(median_ratio, steps=200, rho_lr=0.01, schedule="cosine", stationarity=None, opt="adam", **train):
+    diag = {"sigma_change": {"median_ratio": median_ratio},
+            "train": {"rho_optimizer": opt, "rho_lr": rho_lr, "epochs": 2, "steps": steps, "num_train": 1000,
+                      "final_beta": 0.01, "kl_divisor": 1000, **train}}
+    if stationarity is not None:
+        diag["sigma_stationarity"] = {"residual": stationarity, "residual_se": 0.01}
+    return {"method": "pbn", "task": "classification", "num_classes": 10,
+            "metrics": {"nll": 0.3, "accuracy": 0.9}, "diagnostics": diag, "train_config": {"schedule": schedule}}
+
+
+# -- informative -------------------------------------------------------------------------------------
+def test_informative_fails_near_chance_and_passes_a_real_network():
+    k = 200
+    near = {"task": "classification", "num_classes": k, "metrics": {"nll": 0.85 * math.log(k), "accuracy": 0.108}}
+    res = V.CHECKS.get("informative").fn(near)
+    assert res.status == V.FAIL and "near chance" in res.reason
+    assert res.numbers["nll_fraction_of_uniform"] == pytest.approx(0.85)
+    # accuracy at chance with a low NLL (a constant predictor of the majority class) fails too
+    flat = {"task": "classification", "num_classes": 10, "metrics": {"nll": 1.0, "accuracy": 0.1}}
+    assert V.CHECKS.get("informative").fn(flat).status == V.FAIL
+    good = {"task": "classification", "num_classes": 10, "metrics": {"nll": 0.3, "accuracy": 0.9}}
+    assert V.CHECKS.get("informative").fn(good).status == V.PASS
+    assert V.CHECKS.get("informative").fn({"task": "regression"}).status == V.NOT_APPLICABLE
+
+
+# -- Adam's step limit ---------------------------------------------------------------------------------
+def simulated_adam_travel(lr: float, steps: int, cfg: TrainConfig, steps_per_epoch: int) -> float:
+    """The distance torch's Adam moves a scalar under a constant gradient and the schedule."""
+    p = torch.nn.Parameter(torch.zeros(()))
+    opt = torch.optim.Adam([p], lr=lr)
+    for t in range(steps):
+        opt.param_groups[0]["lr"] = lr * lr_factor(cfg, t, steps_per_epoch)
+        opt.zero_grad()
+        (3.0 * p).backward()  # any constant gradient: Adam's step is ~lr whatever its size
+        opt.step()
+    return abs(float(p.detach()))
+
+
+def test_rate_limit_ceiling_is_what_adam_can_travel():
+    """The check's ceiling (lr x steps x the schedule's mean factor) against Adam itself."""
+    cfg = TrainConfig(epochs=4, batch_size=32, lr=0.1, schedule="cosine")
+    steps = 4 * 50
+    travel = simulated_adam_travel(0.01, steps, cfg, 50)
+    res = V.CHECKS.get("vi_rate_limit").fn(vi_run(math.exp(travel), steps=steps, epochs=4))
+    assert res.numbers["ceiling"] == pytest.approx(travel, rel=0.03)
+    assert res.status == V.FAIL and res.numbers["travel_fraction"] == pytest.approx(1.0, abs=0.03)
+
+
+def test_rate_limit_fails_a_sigma_that_moved_at_full_speed_and_passes_one_that_settled():
+    ceiling = 0.01 * 200 * 0.5
+    assert V.CHECKS.get("vi_rate_limit").fn(vi_run(math.exp(0.8 * ceiling))).status == V.FAIL
+    assert V.CHECKS.get("vi_rate_limit").fn(vi_run(math.exp(-0.8 * ceiling))).status == V.FAIL
+    assert V.CHECKS.get("vi_rate_limit").fn(vi_run(math.exp(0.2 * ceiling))).status == V.PASS
+    # a constant schedule doubles the ceiling
+    assert V.CHECKS.get("vi_rate_limit").fn(vi_run(math.exp(0.8 * ceiling), schedule="constant")).status == V.PASS
+    # SGD on the variances: no per-step limit, the stationarity check decides
+    assert V.CHECKS.get("vi_rate_limit").fn(vi_run(2.0, opt="sgd")).status == V.NOT_APPLICABLE
+
+
+def test_a_sigma_that_never_moved_fails_unless_measured_stationary():
+    res = V.CHECKS.get("vi_moved").fn(vi_run(1.0, final_beta=0.01, kl_divisor=7_046_400))
+    assert res.status == V.FAIL and "below Adam's epsilon" in res.reason
+    assert V.CHECKS.get("vi_moved").fn(vi_run(1.0, stationarity=0.02)).status == V.PASS
+
+
+# -- stationarity in sigma, against the analytic optimum of a quadratic model ---------------------------
+class Quadratic(torch.nn.Module):
+    """Expected loss of a quadratic likelihood under Gaussian weight noise: 1/2 h sum sigma^2 per
+    example; with the KL of N(0, s_p^2) weighted by beta / N the optimum is
+    sigma*^2 = (beta / N) / (h + beta / (N s_p^2))."""
+
+    def __init__(self, sigma: float, k: int = 50):
+        super().__init__()
+        self.rho = torch.nn.Parameter(torch.full((k,), float(np.log(np.expm1(sigma)))))
+
+    def sigma(self):
+        return torch.nn.functional.softplus(self.rho)
+
+
+H, BETA, N, SP = 4.0, 0.01, 1000, 1.0
+SIGMA_STAR = math.sqrt((BETA / N) / (H + BETA / (N * SP ** 2)))
+
+
+def _measure(sigma):
+    m = Quadratic(sigma)
+    loader = [(torch.zeros(2, 1), torch.zeros(2)) for _ in range(4)]
+    like = lambda model, x, y: 0.5 * H * model.sigma().square().sum()  # noqa: E731
+    kl = lambda model: BETA / N * (0.5 * model.sigma().square() / SP ** 2 - torch.log(model.sigma())).sum()  # noqa: E731
+    return sigma_stationarity(m, [m.rho], like, kl, loader, batches=4)
+
+
+@pytest.mark.parametrize("factor", [0.1, 1.0, 10.0])
+def test_stationarity_residual_matches_the_hand_computed_one(factor):
+    s = SIGMA_STAR * factor
+    out = _measure(s)
+    like = H * s ** 2 * 50            # d/dlog c of 1/2 h sum (c sigma)^2
+    klp = BETA / N * (s ** 2 / SP ** 2 - 1) * 50
+    assert out["likelihood_part"] == pytest.approx(like, rel=1e-3)
+    assert out["kl_part"] == pytest.approx(klp, rel=1e-3)
+    assert out["residual"] == pytest.approx((like + klp) / (abs(like) + abs(klp)), rel=1e-3, abs=1e-5)
+
+
+def test_stationarity_check_passes_at_the_optimum_and_fails_away_from_it():
+    check = V.CHECKS.get("vi_stationarity").fn
+    for factor, want in ((1.0, V.PASS), (0.1, V.FAIL), (10.0, V.FAIL)):
+        run = {"diagnostics": {"sigma_stationarity": _measure(SIGMA_STAR * factor)}}
+        assert check(run).status == want, factor
+    assert "KL wants larger" in check({"diagnostics": {"sigma_stationarity": _measure(SIGMA_STAR / 10)}}).reason
+    assert check({"diagnostics": {}}).status == V.NOT_MEASURED
+
+
+# -- Laplace -------------------------------------------------------------------------------------------
+def test_grid_search_flags_an_optimum_beside_infeasible_points():
+    """The float32 Cholesky fails for small prior precisions (val NLL inf): the best finite point
+    next to them is the lower edge of what could be tried, not an interior optimum."""
+    res = grid_search_prior_precision(lambda tau: math.inf if tau < 0.3 else 1.0 + 0.01 * math.log10(tau))
+    assert res["at_grid_edge"] == "lower" and res["n_infeasible"] > 0
+    run = {"diagnostics": {"prior_search": res, "prior_precision_method": "gridsearch"}}
+    check = V.CHECKS.get("laplace_prior_grid").fn(run)
+    assert check.status == V.FAIL and "beside infeasible" in check.reason
+
+
+def test_prior_grid_check_on_edges_flat_and_interior_grids():
+    grid = [float(g) for g in np.linspace(-4, 4, 21)]
+    check = V.CHECKS.get("laplace_prior_grid").fn
+
+    def run(losses, best):
+        return {"diagnostics": {"prior_search": {"log10_grid": grid, "val_nll": losses, "log10_prior_precision": best}}}
+
+    bowl = [1.0 + 0.01 * (g - 1.2) ** 2 for g in grid]
+    assert check(run(bowl, 1.2)).status == V.PASS
+    falling = [1.0 - 0.01 * g for g in grid]
+    assert "upper edge" in check(run(falling, 4.0)).reason
+    flat = [4.4575] * 21
+    assert "flat" in check(run(flat, 1.2)).reason
+    holes = [math.inf] * 3 + bowl[3:]
+    assert "infeasible" in check(run(holes, 1.2)).reason
+
+
+def test_attainable_variance_uses_s_over_n():
+    check = V.CHECKS.get("laplace_attainable_variance").fn
+    assert check({"diagnostics": {"subnet_size": 1000, "num_observations": 7000}}).status == V.FAIL
+    assert check({"diagnostics": {"subnet_size": 42438, "num_observations": 50000}}).status == V.PASS
+    assert check({"diagnostics": {"subnet_size": 1000}}).status == V.NOT_MEASURED
+
+
+def test_verdict_fail_beats_unverified_beats_ok():
+    ok = V.verdict(vi_run(1.5, stationarity=0.0), ["informative", "vi_rate_limit", "vi_stationarity"])
+    assert ok["status"] == V.OK and ok["reasons"] == []
+    unverified = V.verdict(vi_run(1.5), ["informative", "vi_rate_limit", "vi_stationarity"])
+    assert unverified["status"] == V.UNVERIFIED
+    failed = V.verdict(vi_run(math.exp(0.9)), ["informative", "vi_rate_limit", "vi_stationarity"])
+    assert failed["status"] == V.FAILED and failed["reasons"][0].startswith("vi_rate_limit")
+
+
+# -- the KL divisor, through each VI plugin's own training loss ----------------------------------------
+N_ROWS, N_CLAIMED = 24, 1000
+
+
+@pytest.mark.parametrize("name,options", [("pbn", {"r_bayes": 0.2, "beta_start": 0.3, "beta_end": 0.3}),
+                                          ("mfvi", {"beta_start": 0.3, "beta_end": 0.3}),
+                                          ("ssvi", {"density": 0.5, "beta_max": 0.3, "kl_warmup": 0.0}),
+                                          ("vdp", {"kl_weight": 0.3})])
+def test_kl_enters_the_training_loss_divided_by_the_training_set_size(tmp_path, name, options):
+    """One epoch of one batch: the epoch's loss is the only step's, nll + beta KL / N with N the
+    context's number of training examples (here larger than the batch, so dividing by the batch
+    size, as common Bayes-by-backprop code does, is told apart). The stored final NLL, KL and beta
+    are that step's."""
+    from bench.checkpoints import MapCache
+
+    task = classification(3)
+    x, y = blobs(N_ROWS, 0)
+    build = partial(build_model, "lenet_300_100", (1, 4, 4), 3)
+    train = TrainConfig(epochs=1, batch_size=N_ROWS, lr=0.01, momentum=0.9, weight_decay=0.0)
+    cache = MapCache(tmp_path / "ckpt", {"model": "lenet_300_100", "suite": "t"}, build, task, x, y, train,
+                     torch.device("cpu"))
+    ctx = MethodContext(task=task, build_model=build, train=train, device=torch.device("cpu"), seed=0,
+                        map_cache=cache, num_train=N_CLAIMED)
+    method = METHODS.get(name)(ctx, **options)
+    method.fit(TensorLoader(x, y, N_ROWS, shuffle=False), blobs(8, 1))
+    tr = method.diagnostics()["train"]
+    beta = tr.get("final_beta", options.get("kl_weight"))
+    loss = tr["epoch_loss"][0]
+    assert loss == pytest.approx(tr["final_nll"] + beta * tr["final_kl"] / N_CLAIMED, rel=1e-5)
+    assert loss != pytest.approx(tr["final_nll"] + beta * tr["final_kl"] / N_ROWS, rel=1e-3)
+    st = method.diagnostics()["sigma_stationarity"]
+    assert st["batches"] == 1 and math.isfinite(st["residual"])
+
+
+# -- boards: a failing row is shown, marked, never best, and out of the MAP sentences -----------------
+def _records(root, pbn_diag):
+    from bench.store import ResultsStore, config_hash
+
+    store = ResultsStore(root)
+    for method, cfg, offset, diag in (("deterministic", {}, 0.0, {}), ("pbn", {"r_bayes": 0.05}, -0.1, pbn_diag)):
+        for seed in range(3):
+            run = store.run_dir("cifar10c", "resnet20", method, config_hash(cfg), seed)
+            base = {"status": "ok", "suite": "cifar10c", "profile": "quick", "task": "classification",
+                    "method": method, "method_label": method, "method_config": cfg, "config_hash": config_hash(cfg),
+                    "model": "resnet20", "seed": seed, "git_commit": "c0ffee", "device": "cpu",
+                    "train_config": {"schedule": "cosine", "batch_size": 128},
+                    "finished_at": "2026-01-01T00:00:00+00:00"}
+            store.write(run, {**base, "kind": "id", "shift": "clean", "severity": 0, "n": 100, "diagnostics": diag,
+                              "metrics": {"accuracy": 0.9, "nll": 0.3 + offset + 0.01 * seed, "brier": 0.15}})
+            store.write(run, {**base, "kind": "shift", "shift": "fog", "severity": 3, "n": 100,
+                              "metrics": {"accuracy": 0.7, "nll": 1.0 + offset + 0.01 * seed, "brier": 0.4}})
+
+
+def _board(root):
+    from bench.leaderboard.board import build_boards
+    from bench.leaderboard.records import load_runs, select_runs
+
+    return build_boards(select_runs(load_runs([root])), "shift.nll")[0]
+
+
+def test_a_failing_row_is_never_best_and_never_compared_with_map(tmp_path):
+    from bench.leaderboard.output import tables_markdown
+    from bench.leaderboard.summary import summary_lines
+
+    rate_limited = vi_run(math.exp(0.9), stationarity=0.0)["diagnostics"]
+    _records(tmp_path / "bad", rate_limited)
+    bad = _board(tmp_path / "bad")
+    assert bad.validity["pbn"][0] == V.FAILED and "vi_rate_limit" in bad.validity["pbn"][1][0]
+    assert bad.rows[0] == "pbn"                       # still shown, ranked by its numbers ...
+    assert "pbn" not in set().union(*bad.marks["shift.nll"])   # ... but never best or tied
+    lines = " ".join(summary_lines(bad))
+    assert "1 of 2 configurations fail their checks" in lines and "1 configuration(s) better" not in lines
+    md = tables_markdown([bad])
+    assert "| pbn ✗ |" in md and "- pbn ✗: vi_rate_limit: rate-limited" in md
+    ref = next(line for line in md.splitlines() if line.startswith("| uniform predictor"))
+    assert f"{math.log(10):.2f}" in ref and "0.9" in ref   # NLL ln 10, Brier 1 - 1/10
+
+    converged = vi_run(1.5, stationarity=0.0)["diagnostics"]
+    _records(tmp_path / "good", converged)
+    good = _board(tmp_path / "good")
+    assert good.validity["pbn"][0] == V.OK
+    assert "pbn" in good.marks["shift.nll"][0]           # the same numbers, now method evidence: best
+    assert "1 configuration(s) better" in " ".join(summary_lines(good))
