@@ -36,10 +36,21 @@ from bench.checkpoints import load_torch  # noqa: E402
 
 from vi_tables import Runs, ms, paired, render, table_cli  # noqa: E402
 
-CRITERIA = [("wasserstein", "Wasserstein, diagonal SWAG (authors' code; default)"),
+CRITERIA = [("wasserstein", "Wasserstein, diagonal SWAG, one snapshot per epoch (default)"),
             ("wasserstein_diag_laplace", "Wasserstein, diagonal Laplace (paper's text)"),
             ("magnitude", "largest |w|"), ("random", "random (control)"), ("gradient", "PBN gradient")]
 LABELS = dict(CRITERIA)
+
+
+def criteria(a) -> list[tuple[str, str]]:
+    """CRITERIA with the Wasserstein label saying which SWAG ran: one snapshot per epoch (the
+    default), or a short SWAG of one snapshot per ``--swag-snapshot-every`` SGD steps, which
+    docs/subnet_laplace.md measured as a different, random-like estimator."""
+    every = getattr(a, "swag_snapshot_every", None)
+    if every is None:
+        return CRITERIA
+    short = f"Wasserstein, short diagonal SWAG (one snapshot per {every} SGD steps)"
+    return [(c, short if c == "wasserstein" else lab) for c, lab in CRITERIA]
 
 
 def laplace_rows(runs: Runs, h: str) -> pd.DataFrame:
@@ -98,7 +109,7 @@ def table_criteria(runs: Runs, a) -> list[list[str]]:
         rows.append(["MAP (deterministic)", ",".join(map(str, base["seed"])), ms(base["id_acc"]), ms(base["id_nll"]),
                      ms(base["sh_nll"], "{:.3f}"), ms(base["sh_ece"], "{:.3f}"), ms(base["auroc"], "{:.3f}"), "-", "-",
                      "-", "-", "-"])
-    for crit, label in CRITERIA:
+    for crit, label in criteria(a):
         h = subnet_config(runs, crit, **_size_args(a))
         if h:
             row(f"subnet Laplace: {label}", laplace_rows(runs, h), vs_random=crit != "random")
@@ -223,7 +234,7 @@ def table_schemes(runs: Runs, a) -> list[list[str]]:
         rows.append(["none: MAP fine-tuned by PBN's pipeline (n_bayes 0)", ",".join(map(str, p["seed"])), "-",
                      ms(p["sh_nll"], "{:.3f}"), "-", "-" if base is None else paired(p, base, "sh_nll", "{:+.3f}"),
                      "-", "-", ms(p["auroc"], "{:.3f}"), "-", "-"])
-    for crit, label in CRITERIA:
+    for crit, label in criteria(a):
         hl = subnet_config(runs, crit, **_size_args(a))
         hp = runs.configs("pbn", criterion=crit, n_bayes=size, init="map")
         if not hl or not hp:

@@ -5,7 +5,9 @@ The subnetwork-Laplace authors estimate the marginal variances of their Wasserst
 with diagonal SWAG (their code; laplace-torch's ``LargestVarianceSWAGSubnetMask`` wraps the
 same estimator as ``laplace.utils.swag.fit_diagonal_swag_var``): SGD with momentum 0.9 and
 weight decay 3e-4, ``Var[w] = E[w^2] - E[w]^2`` over the snapshots, clamped at 1e-30. The
-authors' settings are 256 snapshots at lr 1e-2, one snapshot per epoch.
+authors' snapshot count is not given in the paper; laplace-torch's port defaults to 40 snapshots
+at lr 1e-2, one per epoch. This project's default (``subnet_laplace.swag_n_snapshots``) is 256,
+one per epoch: its own choice, not the authors'.
 
 :func:`fit_diagonal_swag` is the same algorithm with two differences that do not change the
 estimator: batches come from :class:`bench.data.TensorLoader` (a seeded permutation per epoch;
