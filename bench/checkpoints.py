@@ -22,7 +22,7 @@ from bench.locks import file_lock
 from bench.provenance import worker_identity
 from bench.seeding import derive_seed, isolated_rng, seed_everything
 from bench.store import atomic_write_bytes, atomic_write_json, config_hash, set_aside
-from bench.training import TrainConfig, earlier_training_time, nll_loss, train_model
+from bench.training import TrainConfig, earlier_training_time, nll_loss, train_model, validation_nll
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class MapCache:
     def __init__(self, root: Path, key: dict, build_model: Callable[..., nn.Module], task,
                  train_x: torch.Tensor, train_y: torch.Tensor, train_cfg: TrainConfig,
                  device: torch.device, augment=None, progress: bool = False, refresh: bool = False,
-                 pretrained: dict | None = None, legacy_keys: list[dict] = ()):
+                 pretrained: dict | None = None, legacy_keys: list[dict] = (), val: tuple | None = None):
         self.dir = Path(root) / "map" / str(key.get("model", "model")) / config_hash(key)
         # where older code cached the same networks (a key that also held evaluation-only options)
         self.legacy_dirs = [Path(root) / "map" / str(k.get("model", "model")) / config_hash(k) for k in legacy_keys]
@@ -85,6 +85,10 @@ class MapCache:
         # {"path": weights file, ...}: the MAP network is these published weights for every seed
         # (nothing trained, nothing cached; its training is not this benchmark's cost)
         self.pretrained = pretrained
+        # (val_x, val_y): the validation NLL after every epoch of a MAP network trained here is kept
+        # in its checkpoint (train_log), the evidence that its training converged (bench.validity)
+        self.val = val
+        self.logs: dict[int, dict | None] = {}
 
     def path(self, seed: int) -> Path:
         return self.dir / f"seed{seed}.pt"
@@ -134,6 +138,7 @@ class MapCache:
             state = load_or_set_aside(cached, lambda st: model.load_state_dict(st["model"]))
             if state is not None:
                 self.train_time_s.setdefault(seed, state.get("train_time_s", float("nan")))
+                self.logs[seed] = state.get("train_log")
                 return model.to(self.device).eval()
         import time
 
@@ -144,22 +149,39 @@ class MapCache:
                               seed=gen_seed, device=self.device, augment=self.augment)
         t0 = time.perf_counter()
         try:
+            stats = None
+            if self.val is not None:
+                vx, vy = self.val
+                bs = max(self.train_cfg.batch_size, 64)
+
+                def stats():  # no random number drawn: the network trains exactly as without it
+                    return {"val_nll": validation_nll(model, self.task, vx, vy, bs)}
             with earlier_training_time() as earlier:  # a MAP network resumed here: its earlier epochs count
-                train_model(model, loader, self.train_cfg, nll_loss(self.task), desc=f"MAP seed {seed}",
-                            progress=self.progress, resume_path=path.with_suffix(".partial"))
+                trained = train_model(model, loader, self.train_cfg, nll_loss(self.task), desc=f"MAP seed {seed}",
+                                  progress=self.progress, resume_path=path.with_suffix(".partial"), epoch_stats=stats)
         except DivergedError as exc:
             atomic_write_json(failed, {"seed": seed, "error": str(exc), "key": self.key})
             raise
         failed.unlink(missing_ok=True)
         self.in_process_s[seed] = time.perf_counter() - t0  # inside a fit's timer: not the fit's time
         elapsed = self.in_process_s[seed] + earlier[0]
+        self.logs[seed] = {"epoch_loss": [float(v) for v in trained.get("epoch_loss", [])],
+                           "val_nll": [e.get("val_nll") for e in trained.get("epoch_stats", [])] or None}
         save_torch({"model": model.state_dict(), "key": self.key, "seed": seed, "train_time_s": elapsed,
-                    **worker_identity()}, path)
+                    "train_log": self.logs[seed], **worker_identity()}, path)
         log_event(self.events_path, "map_trained", model=self.key.get("model"), seed=seed, seconds=elapsed,
                   checkpoint=str(path))
         self.trained_now.append(seed)
         self.train_time_s[seed] = elapsed
         return model.eval()
+
+    def training_log(self, seed: int) -> dict | None:
+        """``{"epoch_loss", "val_nll"}`` per epoch of the MAP network of ``seed`` (None: a pretrained
+        network, or one cached by code that did not keep it)."""
+        if seed not in self.logs and self.pretrained is None and self.cached_path(seed).exists():
+            state = load_or_set_aside(self.cached_path(seed))
+            self.logs[seed] = None if state is None else state.get("train_log")
+        return self.logs.get(seed)
 
     def upstream_time(self, seeds) -> float:
         """Total training time of the MAP networks of ``seeds`` (for methods built on them),

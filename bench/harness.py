@@ -288,7 +288,8 @@ class Harness:
                 self.store.checkpoint_dir(self.suite.name), map_key, build, self.suite.task, self.data.train_x,
                 self.data.train_y, self.plan.train, self.device, augment=self.data.augment, progress=self.progress,
                 refresh=self.force if self.map_refresh is None else self.map_refresh,
-                pretrained=self.pretrained.get(model_name), legacy_keys=[legacy] if legacy != map_key else [])
+                pretrained=self.pretrained.get(model_name), legacy_keys=[legacy] if legacy != map_key else [],
+                val=(self.data.val_x, self.data.val_y) if self.data.val_x is not None and len(self.data.val_x) else None)
         return self._map_caches[model_name]
 
     def run(self) -> RunSummary:

@@ -62,14 +62,20 @@ def choose_on_validation(df: pd.DataFrame, method: str, tuned: tuple[str, ...] |
             for h, cfg, g in cands:
                 per_seed = {int(s): float(v) for s, v in zip(g["seed"], g[metric]) if int(s) in seeds}
                 score = sum(per_seed.values()) / len(per_seed)
+                statuses = set(g["validity.status"]) if "validity.status" in g.columns else {"ok"}
                 rows.append({"values": {t: cfg[t] for t in tuned}, "config_hash": h,
                              "score": score if math.isfinite(score) else float("inf"),
-                             "per_seed": dict(sorted(per_seed.items()))})
+                             "per_seed": dict(sorted(per_seed.items())),
+                             "validity": "fail" if "fail" in statuses else
+                                         "unverified" if "unverified" in statuses else "ok"})
             rows.sort(key=lambda r: (r["score"], json.dumps(r["values"], sort_keys=True, default=str)))
-            best = rows[0]
+            # the lowest validation score among the candidates whose fits pass their validity checks
+            # (bench.validity): a fit that did not converge is not a choice; none passing: among all
+            valid = [r for r in rows if r["validity"] == "ok"]
+            best = (valid or rows)[0]
             out.append({"model": mdl, "method": method, "tuned": list(tuned), "chosen": best["values"],
                         "chosen_config_hash": best["config_hash"], "metric": f"validation {metric.split('.')[-1]}",
-                        "seeds": sorted(seeds), "candidates": rows})
+                        "seeds": sorted(seeds), "candidates": rows, "chosen_among_valid": bool(valid)})
     return out
 
 
@@ -87,7 +93,9 @@ def choose_from_store(results: str | Path, suite: str, method: str, tuned: list[
     df = load_records(results, suite)
     if df.empty:
         raise BenchError(f"no records for suite {suite!r} under {results}")
-    return choose_on_validation(df, method, tuned, model=model)
+    from bench.validity import attach_validity
+
+    return choose_on_validation(attach_validity(df), method, tuned, model=model)
 
 
 def select(results: str | Path, suite: str, method: str, tuned: list[str], model: str | None = None) -> list[dict]:
@@ -104,14 +112,19 @@ def selection_markdown(choices: list[dict]) -> str:
     out = []
     for c in choices:
         seeds = c["seeds"]
+        among = ("among the candidates that pass their validity checks" if c.get("chosen_among_valid", True)
+                 else "no candidate passes its validity checks (bench.validity), so the choice is not method "
+                      "evidence")
         out.append(f"**{c['model']} / {c['method']}**: {c['metric']} over seeds {', '.join(map(str, seeds))}, "
-                   f"lowest mean chosen")
+                   f"lowest mean chosen; {among}")
         out.append("")
-        out.append("| " + " | ".join([*c["tuned"], *(f"seed {s}" for s in seeds), "mean", "chosen"]) + " |")
-        out.append("|" + " --- |" * (len(c["tuned"]) + len(seeds) + 2))
+        out.append("| " + " | ".join([*c["tuned"], *(f"seed {s}" for s in seeds), "mean", "validity", "chosen"]) + " |")
+        out.append("|" + " --- |" * (len(c["tuned"]) + len(seeds) + 3))
         for r in c["candidates"]:
             cells = [str(r["values"][t]) for t in c["tuned"]] + [f"{r['per_seed'][s]:.4f}" for s in seeds]
-            cells += [f"{r['score']:.4f}", "**chosen**" if r["config_hash"] == c["chosen_config_hash"] else ""]
+            mark = {"fail": "✗ fail", "unverified": "? unverified"}.get(r.get("validity", "ok"), "ok")
+            cells += [f"{r['score']:.4f}", mark,
+                      "**chosen**" if r["config_hash"] == c["chosen_config_hash"] else ""]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out).rstrip("\n")

@@ -315,6 +315,28 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
     return log
 
 
+@torch.no_grad()
+def validation_nll(model: nn.Module, task, x: torch.Tensor, y: torch.Tensor, batch_size: int = 256) -> float:
+    """The mean NLL of ``model`` on a validation split (eval mode, batches moved to the model's
+    device; segmentation: summed over the labelled pixels, then divided by their number). The
+    model's mode is restored; no random number is drawn."""
+    was = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    try:
+        for i in range(0, len(x), batch_size):
+            xb, yb = x[i:i + batch_size].to(device), y[i:i + batch_size].to(device)
+            total += float(task.loss(model(xb), yb, reduction="sum"))
+            if task.kind == "segmentation":
+                count += int((yb != task.ignore_index).sum())
+            else:
+                count += len(xb)
+    finally:
+        model.train(was)
+    return total / max(count, 1)
+
+
 def nll_loss(task) -> LossFn:
     """The plain maximum-likelihood (MAP with weight decay) objective."""
 

@@ -50,6 +50,10 @@ STATIONARITY_MAX_RESIDUAL = 0.3
 FLAT_GRID_RTOL = 1e-4
 #: full-covariance Laplace: s / N below this cannot reach the predictive variance that matters
 ATTAINABLE_MIN_S_OVER_N = 0.5
+#: map_converged: the last fifth of the epochs may improve the validation NLL by at most 2 %
+PLATEAU_TAIL = 0.2
+PLATEAU_MAX_IMPROVEMENT = 0.02
+MIN_EPOCHS_FOR_PLATEAU = 5
 #: Adam's epsilon (torch's default): a gradient well below it moves a parameter at a fraction of lr
 ADAM_EPS = 1e-8
 
@@ -118,6 +122,41 @@ def informative(run: dict) -> CheckResult:
     if acc < INFORMATIVE_ACCURACY_X_CHANCE * chance:
         return _result(name, FAIL, f"near chance: clean accuracy {acc:.3g} against chance {chance:.3g}", **nums)
     return _result(name, PASS, f"clean NLL {nll / ln_k:.0%} of ln K, accuracy {acc / chance:.1f}x chance", **nums)
+
+
+# -- trained networks (MAP, ensemble members): a validation loss at rest --------------------------------
+@register_check("map_converged", "the trained network's validation NLL fell by at most 2 % over the last fifth of its "
+                                 "epochs (every member of an ensemble)")
+def map_converged(run: dict) -> CheckResult:
+    """A network whose validation NLL is still falling when its training stops is not at the end of
+    its training: a longer budget would give another network, and every method built on it
+    inherits that. The training loss cannot tell (a decaying rate flattens it anyway); the
+    validation NLL after every epoch can: its best value over the last fifth of the epochs must be
+    within 2 % of its value when that fifth began. A validation NLL that rises there (overfitting)
+    is at rest too. Fewer than 5 epochs: not measured."""
+    name = "map_converged"
+    logs = (run.get("diagnostics") or {}).get("map_training")
+    logs = [logs] if isinstance(logs, dict) or logs is None else list(logs)
+    curves = [[_num(v) for v in (lg or {}).get("val_nll") or []] for lg in logs]
+    if not curves or any(not c or any(v is None for v in c) for c in curves):
+        return _result(name, NOT_MEASURED, "no validation NLL per epoch in the record (a network cached by older "
+                                           "code: rerun with --force)")
+    worst, detail = None, None
+    for i, c in enumerate(curves):
+        if len(c) < MIN_EPOCHS_FOR_PLATEAU:
+            return _result(name, NOT_MEASURED, f"{len(c)} epochs: too few to tell a plateau")
+        t0 = max(1, int(round(len(c) * (1 - PLATEAU_TAIL))))
+        before = c[t0 - 1]
+        drop = (before - min(c[t0:])) / max(abs(before), 1e-12)
+        if worst is None or drop > worst:
+            worst, detail = drop, (i, t0, len(c), before, min(c[t0:]))
+    i, t0, n, before, after = detail
+    who = f"member {i}: " if len(curves) > 1 else ""
+    nums = dict(tail_improvement=worst, epochs=n, val_nll_at_tail_start=before, val_nll_tail_best=after)
+    if worst > PLATEAU_MAX_IMPROVEMENT:
+        return _result(name, FAIL, f"{who}still improving: validation NLL fell {worst:.1%} over epochs {t0 + 1}-{n} "
+                                   f"({before:.4g} -> {after:.4g})", **nums)
+    return _result(name, PASS, f"{who}validation NLL at rest over epochs {t0 + 1}-{n} (change {-worst:+.1%})", **nums)
 
 
 # -- variational methods: the variances at their ELBO optimum, not where the optimiser left them ----
@@ -191,7 +230,8 @@ def vi_rate_limit(run: dict) -> CheckResult:
     if ratio is None:
         if abs(change) < MOVED_MIN_LOG_CHANGE:
             return _result(name, PASS, "sigma did not move (see vi_moved)", median_log_change=change)
-        return _result(name, NOT_MEASURED, "the number of optimiser steps is not in the record", median_log_change=change)
+        return _result(name, NOT_MEASURED, "the number of optimiser steps is not in the record",
+                       median_log_change=change)
     nums = dict(median_log_change=change, ceiling=ceiling, travel_fraction=ratio, steps=steps, rho_lr=lr)
     if ratio >= RATE_LIMIT_FRACTION:
         return _result(name, FAIL, f"rate-limited: log sigma travelled {ratio:.0%} of Adam's ceiling"
@@ -449,7 +489,8 @@ def regime_markdown(results) -> str:
 
     df = load_runs([results])
     df = df[(df["status"] == "ok") & (df["kind"] == "id")]
-    rows = ["| suite / model (profile) | MAP clean accuracy, pixels on segmentation (chance 1/K) | MAP clean NLL / ln K | subnet Laplace s / N "
+    rows = ["| suite / model (profile) | MAP clean accuracy, pixels on segmentation (chance 1/K) "
+            "| MAP clean NLL / ln K | subnet Laplace s / N "
             "| configurations: ok / fail / unverified |", "| --- | --- | --- | --- | --- |"]
     for (suite, model, profile), g in df.groupby(["suite", "model", "profile"]):
         k = num_classes_of(suite)

@@ -21,6 +21,7 @@ from methods.base import Method, register_method
 @register_method("deep_ensemble")
 class DeepEnsemble(Method):
     STARTS_FROM = "maps"
+    VALIDITY_CHECKS = ("informative", "map_converged")
     description = "M independently seeded MAP networks; predictive = average of member predictives"
     tasks = ("classification", "regression", "segmentation")  # segmentation: pixels as examples
     defaults = {"members": 5}
@@ -30,6 +31,7 @@ class DeepEnsemble(Method):
         super().__init__(ctx, **config)
         self.members = [ctx.build_model(dropout=0.0).to(ctx.device) for _ in range(int(self.config["members"]))]
         self._stacked = None
+        self.meta: dict = {}
 
     @classmethod
     def map_seeds(cls, config, seed):
@@ -42,6 +44,7 @@ class DeepEnsemble(Method):
 
     def fit(self, train, val):
         self.members = [self.ctx.map_cache.get(s) for s in self.member_seeds()]
+        self.meta = {"map_training": [self.ctx.map_cache.training_log(s) for s in self.member_seeds()]}
         self._stacked = None
         return self
 
@@ -71,13 +74,17 @@ class DeepEnsemble(Method):
         return self.ctx.task.predictive_from_samples(self.member_outputs(x))
 
     def state_dict(self):
-        return {"members": [m.state_dict() for m in self.members]}
+        return {"members": [m.state_dict() for m in self.members], "meta": copy.deepcopy(self.meta)}
 
     def load_state_dict(self, state):
         for m, s in zip(self.members, state["members"]):
             m.load_state_dict(s)
             m.eval()
+        self.meta = copy.deepcopy(state.get("meta") or {})
         self._stacked = None
 
     def modules(self):
         return list(self.members)
+
+    def diagnostics(self):
+        return copy.deepcopy(self.meta)

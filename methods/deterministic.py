@@ -14,7 +14,7 @@ import torch
 
 from bench.seeding import derive_seed
 from bench.options import OneOf, Range
-from bench.training import OPTIMIZERS, nll_loss, train_model
+from bench.training import OPTIMIZERS, nll_loss, train_model, validation_nll
 from methods.base import Method, register_method
 
 
@@ -27,6 +27,7 @@ class Deterministic(Method):
                    "weight_decay": Range(0, optional=True), "epochs": Range(1, integer=True, optional=True)}
 
     STARTS_FROM = "map"
+    VALIDITY_CHECKS = ("informative", "map_converged")
 
     @classmethod
     def starts_from(cls, config):
@@ -46,17 +47,26 @@ class Deterministic(Method):
         if not self.own_recipe:
             # Trained through the shared MAP cache so PBN, Laplace and ensembles reuse it.
             self.model = self.ctx.map_cache.get(self.ctx.seed)
+            # its loss and validation NLL per epoch: the evidence that the training converged
+            self.meta = {"map_training": self.ctx.map_cache.training_log(self.ctx.seed)}
             return self
         cfg = self.train_config()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(self.name, "init", self.ctx.seed))
             self.model = self.ctx.build_model(dropout=0.0).to(self.ctx.device)
+        vx, vy = val if val is not None else (None, None)
+
+        def stats():  # the validation NLL after every epoch (draws no random number)
+            return {"val_nll": validation_nll(self.model, self.ctx.task, vx, vy, max(cfg.batch_size, 64))}
         log = train_model(self.model, train, cfg, nll_loss(self.ctx.task), desc=self.name, progress=self.ctx.progress,
-                          resume_path=self.ctx.resume_path(self.name))
+                          resume_path=self.ctx.resume_path(self.name),
+                          epoch_stats=stats if vx is not None and len(vx) else None)
         self.meta = {"train": {"optimizer": cfg.optimizer, "lr": cfg.lr, "weight_decay": cfg.weight_decay,
                                "epochs": cfg.epochs, "schedule": cfg.schedule,
                                "epoch_loss": [float(v) for v in log.get("epoch_loss", [])]},
-                     "train_time_s": log["train_seconds"]}
+                     "train_time_s": log["train_seconds"],
+                     "map_training": {"epoch_loss": [float(v) for v in log.get("epoch_loss", [])],
+                                      "val_nll": [e.get("val_nll") for e in log.get("epoch_stats", [])] or None}}
         self.model.eval()
         return self
 

@@ -6,7 +6,7 @@ from torch import nn
 
 from bench.options import Range
 from bench.seeding import derive_seed, seed_everything
-from bench.training import nll_loss, train_model
+from bench.training import nll_loss, train_model, validation_nll
 from methods.base import Method, register_method
 
 
@@ -51,15 +51,26 @@ class MCDropout(Method):
     defaults = {"p": 0.1, "samples": 20}
     constraints = {"p": Range(0, 1, hi_open=True), "samples": Range(1, integer=True)}
     PREDICT_OPTIONS = ("samples",)
+    VALIDITY_CHECKS = ("informative", "map_converged")
 
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)
         self.model = ctx.build_model(dropout=float(self.config["p"])).to(ctx.device)
+        self.meta: dict = {}
 
     def fit(self, train, val):
         seed_everything(derive_seed("mc_dropout", self.ctx.seed))
-        train_model(self.model, train, self.ctx.train, nll_loss(self.ctx.task), desc="mc_dropout",
-                    progress=self.ctx.progress, resume_path=self.ctx.resume_path("mc_dropout"))
+        vx, vy = val if val is not None else (None, None)
+        bs = max(self.ctx.train.batch_size, 64)
+
+        def stats():  # validation NLL of the network with dropout off (draws no random number)
+            return {"val_nll": validation_nll(self.model, self.ctx.task, vx, vy, bs)}
+        log = train_model(self.model, train, self.ctx.train, nll_loss(self.ctx.task), desc="mc_dropout",
+                          progress=self.ctx.progress, resume_path=self.ctx.resume_path("mc_dropout"),
+                          epoch_stats=stats if vx is not None and len(vx) else None)
+        # its loss and validation NLL per epoch: the evidence that the training converged (bench.validity)
+        self.meta = {"map_training": {"epoch_loss": [float(v) for v in log.get("epoch_loss", [])],
+                                      "val_nll": [e.get("val_nll") for e in log.get("epoch_stats", [])] or None}}
         self._eval_mode()
         return self
 
@@ -75,11 +86,15 @@ class MCDropout(Method):
         return self.ctx.task.predictive_from_samples(stochastic_forward(prefix, rest, x, int(self.config["samples"])))
 
     def state_dict(self):
-        return {"model": self.model.state_dict()}
+        return {"model": self.model.state_dict(), "meta": dict(self.meta)}
 
     def load_state_dict(self, state):
         self.model.load_state_dict(state["model"])
+        self.meta = dict(state.get("meta") or {})
         self._eval_mode()
+
+    def diagnostics(self):
+        return dict(self.meta)
 
     def modules(self):
         return [self.model]

@@ -166,7 +166,8 @@ class VIMethod(Method):
                           progress=self.ctx.progress, resume_path=self.ctx.resume_path(self.name))
         meta["vi_train_time_s"] = log["train_seconds"]
         meta["sigma_stationarity"] = self.measure_stationarity(train, kl_divisor, c)
-        meta["train"] = {"epochs": cfg.epochs, "steps": cfg.epochs * len(train), "epoch_loss": [float(v) for v in log.get("epoch_loss", [])],
+        meta["train"] = {"epochs": cfg.epochs, "steps": cfg.epochs * len(train),
+                         "epoch_loss": [float(v) for v in log.get("epoch_loss", [])],
                          "epoch_stats": log.get("epoch_stats", []),
                          "sigma_last_epoch_rel_change": last_rel_change(log.get("epoch_stats", []), "sigma_mean"),
                          "final_nll": last.get("nll"), "final_kl": last.get("kl"), "final_beta": last.get("beta"),

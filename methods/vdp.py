@@ -181,9 +181,11 @@ class VDP(Method):
                             prior_scale=float(c["prior_scale"]), var_floor=float(c["var_floor"]),
                             ce_variance_term=bool(c["ce_variance_term"]),
                             ignore_index=self.ctx.task.ignore_index if self.ctx.task.kind == "segmentation" else None)
+        n_train = self.meta["num_train"]
         st = sigma_stationarity(self.net, self.net.rho_params(), lambda m, x, y: nll_only(m, x, y, 1.0),
-                                lambda m: float(c["kl_weight"]) * m.kl(float(c["prior_scale"])) / self.meta["num_train"],
-                                train, batches=STATIONARITY_BATCHES, seed=derive_seed("vdp", "stationarity", self.ctx.seed))
+                                lambda m: float(c["kl_weight"]) * m.kl(float(c["prior_scale"])) / n_train,
+                                train, batches=STATIONARITY_BATCHES,
+                                seed=derive_seed("vdp", "stationarity", self.ctx.seed))
         self.meta["sigma_stationarity"] = {**st, "beta": float(c["kl_weight"])} if st else {}
         if self.config["init"] == "map" and self.ctx.map_cache is not None:
             self.meta["upstream_seed"] = self.ctx.seed

@@ -47,6 +47,8 @@ CONVERGED_VI = {"sigma_change": {"median_ratio": 1.5},
                           "final_beta": 0.01, "kl_divisor": 1000},
                 "sigma_stationarity": {"residual": 0.05, "residual_se": 0.02}}
 UNIFORM = "uniform predictor (1/10 each; reference)"
+#: a trained network whose validation NLL is at rest over its last epochs (check map_converged)
+TRAINED = {"map_training": {"val_nll": [1.0 + 1.0 / (e + 1) ** 3 for e in range(12)]}}
 
 
 def _metrics_at(method, seed, sev):
@@ -97,7 +99,7 @@ def write_synthetic(root: Path, with_cifar: bool = True) -> None:
             for sev in [0.0] + SHIFT_SEVERITIES:
                 m = _metrics_at(method, seed, sev)
                 m.update(entropy=0.1 + sev / 200, mutual_information=None if method == "deterministic" else 0.01)
-                diag = CONVERGED_VI if (method == "pbn" and sev == 0) else None
+                diag = (CONVERGED_VI if method == "pbn" else TRAINED) if sev == 0 else None
                 store.write(run, {**base, "kind": "id" if sev == 0 else "shift", "shift": "rotation",
                                   "severity": sev, "n": 200, "metrics": m, "diagnostics": diag,
                                   "curves": {"reliability": _reliability(m["accuracy"], rng),

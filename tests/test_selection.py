@@ -55,9 +55,9 @@ def test_the_markdown_table_shows_every_seed_and_marks_the_lower_mean():
     rows = [_rec("val", 0.1, 1, 0, 0.30), _rec("val", 0.1, 1, 1, 0.70),  # best seed, worse mean (0.50)
             _rec("val", 0.01, 1, 0, 0.40), _rec("val", 0.01, 1, 1, 0.50)]  # mean 0.45: chosen
     lines = selection_markdown(choose_on_validation(pd.DataFrame(rows), "pbn", ["lr"])).splitlines()
-    assert lines[2] == "| lr | seed 0 | seed 1 | mean | chosen |"
-    assert lines[4] == "| 0.01 | 0.4000 | 0.5000 | 0.4500 | **chosen** |"
-    assert lines[5] == "| 0.1 | 0.3000 | 0.7000 | 0.5000 |  |"
+    assert lines[2] == "| lr | seed 0 | seed 1 | mean | validity | chosen |"
+    assert lines[4] == "| 0.01 | 0.4000 | 0.5000 | 0.4500 | ok | **chosen** |"
+    assert lines[5] == "| 0.1 | 0.3000 | 0.7000 | 0.5000 | ok |  |"
 
 
 def test_select_markdown_writes_nothing(tmp_path, capsys):
@@ -73,5 +73,5 @@ def test_select_markdown_writes_nothing(tmp_path, capsys):
     assert main(["select", "--results", str(out), "--suite", "toy", "--method", "mc_dropout", "--tune", "p",
                  "--markdown"]) == 0
     text = capsys.readouterr().out
-    assert "| p | seed 0 | mean | chosen |" in text and text.count("**chosen**") == 1
+    assert "| p | seed 0 | mean | validity | chosen |" in text and text.count("**chosen**") == 1
     assert sorted(p for p in out.rglob("*") if p.is_file()) == before

@@ -107,8 +107,13 @@ SIGMA_STAR = math.sqrt((BETA / N) / (H + BETA / (N * SP ** 2)))
 def _measure(sigma):
     m = Quadratic(sigma)
     loader = [(torch.zeros(2, 1), torch.zeros(2)) for _ in range(4)]
-    like = lambda model, x, y: 0.5 * H * model.sigma().square().sum()  # noqa: E731
-    kl = lambda model: BETA / N * (0.5 * model.sigma().square() / SP ** 2 - torch.log(model.sigma())).sum()  # noqa: E731
+
+    def like(model, x, y):
+        return 0.5 * H * model.sigma().square().sum()
+
+    def kl(model):
+        return BETA / N * (0.5 * model.sigma().square() / SP ** 2 - torch.log(model.sigma())).sum()
+
     return sigma_stationarity(m, [m.rho], like, kl, loader, batches=4)
 
 
@@ -215,7 +220,8 @@ def _records(root, pbn_diag):
     from bench.store import ResultsStore, config_hash
 
     store = ResultsStore(root)
-    for method, cfg, offset, diag in (("deterministic", {}, 0.0, {}), ("pbn", {"r_bayes": 0.05}, -0.1, pbn_diag)):
+    at_rest = {"map_training": {"val_nll": [1.0 + 1.0 / (e + 1) ** 3 for e in range(20)]}}
+    for method, cfg, offset, diag in (("deterministic", {}, 0.0, at_rest), ("pbn", {"r_bayes": 0.05}, -0.1, pbn_diag)):
         for seed in range(3):
             run = store.run_dir("cifar10c", "resnet20", method, config_hash(cfg), seed)
             base = {"status": "ok", "suite": "cifar10c", "profile": "quick", "task": "classification",
@@ -259,3 +265,71 @@ def test_a_failing_row_is_never_best_and_never_compared_with_map(tmp_path):
     assert good.validity["pbn"][0] == V.OK
     assert "pbn" in good.marks["shift.nll"][0]           # the same numbers, now method evidence: best
     assert "1 configuration(s) better" in " ".join(summary_lines(good))
+
+
+# -- trained networks: a validation NLL at rest -----------------------------------------------------------
+def test_map_converged_on_constructed_curves():
+    check = V.CHECKS.get("map_converged").fn
+    falling = [2.0 * 0.9 ** e for e in range(20)]              # -10 % an epoch to the end
+    plateau = [1.0 + 1.0 / (e + 1) ** 3 for e in range(20)]     # at rest after a few epochs
+    overfit = plateau[:10] + [plateau[9] + 0.01 * e for e in range(10)]
+    assert check({"diagnostics": {"map_training": {"val_nll": falling}}}).status == V.FAIL
+    assert "still improving" in check({"diagnostics": {"map_training": {"val_nll": falling}}}).reason
+    assert check({"diagnostics": {"map_training": {"val_nll": plateau}}}).status == V.PASS
+    assert check({"diagnostics": {"map_training": {"val_nll": overfit}}}).status == V.PASS
+    # an ensemble is at rest only if every member is
+    res = check({"diagnostics": {"map_training": [{"val_nll": plateau}, {"val_nll": falling}]}})
+    assert res.status == V.FAIL and res.reason.startswith("member 1")
+    assert check({"diagnostics": {"map_training": None}}).status == V.NOT_MEASURED
+    assert check({"diagnostics": {"map_training": {"val_nll": plateau[:3]}}}).status == V.NOT_MEASURED
+
+
+def test_map_cache_keeps_the_validation_curve_without_changing_the_network(tmp_path):
+    """The validation NLL after the last epoch equals cross-entropy computed here on the cached
+    network; training with the curve gives the same weights as training without it."""
+    import torch.nn.functional as F
+
+    from bench.checkpoints import MapCache
+
+    task = classification(3)
+    x, y = blobs(96, 0)
+    vx, vy = blobs(40, 3)
+    build = partial(build_model, "lenet_300_100", (1, 4, 4), 3)
+    train = TrainConfig(epochs=5, batch_size=32, lr=0.05, momentum=0.9, weight_decay=1e-5)
+    key = {"model": "lenet_300_100", "suite": "t"}
+    with_val = MapCache(tmp_path / "a", key, build, task, x, y, train, torch.device("cpu"), val=(vx, vy))
+    without = MapCache(tmp_path / "b", key, build, task, x, y, train, torch.device("cpu"))
+    net = with_val.get(0)
+    log = with_val.training_log(0)
+    assert len(log["val_nll"]) == 5
+    with torch.no_grad():
+        assert log["val_nll"][-1] == pytest.approx(float(F.cross_entropy(net(vx), vy)), rel=1e-5)
+    other = without.get(0)
+    for a, b in zip(net.state_dict().values(), other.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert without.training_log(0)["val_nll"] is None
+    # read back from the checkpoint by a fresh cache
+    again = MapCache(tmp_path / "a", key, build, task, x, y, train, torch.device("cpu"))
+    assert again.training_log(0)["val_nll"] == log["val_nll"]
+
+
+def test_selection_prefers_candidates_that_pass_their_checks():
+    """The one tuning procedure chooses the lowest validation score among the fits that pass their
+    validity checks; when none does it chooses among all and says the choice is not evidence."""
+    import pandas as pd
+
+    from bench.selection import choose_on_validation, selection_markdown
+
+    rows = []
+    for value, score, status in ((1e-4, 0.40, "fail"), (1e-2, 0.45, "ok"), (1.0, 0.50, "ok")):
+        for seed in (0, 1):
+            rows.append({"kind": "val", "status": "ok", "method": "vdp", "model": "m", "seed": seed,
+                         "config_hash": str(value), "method_config": {"kl_weight": value},
+                         "metrics.nll": score, "validity.status": status})
+    df = pd.DataFrame(rows)
+    choice = choose_on_validation(df, "vdp", ["kl_weight"])[0]
+    assert choice["chosen"] == {"kl_weight": 1e-2} and choice["chosen_among_valid"]
+    df["validity.status"] = "fail"
+    choice = choose_on_validation(df, "vdp", ["kl_weight"])[0]
+    assert choice["chosen"] == {"kl_weight": 1e-4} and not choice["chosen_among_valid"]
+    assert "not method evidence" in selection_markdown([choice])

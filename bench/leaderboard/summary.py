@@ -67,7 +67,8 @@ def summary_lines(board: Board) -> list[str]:
     else:
         lines.append(f"{title}: too few seeds to tell configurations apart.")
     if board.map_label and not board.is_evidence(board.map_label):
-        lines.append(f"The MAP network ({board.map_label}) fails its checks: no row is compared with it.")
+        lines.append(f"The MAP network ({board.map_label}) is not method evidence "
+                     f"({board.validity.get(board.map_label, ('?',))[0]}): no row is compared with it.")
     elif board.map_label:
         better, worse = _against_map(board, metric, worse=False), _against_map(board, metric, worse=True)
         lines.append(f"Against the MAP network ({board.map_label}) on {title}, paired over seeds: "
