@@ -45,6 +45,9 @@ MOVED_MIN_LOG_CHANGE = 0.05
 #: every sigma is scaled by c (0 at a stationary point of the ELBO in sigma, -1 when only the
 #: KL acts on sigma, +1 when only the likelihood does)
 STATIONARITY_MAX_RESIDUAL = 0.3
+#: ... and at most half of the stochastic weights may each have a gradient in log sigma beyond
+#: twice its noise and 30 % of its parts (Adam moves every sigma by its own gradient)
+STATIONARITY_MAX_MOVING_FRACTION = 0.5
 #: Laplace: validation NLL range over the feasible grid below this (relative): the prior
 #: precision changes nothing, i.e. the posterior does not change the predictive
 FLAT_GRID_RTOL = 1e-4
@@ -270,6 +273,16 @@ def _stationarity(diag: dict) -> CheckResult | None:
         return None
     r, se = float(st["residual"]), _num(st.get("residual_se"))
     nums = {k: st.get(k) for k in ("residual", "residual_se", "likelihood_part", "kl_part", "batches", "beta")}
+    w = st.get("weights") if isinstance(st.get("weights"), dict) else {}
+    frac = _num(w.get("not_stationary"))
+    if frac is not None:
+        nums.update(weights_not_stationary=frac, weights_kl_pulls_up=w.get("kl_pulls_up"),
+                    weights_likelihood_pulls_down=w.get("likelihood_pulls_down"))
+    if frac is not None and frac > STATIONARITY_MAX_MOVING_FRACTION:
+        up, down = _num(w.get("kl_pulls_up")) or 0.0, _num(w.get("likelihood_pulls_down")) or 0.0
+        side = "the KL still pulls them up" if up >= down else "the likelihood still pushes them down"
+        return _result("vi_stationarity", FAIL, f"not stationary in sigma: {frac:.0%} of the stochastic weights "
+                       f"have a gradient beyond its noise ({side}; {up:.0%} up, {down:.0%} down)", **nums)
     if abs(r) > STATIONARITY_MAX_RESIDUAL:
         side = "the KL wants larger sigmas" if r < 0 else "the likelihood wants smaller sigmas"
         return _result("vi_stationarity", FAIL, f"not stationary in sigma: relative gradient {r:+.2f}"
@@ -278,8 +291,9 @@ def _stationarity(diag: dict) -> CheckResult | None:
                    + (f" ± {se:.2f}" if se is not None else ""), **nums)
 
 
-@register_check("vi_stationarity", "the gradient of the objective with respect to a common scale of every sigma, "
-                                   "measured after the fit, near zero relative to its likelihood and KL parts")
+@register_check("vi_stationarity", "measured after the fit: the gradient of the objective with respect to a common "
+                                   "scale of every sigma near zero relative to its likelihood and KL parts, and at "
+                                   "most half of the sigmas each moved by a gradient beyond its noise")
 def vi_stationarity(run: dict) -> CheckResult:
     """At an optimum of the ELBO in sigma, scaling every sigma by c changes nothing to first order.
     The fit measures d objective / d log c at c = 1 on training batches (KL weight at its end

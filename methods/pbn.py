@@ -47,7 +47,7 @@ def softplus_inv_float(sigma: float) -> float:
 #: first-layer sigma tensors up to this many entries are stored whole in the diagnostics
 MAX_SIGMA_VALUES = 5000
 #: training batches on which the fitted sigma's stationarity is measured (bench.subnet.stationarity)
-STATIONARITY_BATCHES = 8
+STATIONARITY_BATCHES = 32
 
 
 class VIMethod(Method):

@@ -46,7 +46,7 @@ from bench.training import (OPTIMIZERS, TrainingClock, make_optimizer, own_group
 from methods.base import Method, register_method
 
 #: training batches on which the fitted sigma's stationarity is measured (bench.subnet.stationarity)
-STATIONARITY_BATCHES = 8
+STATIONARITY_BATCHES = 32
 
 #: The official code's values (train_cifar.py / scripts/ssvi_cifar.sh) that are not already the
 #: defaults: posterior means N(0, 0.01^2); weight decay 5e-4 on the means.

@@ -44,7 +44,7 @@ from bench.vdp.layers import SIGMA_PER
 from methods.base import Method, register_method
 
 #: training batches on which the fitted sigma's stationarity is measured (bench.subnet.stationarity)
-STATIONARITY_BATCHES = 8
+STATIONARITY_BATCHES = 32
 
 
 @register_method("vdp")

@@ -133,7 +133,7 @@ def test_stationarity_check_passes_at_the_optimum_and_fails_away_from_it():
     for factor, want in ((1.0, V.PASS), (0.1, V.FAIL), (10.0, V.FAIL)):
         run = {"diagnostics": {"sigma_stationarity": _measure(SIGMA_STAR * factor)}}
         assert check(run).status == want, factor
-    assert "KL wants larger" in check({"diagnostics": {"sigma_stationarity": _measure(SIGMA_STAR / 10)}}).reason
+    assert "KL still pulls them up" in check({"diagnostics": {"sigma_stationarity": _measure(SIGMA_STAR / 10)}}).reason
     assert check({"diagnostics": {}}).status == V.NOT_MEASURED
 
 
@@ -333,3 +333,28 @@ def test_selection_prefers_candidates_that_pass_their_checks():
     choice = choose_on_validation(df, "vdp", ["kl_weight"])[0]
     assert choice["chosen"] == {"kl_weight": 1e-4} and not choice["chosen_among_valid"]
     assert "not method evidence" in selection_markdown([choice])
+
+
+def test_stationarity_sees_weights_that_cancel_in_the_sum():
+    """Half the sigmas above their optimum (the likelihood pushes them down), half below (the KL
+    pulls them up), tuned so that the sum over the weights cancels: the common-scale residual is ~0,
+    yet no sigma is at rest, and an optimiser with per-parameter steps moves every one of them."""
+    k, sigma = 50, 1e-3
+    klw = BETA / N * (sigma ** 2 / SP ** 2 - 1)          # each weight's KL part (negative)
+    h = torch.zeros(k)
+    h[: k // 2] = -2 * klw / sigma ** 2                   # likelihood part = -2 x KL part on these
+    m = Quadratic(sigma, k)
+    loader = [(torch.zeros(2, 1), torch.zeros(2)) for _ in range(4)]
+
+    def like(model, x, y):
+        return 0.5 * (h * model.sigma().square()).sum()
+
+    def kl(model):
+        return BETA / N * (0.5 * model.sigma().square() / SP ** 2 - torch.log(model.sigma())).sum()
+
+    out = sigma_stationarity(m, [m.rho], like, kl, loader, batches=4)
+    assert abs(out["residual"]) < 0.05                     # the sum sees nothing
+    assert out["weights"]["not_stationary"] == pytest.approx(1.0)
+    assert out["weights"]["kl_pulls_up"] == pytest.approx(0.5)
+    res = V.CHECKS.get("vi_stationarity").fn({"diagnostics": {"sigma_stationarity": out}})
+    assert res.status == V.FAIL and "100% of the stochastic weights" in res.reason

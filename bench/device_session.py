@@ -1,0 +1,822 @@
+"""One lent GPU session as one command (docs/device.md): ``python -m bench.device_session``.
+
+Run by ``scripts/device_session.sh`` on the device machine (which installs the carried wheels
+first), after ``scripts/device_prepare.sh`` filled the carried folders here. In order:
+
+1. setup: unpack the carried data archives (``.device/data/*.tar.xz``, verified against the
+   carried ``MD5SUMS``) into a data root;
+2. checks, first in every run until they pass (a suite whose checks passed on CUDA in a kept
+   device summary, same torch, is not checked again; ``--checks always`` checks it anyway):
+   every method x suite at the ``smoke`` profile on the device (the suites whose data does not
+   travel on the fixtures their tests build), the clean-test metrics of each cell against a CPU
+   run of the same cell (CUDA only), and ``bench perf --device cuda`` (CUDA only);
+3. the grid: ``--suite`` (``mnist_rotated``) at ``--profile`` (``paper``), seeds 0-2, every
+   default method, resumed from the kept records (``docs/records``), cell after cell in a child
+   process until ``--budget-s`` runs out: a cell is not started when the time left is short or
+   when earlier runs showed it needs more; a cell still running at the deadline is stopped and
+   none of its records is kept (the store writes each record atomically, so none is half-written).
+
+After each step ``--out`` (default ``$OUT``) holds ``summary.json`` and ``records.tar.gz``: the
+new records, slimmed as ``scripts/keep_records.py save`` keeps them, in the layout of
+``docs/records`` (``<suite>/records/...``), this summary as ``device/<run_id>.json`` and the perf
+rows as ``perf/<device>.json``. ``scripts/keep_records.py merge records.tar.gz`` merges it here.
+
+Without CUDA (``--device cpu``, or ``auto`` on a machine without a GPU) the same flow runs on the
+CPU; the CUDA-only checks are reported as ``skipped: no CUDA``. Bad input exits 2 and writes
+nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import platform
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: the real data each suite needs: archives (../shared/data names) that travel in .device/data
+REAL_DATA = {"mnist_rotated": ("MNIST", "FashionMNIST-test"), "mnist_noise": ("MNIST", "FashionMNIST-test"),
+             "toy": ()}
+#: the suites the grid may run: their data travels (or needs none)
+GRID_SUITES = tuple(REAL_DATA)
+#: bench perf cases that measure the device (the others time CPU threads, processes or loaders)
+PERF_CASES = ("harness_vs_bare_loop", "ensemble_vs_single", "mc_dropout_vs_single", "pbn_vs_mfvi_train_step",
+              "ssvi_vs_mfvi_train_step", "pbn_predict_vs_single", "vdp_predict_vs_single",
+              "laplace_glm_jvp_vs_moments", "segmentation_jvp_vs_forward")
+NO_CUDA = "skipped: no CUDA"
+CELL_TAG = "@@cell "
+SCHEMA = "bench.device_session/1"
+
+
+class BadInput(Exception):
+    """Exit 2: the message names what is valid."""
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _csv(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def keep_records():
+    """scripts/keep_records.py as a module (its slimming and layout are the kept records')."""
+    spec = importlib.util.spec_from_file_location("keep_records", ROOT / "scripts" / "keep_records.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def carried_commit(carried: Path) -> tuple[str, str]:
+    """(commit, where it came from): git when the .git folder is here, else the file that
+    scripts/device_prepare.sh wrote into the carried folder (the device gets no .git)."""
+    from bench.provenance import git_commit
+
+    commit = git_commit()
+    if commit != "unknown":
+        return commit, "git"
+    f = carried / "commit.txt"
+    if f.is_file() and f.read_text().strip():
+        return f.read_text().strip(), str(f.relative_to(ROOT) if f.is_relative_to(ROOT) else f)
+    return "unknown", "none"
+
+
+def device_info(device) -> dict:
+    import torch
+
+    info = {"requested": None, "used": str(device), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "cuda_available": torch.cuda.is_available(), "python": platform.python_version(),
+            "host": platform.node(), "machine": platform.machine(), "cpu_cores": os.cpu_count()}
+    if device.type == "cuda":
+        p = torch.cuda.get_device_properties(device)
+        info.update(name=torch.cuda.get_device_name(device), memory_gib=round(p.total_memory / 2**30, 1),
+                    multiprocessors=p.multi_processor_count, capability=f"{p.major}.{p.minor}",
+                    cudnn=torch.backends.cudnn.version(), cudnn_allow_tf32=torch.backends.cudnn.allow_tf32,
+                    matmul_allow_tf32=torch.backends.cuda.matmul.allow_tf32,
+                    nvidia_tf32_override=os.environ.get("NVIDIA_TF32_OVERRIDE"))
+    else:
+        info["name"] = f"cpu ({platform.processor() or platform.machine()})"
+    return info
+
+
+def _md5(path: Path) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def unpack_archives(archives: Path, names: list[str], data_root: Path) -> list[dict]:
+    """Unpack ``<archives>/<name>.tar.xz`` into ``data_root`` (skipped when its files are there
+    and verify), then check every file against the carried MD5SUMS, as ../shared/data/unpack.sh."""
+    sums: dict[str, str] = {}
+    if (archives / "MD5SUMS").is_file():
+        for line in (archives / "MD5SUMS").read_text().splitlines():
+            if line.strip():
+                digest, name = line.split(None, 1)
+                sums[name.strip().lstrip("*")] = digest
+    out = []
+    for name in names:
+        t0 = time.perf_counter()
+        prefix = name.removesuffix("-test") + "/"
+        mine = {k: v for k, v in sums.items() if k.startswith(prefix)}
+
+        def verified() -> bool:
+            return bool(mine) and all((data_root / k).is_file() and _md5(data_root / k) == v for k, v in mine.items())
+
+        if verified():
+            out.append({"archive": name, "status": "present and verified", "seconds": time.perf_counter() - t0})
+            continue
+        data_root.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(archives / f"{name}.tar.xz") as tar:
+            tar.extractall(data_root, filter="data")
+        status = "unpacked and verified" if verified() else ("unpacked (no MD5SUMS for it)" if not mine else None)
+        if status is None:
+            raise RuntimeError(f"{name}: files under {data_root} do not match {archives / 'MD5SUMS'}")
+        out.append({"archive": name, "status": status, "files": len(mine), "seconds": time.perf_counter() - t0})
+    return out
+
+
+# ------------------------------------------------------------------------------ the fixtures
+
+
+def _tests_module(name: str):
+    tests = str(ROOT / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    return importlib.import_module(name)
+
+
+def build_fixture(suite: str, root: Path) -> list[str]:
+    """Fixture-size data for a suite whose data does not travel, written by the builders the
+    suite's own tests use (tests/test_*.py); returns the extra ``bench run`` arguments."""
+    if (root / ".done").exists():
+        return json.loads((root / ".done").read_text())
+    root.mkdir(parents=True, exist_ok=True)
+    extra: list[str] = []
+    if suite in ("cifar10c", "cifar10_noise"):
+        m = _tests_module("test_cifar10c_suite")
+        _, _, te_x, te_y = m.make_fake_cifar(root)
+        if suite == "cifar10c":  # the official layout, so that nothing is regenerated
+            m.make_fake_cifar10c(root, te_x, te_y)
+    elif suite == "tinyimagenetc":
+        _tests_module("test_imagenetc").make_fake_tiny_imagenet(root)
+    elif suite == "imagenetc":
+        import torch
+
+        m = _tests_module("test_imagenetc")
+        m.make_fake_imagenet(root)
+        extra = ["--set", f"data.weights={m._weights(root)}"]
+        torch.manual_seed(0)
+    elif suite == "camvid":
+        _tests_module("test_segmentation_suite").make_fake_camvid(root, size=(180, 240))
+    elif suite == "cityscapes":
+        _tests_module("test_segmentation_suite").make_fake_cityscapes(root, size=(128, 256))
+    else:
+        raise BadInput(f"no fixture for suite {suite!r}")
+    (root / ".done").write_text(json.dumps(extra))
+    return extra
+
+
+# ---------------------------------------------------------------------------------- checks
+
+
+def _bench_env(threads: int, extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env.update(extra or {})
+    return env
+
+
+def _start_bench(args: list[str], threads: int, log: Path) -> tuple[subprocess.Popen, object]:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(log, "w")
+    proc = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=ROOT, env=_bench_env(threads),
+                            stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, fh
+
+
+def _finish(proc: subprocess.Popen, fh, timeout: float) -> tuple[int | None, bool]:
+    """(return code, timed out); a process past ``timeout`` is stopped with its children."""
+    try:
+        rc = proc.wait(timeout=max(timeout, 0.1))
+        fh.close()
+        return rc, False
+    except subprocess.TimeoutExpired:
+        _stop(proc)
+        fh.close()
+        return None, True
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _tail(path: Path, n: int = 1500) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
+
+
+def _records(results: Path, suite: str) -> list[dict]:
+    out = []
+    for p in sorted((results / suite / "records").rglob("*.json")) if (results / suite / "records").is_dir() else []:
+        try:
+            out.append(json.loads(p.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return out
+
+
+def _smoke_result(results: Path, suite: str, methods: list[str], rc, timed_out, seconds, log) -> dict:
+    recs = _records(results, suite)
+    per = {}
+    for m in methods:
+        mine = [r for r in recs if r["method"] == m]
+        bad = [r for r in mine if r.get("status") != "ok"]
+        if not mine:
+            per[m] = {"status": "failed", "why": "no records" + (" (timed out)" if timed_out else "")}
+        elif bad:
+            per[m] = {"status": "failed", "why": (bad[0].get("error") or "failed record")[:300]}
+        else:
+            per[m] = {"status": "ok", "records": len(mine)}
+    ok = rc == 0 and not timed_out and all(v["status"] == "ok" for v in per.values())
+    res = {"status": "ok" if ok else "failed", "seconds": round(seconds, 2), "returncode": rc, "timed_out": timed_out,
+           "methods": per}
+    if not ok:
+        res["log_tail"] = _tail(log)
+    return res
+
+
+def compare_runs(cuda_dir: Path, cpu_dir: Path, suite: str, atol: float, rtol: float) -> dict:
+    """The clean-test (``kind == "id"``) metrics of each cell on CUDA against the CPU run of the
+    same cell: every finite metric within ``atol + rtol * |cpu|``."""
+    def index(d):
+        return {(r["model"], r.get("method_label", r["method"]), r["seed"]): r for r in _records(d, suite)
+                if r.get("kind") == "id" and r.get("status") == "ok"}
+
+    a, b = index(cuda_dir), index(cpu_dir)
+    per, ok_all = {}, True
+    for key in sorted(set(a) | set(b)):
+        label = f"{key[0]}/{key[1]}/seed{key[2]}"
+        if key not in a or key not in b:
+            per[label] = {"status": "failed", "why": "missing on " + ("cuda" if key not in a else "cpu")}
+            ok_all = False
+            continue
+        diffs, worst = {}, []
+        for name, va in a[key]["metrics"].items():
+            vb = b[key]["metrics"].get(name)
+            if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and not isinstance(va, bool) \
+                    and va == va and vb == vb and abs(va) != float("inf") and abs(vb) != float("inf"):
+                d = abs(va - vb)
+                diffs[name] = {"cuda": va, "cpu": vb, "abs_diff": d}
+                if d > atol + rtol * abs(vb):
+                    worst.append(name)
+        ok = bool(diffs) and not worst
+        ok_all &= ok
+        per[label] = {"status": "ok" if ok else "failed", "outside_tolerance": worst,
+                      "max_abs_diff": max((v["abs_diff"] for v in diffs.values()), default=None), "metrics": diffs}
+    return {"status": "ok" if ok_all and per else "failed", "atol": atol, "rtol": rtol, "cells": per}
+
+
+def kept_summaries(kept: Path) -> list[dict]:
+    out = []
+    for p in sorted((kept / "device").glob("*.json")) if (kept / "device").is_dir() else []:
+        try:
+            out.append(json.loads(p.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return out
+
+
+def passed_before(kept: list[dict], suite: str, info: dict) -> str | None:
+    """The run id of a kept device summary in which ``suite``'s checks passed on CUDA with this
+    torch, or None."""
+    for s in reversed(kept):
+        dev = s.get("device") or {}
+        chk = ((s.get("checks") or {}).get("suites") or {}).get(suite) or {}
+        if dev.get("used", "").startswith("cuda") and dev.get("torch") == info["torch"] and \
+                (chk.get("smoke") or {}).get("status") == "ok" and (chk.get("agreement") or {}).get("status") == "ok":
+            return s.get("run_id", "?")
+    return None
+
+
+# ------------------------------------------------------------------------------ the grid
+
+
+def grid_worker(spec_path: str) -> int:
+    """Child process: run the grid's cells one after the other, printing one ``@@cell`` JSON line
+    when a cell starts, ends, or is not started (deferred, or out of time)."""
+    spec = json.loads(Path(spec_path).read_text())
+    from bench.threads import apply_threads
+
+    apply_threads(spec["threads"])
+    import bench.harness as harness_mod
+    from bench.config import resolve_plan
+    from bench.provenance import resolve_device
+    from bench.store import ResultsStore
+    from bench.suites import SUITES
+    from methods import METHODS
+
+    if harness_mod.git_commit() == "unknown" and spec.get("commit", "unknown") != "unknown":
+        commit = spec["commit"]
+        harness_mod.git_commit = lambda: commit  # the device has no .git: the commit prepare wrote
+
+    def say(**kw):
+        print(CELL_TAG + json.dumps(kw), flush=True)
+
+    suite = SUITES.get(spec["suite"])()
+    plan = resolve_plan(suite, spec["profile"], spec["methods"], {}, seeds=spec["seeds"], method_registry=METHODS)
+    data = suite.load(Path(spec["data_root"]), plan.data, download=False)
+    h = harness_mod.Harness(suite, plan, data, ResultsStore(spec["results"]), resolve_device(spec["device"]), METHODS,
+                            progress=False, quiet=True, workers=0)
+    h.write_artifacts()
+    say(event="plan", cells=len(h.cells()), models=plan.models, seeds=plan.seeds)
+    finished, lower = spec.get("history", {}).get("finished", {}), spec.get("history", {}).get("lower_bound", {})
+    for model, method, cfg, seed in h.cells():
+        cid = h.cell_identity(model, method, cfg, seed)
+        key = f"{model}/{cid.label}/seed{seed}"
+        left = spec["deadline"] - time.time()
+        need = max(lower.get(key, 0.0), finished.get(f"{model}/{cid.label}", 0.0))
+        done = all(h.store.read(cid.run_dir, e.kind, e.shift, e.severity) is not None for e in data.eval_sets)
+        if not done and left < spec["min_cell_s"]:
+            say(event="stop", cell=key, why=f"{left:.0f} s left, a cell is started with at least {spec['min_cell_s']:.0f} s")
+            break
+        if not done and need and need > left:
+            say(event="deferred", cell=key, why=f"needs more than {need:.0f} s (earlier runs), {left:.0f} s left")
+            continue
+        say(event="start", cell=key, model=model, method=method, label=cid.label, seed=seed,
+            run_dir=str(cid.run_dir))
+        before = (h.summary.fitted, h.summary.loaded, h.summary.skipped, len(h.summary.failed))
+        t0 = time.perf_counter()
+        h.run_cell(model, method, cfg, seed)
+        after = (h.summary.fitted, h.summary.loaded, h.summary.skipped, len(h.summary.failed))
+        status = ("failed" if after[3] > before[3] else "kept (skipped)" if after[2] > before[2]
+                  else "fitted" if after[0] > before[0] else "loaded")
+        say(event="done", cell=key, model=model, method=method, label=cid.label, seed=seed, status=status,
+            seconds=round(time.perf_counter() - t0, 2), run_dir=str(cid.run_dir))
+    say(event="end")
+    return 0
+
+
+def grid_history(kept: list[dict], device_type: str) -> dict:
+    """From kept device summaries on the same kind of device: the longest finished time of each
+    (model, method) and the longest time a cell ran before it was stopped."""
+    finished, lower = {}, {}
+    for s in kept:
+        if not (s.get("device") or {}).get("used", "").startswith(device_type):
+            continue
+        for c in (s.get("grid") or {}).get("cells", []):
+            if c.get("status") in ("fitted", "loaded") and c.get("seconds"):
+                k = c["cell"].rsplit("/", 1)[0]
+                finished[k] = max(finished.get(k, 0.0), c["seconds"])
+            elif c.get("status") == "stopped at the deadline" and c.get("seconds"):
+                lower[c["cell"]] = max(lower.get(c["cell"], 0.0), c["seconds"])
+    return {"finished": finished, "lower_bound": lower}
+
+
+# ------------------------------------------------------------------------------- the driver
+
+
+class Session:
+    def __init__(self, a, device, out: Path, work: Path):
+        self.a, self.device, self.out, self.work = a, device, out, work
+        self.cuda = device.type == "cuda"
+        (work / "logs").mkdir(parents=True, exist_ok=True)
+        self.deadline = a.started_at + a.budget_s
+        self.kr = keep_records()
+        self.info = device_info(device)
+        self.info["requested"] = a.device
+        self.commit, self.commit_source = carried_commit(Path(a.carried))
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        self.run_id = f"{stamp}-{device.type}"
+        self.kept = kept_summaries(Path(a.kept))
+        self.new_cells: list[dict] = []
+        self.summary = {
+            "schema": SCHEMA, "run_id": self.run_id, "started_at": _dt.datetime.fromtimestamp(
+                a.started_at, _dt.timezone.utc).isoformat(timespec="seconds"),
+            "status": "running", "device": self.info, "git_commit": self.commit, "commit_source": self.commit_source,
+            "budget_s": a.budget_s, "wheels": os.environ.get("DEVICE_SESSION_WHEELS", "not reported by the wrapper"),
+            "setup": {}, "checks": {"policy": a.checks, "suites": {}, "perf": None, "passed": None},
+            "grid": {"suite": a.suite, "profile": a.profile, "seeds": a.seeds, "methods": a.methods,
+                     "status": "not started", "cells": [], "deferred": [], "history_used": {}},
+            "outputs": {}, "merge": "python scripts/keep_records.py merge <files_at>/records.tar.gz",
+        }
+
+    def left(self) -> float:
+        return self.deadline - time.time()
+
+    def say(self, msg: str) -> None:
+        print(f"[device_session {time.time() - self.a.started_at:6.0f} s] {msg}", file=sys.stderr, flush=True)
+
+    # -- outputs --------------------------------------------------------------------------
+    def write_outputs(self, final: bool = False) -> None:
+        """summary.json and records.tar.gz, each written to a temporary file and renamed."""
+        from bench.store import atomic_write_bytes
+
+        s = self.summary
+        s["elapsed_s"] = round(time.time() - self.a.started_at, 1)
+        s["written_at"] = _now()
+        if final:
+            s["finished_at"] = s["written_at"]
+        stage = self.work / "stage"
+        shutil.rmtree(stage, ignore_errors=True)
+        stage.mkdir(parents=True)
+        results = self.work / "grid"
+        dirs = {Path(c["run_dir"]) for c in self.new_cells}
+        n = self.kr.save(results, self.a.suite, stage, only=dirs) if dirs else 0
+        perf = s["checks"].get("perf") or {}
+        if perf.get("rows"):
+            slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.info.get("name", "cuda"))
+            (stage / "perf").mkdir(exist_ok=True)
+            (stage / "perf" / f"cuda-{slug}.json").write_text(json.dumps({"rows": perf["rows"]}, indent=1))
+        s["outputs"] = {"archive": "records.tar.gz", "records": n, "summary": "summary.json"}
+        (stage / "device").mkdir(exist_ok=True)
+        body = json.dumps(s, indent=1, sort_keys=True, default=str)
+        (stage / "device" / f"{self.run_id}.json").write_text(body + "\n")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            for p in sorted(stage.rglob("*")):
+                if p.is_file():
+                    tar.add(p, arcname=str(p.relative_to(stage)))
+        atomic_write_bytes(self.out / "records.tar.gz", buf.getvalue())
+        atomic_write_bytes(self.out / "summary.json", (body + "\n").encode())
+
+    # -- setup ----------------------------------------------------------------------------
+    def setup(self) -> None:
+        names = sorted({n for s in [self.a.suite, *self.a.check_suites] for n in REAL_DATA.get(s, ())})
+        self.summary["setup"]["data_root"] = str(self.a.data_root)
+        self.summary["setup"]["data"] = unpack_archives(Path(self.a.data_archives), names, Path(self.a.data_root))
+
+    # -- checks ---------------------------------------------------------------------------
+    def run_checks(self) -> None:
+        chk = self.summary["checks"]
+        a = self.a
+        cores = os.cpu_count() or 1
+        if a.checks == "skip":
+            chk["passed"] = None
+            chk["note"] = "skipped: --checks skip"
+            return
+        check_deadline = a.started_at + a.check_share * a.budget_s
+        for suite in a.check_suites:
+            entry = chk["suites"].setdefault(suite, {})
+            methods = a.check_methods or list(_suite(suite).default_methods)
+            entry["methods"] = methods
+            prior = passed_before(self.kept, suite, self.info) if (self.cuda and a.checks == "auto") else None
+            if prior:
+                entry["smoke"] = entry["agreement"] = {"status": "ok", "note": f"skipped: passed in kept run {prior}"}
+                continue
+            left = min(check_deadline, self.deadline) - time.time()
+            if left < a.min_check_s:
+                entry["smoke"] = {"status": "not run", "why": f"budget: {max(left, 0):.0f} s left for checks"}
+                entry["agreement"] = {"status": NO_CUDA} if not self.cuda else dict(entry["smoke"])
+                continue
+            self.say(f"check {suite}: smoke on {self.device}" + (" and cpu" if self.cuda else ""))
+            if suite in REAL_DATA:
+                root, extra = Path(a.data_root), []
+            else:
+                root = self.work / "fixtures" / suite
+                extra = build_fixture(suite, root)
+            base = ["run", "--suite", suite, "--profile", "smoke", "--methods", ",".join(methods), "--data-root",
+                    str(root), "--no-report", "--no-download", "--quiet", "--loader-workers", "0", *extra]
+            runs = {}
+            devs = [str(self.device)] + (["cpu"] if self.cuda else [])
+            threads = {"cpu": a.threads or (max(1, cores // 2) if self.cuda else cores)}
+            threads[str(self.device)] = a.threads or max(1, cores // 4) if self.cuda else threads["cpu"]
+            t0 = time.perf_counter()
+            for dev in devs:  # the CPU reference runs beside the CUDA run
+                out = self.work / "checks" / dev.replace(":", "_") / suite
+                shutil.rmtree(out, ignore_errors=True)
+                log = self.work / "logs" / f"check-{suite}-{dev.replace(':', '_')}.log"
+                proc, fh = _start_bench(base + ["--device", dev, "--out", str(out), "--threads", str(threads[dev])],
+                                        threads[dev], log)
+                runs[dev] = (proc, fh, out, log)
+            for dev, (proc, fh, out, log) in runs.items():
+                rc, timed_out = _finish(proc, fh, min(check_deadline, self.deadline) - time.time())
+                runs[dev] = (rc, timed_out, out, log, time.perf_counter() - t0)
+            rc, to, out, log, secs = runs[str(self.device)]
+            entry["smoke"] = _smoke_result(out, suite, methods, rc, to, secs, log)
+            entry["smoke"]["device"] = str(self.device)
+            if not self.cuda:
+                entry["agreement"] = {"status": NO_CUDA}
+            else:
+                crc, cto, cout, clog, csecs = runs["cpu"]
+                ref = _smoke_result(cout, suite, methods, crc, cto, csecs, clog)
+                agr = compare_runs(out, cout, suite, a.atol, a.rtol)
+                agr["cpu_run"] = {k: ref[k] for k in ("status", "seconds", "returncode", "timed_out")}
+                if ref["status"] != "ok":
+                    agr["status"] = "failed"
+                    agr["cpu_run"]["log_tail"] = ref.get("log_tail", "")
+                entry["agreement"] = agr
+            self.say(f"check {suite}: smoke {entry['smoke']['status']}, agreement {entry['agreement']['status']}")
+            self.write_outputs()
+        chk["perf"] = self.run_perf()
+        st = [v.get(k, {}).get("status") for v in chk["suites"].values() for k in ("smoke", "agreement")]
+        chk["passed"] = bool(st) and all(s in ("ok", NO_CUDA) for s in st) and \
+            (chk["perf"] or {}).get("status") in ("ok", NO_CUDA, "skipped: --perf-cases none")
+
+    def run_perf(self) -> dict:
+        a = self.a
+        if not self.cuda:
+            return {"status": NO_CUDA}
+        if a.perf_cases == ["none"]:
+            return {"status": "skipped: --perf-cases none"}
+        prior = None
+        if a.checks == "auto":
+            for s in reversed(self.kept):
+                p = (s.get("checks") or {}).get("perf") or {}
+                if p.get("status") == "ok" and (s.get("device") or {}).get("name") == self.info.get("name"):
+                    prior = s.get("run_id")
+                    break
+        if prior:
+            return {"status": "ok", "note": f"skipped: measured in kept run {prior}"}
+        left = min(a.started_at + a.check_share * a.budget_s, self.deadline) - time.time()
+        if left < a.min_check_s:
+            return {"status": "not run", "why": f"budget: {max(left, 0):.0f} s left for checks"}
+        save = self.work / "perf.json"
+        save.unlink(missing_ok=True)
+        log = self.work / "logs" / "perf.log"
+        cases = a.perf_cases or list(PERF_CASES)
+        self.say(f"perf on {self.device}: {', '.join(cases)}")
+        t0 = time.perf_counter()
+        proc, fh = _start_bench(["perf", "--device", str(self.device), "--repeats", str(a.perf_repeats), "--case",
+                                 ",".join(cases), "--save", str(save)], a.threads or max(1, (os.cpu_count() or 1) // 2),
+                                log)
+        rc, to = _finish(proc, fh, left)
+        rows = json.loads(save.read_text())["rows"] if save.exists() else []
+        res = {"status": "ok" if rows and rc in (0, 1) and not to else "failed", "returncode": rc, "timed_out": to,
+               "seconds": round(time.perf_counter() - t0, 2), "cases": cases, "rows": rows,
+               "missed_targets": [f"{r['model']}: {r['measure']} = {r['ratio']:.3f} (target {r['op']} {r['target']})"
+                                  for r in rows if not r.get("ok")]}
+        if res["status"] != "ok":
+            res["log_tail"] = _tail(log)
+        return res
+
+    # -- grid -----------------------------------------------------------------------------
+    def run_grid(self) -> None:
+        a, g = self.a, self.summary["grid"]
+        smoke = ((self.summary["checks"]["suites"].get(a.suite) or {}).get("smoke") or {}).get("status")
+        if smoke not in (None, "ok"):
+            g["status"] = f"not started: the {a.suite} smoke check did not pass on {self.device} ({smoke})"
+            return
+        if self.left() < a.min_cell_s + a.finish_s:
+            g["status"] = f"not started: budget ({max(self.left(), 0):.0f} s left)"
+            return
+        results = self.work / "grid"
+        if (Path(a.kept) / a.suite / "records").is_dir():
+            g["restored_records"] = self.kr.restore(results, a.suite, Path(a.kept))
+        else:
+            g["restored_records"] = 0
+        history = grid_history(self.kept, self.device.type)
+        g["history_used"] = history
+        spec = {"suite": a.suite, "profile": a.profile, "seeds": a.seeds, "methods": a.methods,
+                "data_root": str(a.data_root), "results": str(results), "device": str(self.device),
+                "threads": a.threads or (os.cpu_count() or 1), "deadline": self.deadline - a.finish_s,
+                "min_cell_s": a.min_cell_s, "history": history, "commit": self.commit}
+        spec_path = self.work / "grid-spec.json"
+        spec_path.write_text(json.dumps(spec))
+        log = self.work / "logs" / "grid.log"
+        g["status"] = "running"
+        self.say(f"grid {a.suite} {a.profile} seeds {a.seeds}: {max(self.left(), 0):.0f} s left")
+        with open(log, "w") as err:
+            proc = subprocess.Popen([sys.executable, "-m", "bench.device_session", "grid-worker", str(spec_path)],
+                                    cwd=ROOT, env=_bench_env(spec["threads"]), stdout=subprocess.PIPE, stderr=err,
+                                    text=True, start_new_session=True)
+            lines: queue.Queue = queue.Queue()
+            threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout] + [lines.put(None)],
+                             daemon=True).start()
+            running, ended = None, False
+            while True:
+                try:
+                    line = lines.get(timeout=max(0.1, min(5.0, spec["deadline"] - time.time())))
+                except queue.Empty:
+                    if time.time() >= spec["deadline"]:
+                        _stop(proc)
+                        if running:
+                            g["cells"].append({**running, "status": "stopped at the deadline",
+                                               "seconds": round(time.time() - running["t"], 2)})
+                            running = None
+                        g["status"] = "stopped: budget (the running cell was stopped; none of its records is kept)"
+                        break
+                    continue
+                if line is None:
+                    break
+                if not line.startswith(CELL_TAG):
+                    continue
+                ev = json.loads(line[len(CELL_TAG):])
+                kind = ev.pop("event")
+                if kind == "plan":
+                    g["models"], g["cells_in_grid"] = ev["models"], ev["cells"]
+                elif kind == "start":
+                    running = {"cell": ev["cell"], "t": time.time()}
+                elif kind == "done":
+                    running = None
+                    cell = {k: ev[k] for k in ("cell", "status", "seconds")}
+                    if ev["status"] != "kept (skipped)":
+                        g["cells"].append(cell)
+                        self.new_cells.append(ev)
+                        self.say(f"cell {ev['cell']}: {ev['status']} in {ev['seconds']:.1f} s")
+                        self.write_outputs()
+                    else:
+                        g["kept_cells"] = g.get("kept_cells", 0) + 1
+                elif kind == "deferred":
+                    g["deferred"].append(ev)
+                elif kind == "stop":
+                    g["status"] = f"stopped: budget ({ev['why']})"
+                elif kind == "end":
+                    ended = True
+            for c in g["cells"]:
+                c.pop("t", None)
+            rc = proc.wait()
+        if ended and g["status"] == "running":
+            g["status"] = "complete" if not g["deferred"] else "complete but for the deferred cells"
+        elif not ended and g["status"] == "running":
+            g["status"] = f"worker failed (exit {rc})"
+            g["log_tail"] = _tail(log, 3000)
+
+    def run(self) -> int:
+        self.write_outputs()
+        try:
+            self.setup()
+            self.write_outputs()
+            self.run_checks()
+            self.write_outputs()
+            self.run_grid()
+            self.summary["status"] = "finished"
+        except Exception as exc:  # noqa: BLE001 - whatever broke is in the summary that comes back
+            import traceback
+
+            self.summary["status"] = f"error: {type(exc).__name__}: {exc}"
+            self.summary["traceback"] = traceback.format_exc()[-3000:]
+        self.write_outputs(final=True)
+        g = self.summary["grid"]
+        self.say(f"done: checks passed {self.summary['checks']['passed']}, grid {g['status']}, "
+                 f"{len(g['cells'])} cell(s) run, {self.summary['outputs']['records']} record(s) in "
+                 f"{self.out / 'records.tar.gz'}")
+        return 0 if not self.summary["status"].startswith("error") else 1
+
+
+def _suite(name: str):
+    from bench.suites import SUITES
+
+    return SUITES.get(name)()
+
+
+# ---------------------------------------------------------------------------------- the CLI
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.device_session", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=os.environ.get("OUT"), help="where summary.json and records.tar.gz go "
+                                                                "(default: $OUT)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
+    p.add_argument("--budget-s", type=float, default=480.0,
+                   help="seconds from --started-at to the end of this run (default 480, for a call of timeout_s 540)")
+    p.add_argument("--started-at", type=float, default=None,
+                   help="epoch seconds the budget counts from (the wrapper's start; default: now)")
+    p.add_argument("--carried", default=str(ROOT / ".device"), help="the carried folder (default: .device)")
+    p.add_argument("--data-archives", default=None, help="folder of the data archives (default: <carried>/data)")
+    p.add_argument("--data-root", default=None, help="where they are unpacked (default: <work>/data)")
+    p.add_argument("--work", default=None, help="scratch folder (default: a new folder under $TMPDIR)")
+    p.add_argument("--kept", default=str(ROOT / "docs" / "records"),
+                   help="the kept records the grid resumes from (default: docs/records)")
+    p.add_argument("--suite", default="mnist_rotated", help=f"the grid's suite, one of {', '.join(GRID_SUITES)}")
+    p.add_argument("--profile", default="paper")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--methods", default=None, help="the grid's methods (default: the suite's)")
+    p.add_argument("--check-suites", default=None, help="suites checked at smoke scale (default: every suite)")
+    p.add_argument("--check-methods", default=None, help="methods checked (default: each suite's)")
+    p.add_argument("--checks", choices=("auto", "always", "skip"), default="auto",
+                   help="auto: skip the suites whose checks passed on CUDA in a kept run (default)")
+    p.add_argument("--check-share", type=float, default=0.6, help="share of the budget the checks may use (0.6)")
+    p.add_argument("--min-check-s", type=float, default=20.0, help="no check starts with less left (20)")
+    p.add_argument("--min-cell-s", type=float, default=30.0, help="no grid cell starts with less left (30)")
+    p.add_argument("--finish-s", type=float, default=15.0, help="kept back to write the outputs (15)")
+    p.add_argument("--atol", type=float, default=0.02, help="CUDA vs CPU metric tolerance, absolute (0.02)")
+    p.add_argument("--rtol", type=float, default=0.05, help="and relative (0.05)")
+    p.add_argument("--perf-cases", default=None, help=f"bench perf cases on CUDA, or none (default: "
+                                                      f"{','.join(PERF_CASES)})")
+    p.add_argument("--perf-repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=None, help="torch threads per process (default: by core count)")
+    return p
+
+
+def validate(a) -> None:
+    """Everything checked before anything is written; BadInput names what is valid."""
+    from bench.cli import check_datasets_package
+    from bench.config import resolve_plan
+    from bench.errors import BenchError
+    from bench.provenance import resolve_device
+    from bench.suites import PROFILES, SUITES
+    from methods import METHODS
+
+    try:
+        check_datasets_package()
+    except BenchError as exc:
+        raise BadInput(str(exc)) from None
+    if not a.out:
+        raise BadInput("no --out and $OUT is not set: name the folder the summary and the archive go to")
+    out = Path(a.out)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out {out} exists and is not a folder")
+    valid = SUITES.names()
+    if a.suite not in GRID_SUITES:
+        why = "unknown suite" if a.suite not in valid else "its data does not travel to the device"
+        raise BadInput(f"--suite {a.suite!r}: {why}; the grid runs one of {', '.join(GRID_SUITES)}")
+    a.check_suites = _csv(a.check_suites) if a.check_suites is not None else list(valid)
+    bad = [s for s in a.check_suites if s not in valid]
+    if bad:
+        raise BadInput(f"--check-suites: unknown suite(s) {', '.join(bad)}; valid suites: {', '.join(valid)}")
+    if a.profile not in PROFILES:
+        raise BadInput(f"--profile {a.profile!r}: valid profiles: {', '.join(PROFILES)}")
+    try:
+        a.seeds = [int(s) for s in _csv(a.seeds)]
+    except ValueError:
+        raise BadInput(f"--seeds expects comma-separated integers, got {a.seeds!r}") from None
+    suite = SUITES.get(a.suite)()
+    a.methods = _csv(a.methods) or list(suite.default_methods)
+    a.check_methods = _csv(a.check_methods)
+    for m in a.methods + (a.check_methods or []):
+        if m not in METHODS.names():
+            raise BadInput(f"unknown method {m!r}; valid methods: {', '.join(METHODS.names())}")
+    a.perf_cases = _csv(a.perf_cases)
+    if a.perf_cases and a.perf_cases != ["none"]:
+        unknown = [c for c in a.perf_cases if c not in PERF_CASES]
+        if unknown:
+            raise BadInput(f"--perf-cases: unknown {', '.join(unknown)}; valid: none, {', '.join(PERF_CASES)}")
+    if a.budget_s < 0 or not 0 <= a.check_share <= 1:
+        raise BadInput("--budget-s must be >= 0 and --check-share within [0, 1]")
+    try:
+        resolve_plan(suite, a.profile, a.methods, {}, seeds=a.seeds, method_registry=METHODS)
+        device = resolve_device(a.device)
+    except BenchError as exc:
+        raise BadInput(str(exc)) from None
+    a.data_archives = a.data_archives or str(Path(a.carried) / "data")
+    needed = sorted({n for s in [a.suite, *a.check_suites] for n in REAL_DATA.get(s, ())})
+    arch = Path(a.data_archives)
+    if needed and not arch.is_dir():
+        raise BadInput(f"--data-archives {arch}: no such folder; it must hold {', '.join(n + '.tar.xz' for n in needed)}"
+                       f" (bash scripts/device_prepare.sh copies them from ../shared/data)")
+    missing = [n for n in needed if not (arch / f"{n}.tar.xz").is_file()]
+    if missing:
+        present = sorted(p.name for p in arch.glob("*.tar.xz"))
+        raise BadInput(f"--data-archives {arch}: missing {', '.join(m + '.tar.xz' for m in missing)} (present: "
+                       f"{', '.join(present) or 'none'}); needed for {a.suite} and the check suites")
+    return device
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["grid-worker"]:
+        return grid_worker(argv[1])
+    a = build_parser().parse_args(argv)
+    a.started_at = a.started_at or time.time()
+    try:
+        device = validate(a)
+    except BadInput as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="bench-device-"))
+    a.data_root = Path(a.data_root) if a.data_root else work / "data"
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    return Session(a, device, out, work).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
