@@ -374,7 +374,8 @@ def grid_worker(spec_path: str) -> int:
         need = max(lower.get(key, 0.0), finished.get(f"{model}/{cid.label}", 0.0))
         done = all(h.store.read(cid.run_dir, e.kind, e.shift, e.severity) is not None for e in data.eval_sets)
         if not done and left < spec["min_cell_s"]:
-            say(event="stop", cell=key, why=f"{left:.0f} s left, a cell is started with at least {spec['min_cell_s']:.0f} s")
+            say(event="stop", cell=key,
+                why=f"{left:.0f} s left, a cell is started with at least {spec['min_cell_s']:.0f} s")
             break
         if not done and need and need > left:
             say(event="deferred", cell=key, why=f"needs more than {need:.0f} s (earlier runs), {left:.0f} s left")
@@ -494,8 +495,13 @@ class Session:
         check_deadline = a.started_at + a.check_share * a.budget_s
         for suite in a.check_suites:
             entry = chk["suites"].setdefault(suite, {})
-            methods = a.check_methods or list(_suite(suite).default_methods)
+            defaults = list(_suite(suite).default_methods)
+            methods = [m for m in a.check_methods if m in defaults] if a.check_methods else defaults
             entry["methods"] = methods
+            if not methods:
+                entry["smoke"] = entry["agreement"] = {"status": "ok", "note": "skipped: none of --check-methods is "
+                                                                              "among the suite's methods"}
+                continue
             prior = passed_before(self.kept, suite, self.info) if (self.cuda and a.checks == "auto") else None
             if prior:
                 entry["smoke"] = entry["agreement"] = {"status": "ok", "note": f"skipped: passed in kept run {prior}"}
@@ -515,8 +521,10 @@ class Session:
                     str(root), "--no-report", "--no-download", "--quiet", "--loader-workers", "0", *extra]
             runs = {}
             devs = [str(self.device)] + (["cpu"] if self.cuda else [])
+            # on CUDA the CPU reference run gets half the cores, the CUDA run a quarter
             threads = {"cpu": a.threads or (max(1, cores // 2) if self.cuda else cores)}
-            threads[str(self.device)] = a.threads or max(1, cores // 4) if self.cuda else threads["cpu"]
+            if self.cuda:
+                threads[str(self.device)] = a.threads or max(1, cores // 4)
             t0 = time.perf_counter()
             for dev in devs:  # the CPU reference runs beside the CUDA run
                 out = self.work / "checks" / dev.replace(":", "_") / suite
@@ -761,6 +769,8 @@ def validate(a) -> None:
     bad = [s for s in a.check_suites if s not in valid]
     if bad:
         raise BadInput(f"--check-suites: unknown suite(s) {', '.join(bad)}; valid suites: {', '.join(valid)}")
+    if a.suite in a.check_suites:  # the grid's suite first: the grid waits for its smoke check
+        a.check_suites = [a.suite] + [s for s in a.check_suites if s != a.suite]
     if a.profile not in PROFILES:
         raise BadInput(f"--profile {a.profile!r}: valid profiles: {', '.join(PROFILES)}")
     try:
@@ -789,8 +799,9 @@ def validate(a) -> None:
     needed = sorted({n for s in [a.suite, *a.check_suites] for n in REAL_DATA.get(s, ())})
     arch = Path(a.data_archives)
     if needed and not arch.is_dir():
-        raise BadInput(f"--data-archives {arch}: no such folder; it must hold {', '.join(n + '.tar.xz' for n in needed)}"
-                       f" (bash scripts/device_prepare.sh copies them from ../shared/data)")
+        files = ", ".join(n + ".tar.xz" for n in needed)
+        raise BadInput(f"--data-archives {arch}: no such folder; it must hold {files} (bash "
+                       f"scripts/device_prepare.sh copies them from ../shared/data)")
     missing = [n for n in needed if not (arch / f"{n}.tar.xz").is_file()]
     if missing:
         present = sorted(p.name for p in arch.glob("*.tar.xz"))

@@ -142,8 +142,8 @@ def map_converged(run: dict) -> CheckResult:
     logs = [logs] if isinstance(logs, dict) or logs is None else list(logs)
     curves = [[_num(v) for v in (lg or {}).get("val_nll") or []] for lg in logs]
     if not curves or any(not c or any(v is None for v in c) for c in curves):
-        return _result(name, NOT_MEASURED, "no validation NLL per epoch in the record (a network cached by older "
-                                           "code: rerun with --force)")
+        return _result(name, NOT_MEASURED, "no validation NLL per epoch in the record (it predates the check: rerun "
+                                           "the cell; a cached MAP network is retrained with --force)")
     worst, detail = None, None
     for i, c in enumerate(curves):
         if len(c) < MIN_EPOCHS_FOR_PLATEAU:

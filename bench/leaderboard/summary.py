@@ -47,8 +47,10 @@ def summary_lines(board: Board) -> list[str]:
         lines.append(f"Validity: {len(failed)} of {len(board.rows)} configurations fail their checks (✗) and "
                      f"{len(unverified)} could not be checked (?): they measure the set-up, not the method, and are "
                      f"left out of the marks and of every sentence below (reasons under the table).")
-    if not board.evidence_rows:
-        lines.append("No configuration of this board is method evidence: nothing is ranked.")
+    if len(board.evidence_rows) < 2:
+        lines.append(f"{len(board.evidence_rows) or 'No'} configuration{'' if len(board.evidence_rows) == 1 else 's'} "
+                     f"of this board {'is' if len(board.evidence_rows) == 1 else 'are'} method evidence: nothing is "
+                     f"ranked or compared.")
         return lines
     metric = board.metric
     title = board.column(metric).title
