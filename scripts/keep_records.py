@@ -3,6 +3,7 @@ longer than one machine's life resumes where it stopped and its tables stay repr
 
     .venv/bin/python scripts/keep_records.py save SUITE [SUITE ...]     # results -> docs/records
     .venv/bin/python scripts/keep_records.py restore SUITE [SUITE ...]  # docs/records -> results
+    .venv/bin/python scripts/keep_records.py merge ARCHIVE.tar.gz      # a device run's records -> docs/records
 
 ``save`` copies every record of the suites (``<results>/<suite>/records/**.json``, the store's
 layout) without its ``curves`` (entropy histograms, reliability bins, confusion matrices: 2/3 of a
@@ -15,13 +16,22 @@ with the suite's ``artifacts/`` (the images and labels those maps are drawn besi
 back into the results folder without overwriting a record there, so ``bench run`` skips their cells;
 a report's calibration and shift plots need the other curves: rerun those cells with ``--force``.
 Checkpoints are never kept: a method whose records are not all there refits from its seed.
+
+``merge`` takes the ``records.tar.gz`` a device run (``python -m bench.device_session``,
+docs/device.md) sends back: records already slimmed by ``save``, in the kept layout
+(``<suite>/records/...``, ``<suite>/artifacts/...``), that run's summary (``device/<run_id>.json``)
+and its perf rows (``perf/<device>.json``). A record is added when absent and left alone when the
+kept one is the same; a different kept record is kept (a conflict, reported; ``--replace`` takes the
+archive's); perf rows, artifacts and the run's summary (a later archive of the same run) replace
+the kept file. Merging twice changes nothing.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from pathlib import Path
+import tarfile
+from pathlib import Path, PurePosixPath
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -71,11 +81,13 @@ def _seed(cell: Path) -> int:
         return 1 << 30
 
 
-def save(results: Path, suite: str, archive: Path = ARCHIVE) -> int:
+def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | None = None) -> int:
     """Copy the suite's records, less their curves. A cell (a run directory) is kept whole or not
     at all: one with fewer evaluation records than the suite's other cells on the same data is
     still being evaluated, and its fitted checkpoint is not kept, so a later machine refits it
-    and evaluates every set from that one fit (a cell of two fits would mix their records)."""
+    and evaluates every set from that one fit (a cell of two fits would mix their records).
+    ``only``: copy just these run directories (a device run's new cells; the others still count
+    for completeness)."""
     src = results / suite / "records"
     if not src.is_dir():
         raise SystemExit(f"keep_records: no records under {src}")
@@ -100,6 +112,9 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE) -> int:
             continue
         complete[cell] = recs
     with_maps = first_seeds(complete)
+    if only is not None:
+        only = {Path(d).resolve() for d in only}
+        complete = {cell: recs for cell, recs in complete.items() if cell.resolve() in only}
     for cell, recs in complete.items():
         for path, rec in recs:
             body = encode(slim(rec, keep_maps=cell in with_maps))
@@ -136,14 +151,93 @@ def restore(results: Path, suite: str, archive: Path = ARCHIVE) -> int:
     return n
 
 
+class MergeError(Exception):
+    """Exit 2: not an archive of kept records."""
+
+
+def _member_kind(name: str) -> str | None:
+    """'record', 'artifact', 'device', 'perf', or None for a path a device archive never holds."""
+    parts = PurePosixPath(name).parts
+    if not parts or name.startswith("/") or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
+        return None
+    if parts[0] in ("device", "perf") and len(parts) == 2 and parts[1].endswith(".json"):
+        return parts[0]
+    if len(parts) >= 3 and parts[1] == "records" and name.endswith(".json"):
+        return "record"
+    if len(parts) >= 3 and parts[1] == "artifacts":
+        return "artifact"
+    return None
+
+
+def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False) -> dict[str, int]:
+    """Merge a device run's ``records.tar.gz`` into the kept records (see the module's text).
+    Everything is read and checked first: a bad archive changes nothing (MergeError)."""
+    from bench.store import record_problem
+
+    tarball = Path(tarball)
+    if not tarball.is_file():
+        raise MergeError(f"{tarball}: no such file (give the records.tar.gz a device run wrote to $OUT)")
+    try:
+        with tarfile.open(tarball, "r:*") as tar:
+            members = [(m, tar.extractfile(m).read()) for m in tar.getmembers() if m.isfile()]
+            odd = [m.name for m in tar.getmembers() if not (m.isfile() or m.isdir())]
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise MergeError(f"{tarball}: not a readable tar archive ({exc})") from None
+    if odd:
+        raise MergeError(f"{tarball}: holds links or devices ({', '.join(odd[:3])}); only files are merged")
+    plan = []
+    for m, body in members:
+        kind = _member_kind(m.name)
+        if kind is None:
+            raise MergeError(f"{tarball}: {m.name} is outside the kept layout (<suite>/records/**.json, "
+                             f"<suite>/artifacts/..., device/*.json, perf/*.json)")
+        if kind in ("record", "device", "perf"):
+            try:
+                obj = json.loads(body)
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise MergeError(f"{tarball}: {m.name} is not JSON ({exc})") from None
+            if kind == "record":
+                problem = record_problem(obj) or (None if obj["suite"] == PurePosixPath(m.name).parts[0]
+                                                  else f"suite {obj['suite']!r} under another suite's folder")
+                if problem:
+                    raise MergeError(f"{tarball}: {m.name}: {problem}")
+        plan.append((kind, archive / m.name, body))
+    counts = {"added": 0, "unchanged": 0, "replaced": 0, "conflicts": 0}
+    for kind, dest, body in plan:
+        if not dest.exists():
+            atomic_write_bytes(dest, body)
+            counts["added"] += 1
+        elif dest.read_bytes() == body:
+            counts["unchanged"] += 1
+        elif replace or kind in ("perf", "artifact", "device"):  # a newer measurement, image or summary
+            atomic_write_bytes(dest, body)
+            counts["replaced"] += 1
+        else:
+            counts["conflicts"] += 1
+            print(f"keep_records: {dest} differs from the archive's; kept as it is (--replace takes the "
+                  f"archive's)", file=sys.stderr)
+    return counts
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("action", choices=("save", "restore"))
-    p.add_argument("suites", nargs="+")
+    p.add_argument("action", choices=("save", "restore", "merge"))
+    p.add_argument("suites", nargs="+", help="save / restore: suite names; merge: records.tar.gz file(s)")
+    p.add_argument("--replace", action="store_true", help="merge: a kept record that differs takes the archive's")
     p.add_argument("--results", default=str(ROOT / "results"))
     p.add_argument("--archive", default=str(ARCHIVE), help="where the records are kept (default: docs/records)")
     a = p.parse_args(argv)
     results, archive = Path(a.results).resolve(), Path(a.archive).resolve()
+    if a.action == "merge":
+        for tarball in a.suites:
+            try:
+                c = merge(Path(tarball), archive, replace=a.replace)
+            except MergeError as exc:
+                print(f"keep_records: {exc}", file=sys.stderr)
+                return 2
+            print(f"merged {tarball} into {archive}: {c['added']} added, {c['unchanged']} unchanged, "
+                  f"{c['replaced']} replaced, {c['conflicts']} conflict(s) kept as they were")
+        return 0
     for suite in a.suites:
         if a.action == "save":
             print(f"saved {save(results, suite, archive)} record(s) of {suite} to {archive}")

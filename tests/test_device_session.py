@@ -1,0 +1,284 @@
+"""The device session (bench/device_session.py, scripts/device_session.sh, docs/device.md) on the
+CPU at toy scale: the summary and the archive it writes, the archive merged into kept records
+(idempotently) and resumed from, an exhausted budget, bad input, and the CUDA-vs-CPU comparison on
+hand-made records (the CUDA run itself needs a GPU)."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from bench import device_session as ds
+from bench.store import ResultsStore, load_records
+from conftest import make_fake_mnist
+
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("keep_records", ROOT / "scripts" / "keep_records.py")
+keep = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(keep)
+
+FAST = ["--device", "cpu", "--threads", "1", "--profile", "smoke", "--seeds", "0", "--methods", "deterministic",
+        "--check-suites", "toy", "--check-methods", "deterministic"]
+
+
+@pytest.fixture(scope="module")
+def carried(tmp_path_factory) -> Path:
+    """A carried folder as scripts/device_prepare.sh leaves it: data/{MNIST,FashionMNIST-test}.tar.xz
+    with their MD5SUMS (of fake digits) and commit.txt."""
+    base = tmp_path_factory.mktemp("carried")
+    raw = make_fake_mnist(base / "raw")
+    data = base / ".device" / "data"
+    data.mkdir(parents=True)
+    sums = []
+    for name, top in (("MNIST", "MNIST"), ("FashionMNIST-test", "FashionMNIST")):
+        with tarfile.open(data / f"{name}.tar.xz", "w:xz") as tar:
+            tar.add(raw / top, arcname=top)
+        for f in sorted((raw / top).rglob("*")):
+            if f.is_file():
+                sums.append(f"{hashlib.md5(f.read_bytes()).hexdigest()}  {f.relative_to(raw)}")
+    (data / "MD5SUMS").write_text("\n".join(sums) + "\n")
+    (base / ".device" / "commit.txt").write_text("0123abc+dirty\n")
+    return base / ".device"
+
+
+def _wrapper(args: list[str], out: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(out), "OMP_NUM_THREADS": "1"}
+    return subprocess.run(["bash", str(ROOT / "scripts" / "device_session.sh"), *args], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def first_run(carried, tmp_path_factory):
+    """One run through the wrapper, as on the device but with --device cpu: toy checks, one grid cell."""
+    base = tmp_path_factory.mktemp("run1")
+    kept = base / "kept"
+    kept.mkdir()
+    out = base / "out"
+    res = _wrapper([*FAST, "--carried", str(carried), "--kept", str(kept), "--work", str(base / "work"),
+                    "--budget-s", "240"], out)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return out, res.stdout + res.stderr
+
+
+def _members(tarball: Path) -> dict[str, bytes]:
+    with tarfile.open(tarball) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def test_cpu_run_writes_the_summary_and_one_archive_of_the_new_records(first_run):
+    out, log = first_run
+    assert sorted(p.name for p in out.iterdir()) == ["device_session.log", "records.tar.gz", "summary.json"]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["schema"] == ds.SCHEMA and s["status"] == "finished" and s["finished_at"]
+    dev = s["device"]
+    assert dev["used"] == "cpu" and dev["requested"] == "cpu" and dev["torch"] and "cuda" in dev and dev["name"]
+    assert s["git_commit"] and s["git_commit"] != "unknown"
+    assert "wheels" in s and s["setup"]["data"][0]["status"] == "unpacked and verified"
+    toy = s["checks"]["suites"]["toy"]
+    assert toy["smoke"]["status"] == "ok" and toy["smoke"]["methods"]["deterministic"]["status"] == "ok"
+    assert toy["smoke"]["seconds"] > 0
+    assert toy["agreement"] == {"status": ds.NO_CUDA} and s["checks"]["perf"] == {"status": ds.NO_CUDA}
+    assert s["checks"]["passed"] is True
+    g = s["grid"]
+    assert g["status"] == "complete" and g["suite"] == "mnist_rotated" and g["profile"] == "smoke"
+    assert [c["cell"] for c in g["cells"]] == ["lenet_300_100/deterministic/seed0"]
+    assert g["cells"][0]["status"] == "fitted" and g["cells"][0]["seconds"] > 0
+    members = _members(out / "records.tar.gz")
+    records = {k: json.loads(v) for k, v in members.items() if "/records/" in k}
+    assert s["outputs"]["records"] == len(records) == 6  # clean, 3 rotations, OOD, validation
+    assert all(k.startswith("mnist_rotated/records/lenet_300_100/deterministic-") for k in records)
+    assert all(r["curves_kept"] is False and "curves" not in r and r["status"] == "ok" for r in records.values())
+    assert json.loads(members[f"device/{s['run_id']}.json"])["grid"]["cells"] == g["cells"]
+    assert "device_session.sh: wheels:" in (out / "device_session.log").read_text()
+
+
+def test_the_archive_merges_into_kept_records_idempotently_and_the_grid_resumes_from_them(first_run, carried, tmp_path):
+    out, _ = first_run
+    kept = tmp_path / "kept"
+    (kept / "camvid").mkdir(parents=True)  # a kept copy with something else in it
+    (kept / "camvid" / "note.txt").write_text("untouched")
+    n = len(_members(out / "records.tar.gz"))
+    first = keep.merge(out / "records.tar.gz", kept)
+    assert first == {"added": n, "unchanged": 0, "replaced": 0, "conflicts": 0}
+    snapshot = {p: p.read_bytes() for p in kept.rglob("*") if p.is_file()}
+    assert keep.merge(out / "records.tar.gz", kept) == {"added": 0, "unchanged": n, "replaced": 0, "conflicts": 0}
+    assert {p: p.read_bytes() for p in kept.rglob("*") if p.is_file()} == snapshot
+    df = load_records(kept, "mnist_rotated")
+    assert len(df) == 6 and set(df["method"]) == {"deterministic"}
+    assert len(list((kept / "device").glob("*.json"))) == 1
+    # the command line
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "keep_records.py"), "merge",
+                          str(out / "records.tar.gz"), "--archive", str(kept)], capture_output=True, text=True)
+    assert res.returncode == 0 and f"0 added, {n} unchanged" in res.stdout
+    # a kept record that differs is a conflict, kept as it is
+    rec = next(kept.rglob("id-*.json"))
+    rec.write_text(rec.read_text().replace('"seed": 0', '"seed": 0 '))
+    changed = rec.read_bytes()
+    assert keep.merge(out / "records.tar.gz", kept)["conflicts"] == 1 and rec.read_bytes() == changed
+    rec.unlink()
+    # a second device run resumes from the kept records: its one cell is there, nothing is run
+    out2 = tmp_path / "out2"
+    code = ds.main([*FAST, "--checks", "skip", "--carried", str(carried), "--kept", str(kept), "--out", str(out2),
+                    "--work", str(tmp_path / "work2"), "--budget-s", "120"])
+    assert code == 0
+    s = json.loads((out2 / "summary.json").read_text())
+    assert s["grid"]["restored_records"] == 5 and s["grid"]["cells"][0]["status"] == "fitted"  # one record gone: redone
+    keep.merge(out2 / "records.tar.gz", kept)
+    out3 = tmp_path / "out3"
+    assert ds.main([*FAST, "--checks", "skip", "--carried", str(carried), "--kept", str(kept), "--out", str(out3),
+                    "--work", str(tmp_path / "work3"), "--budget-s", "120"]) == 0
+    s3 = json.loads((out3 / "summary.json").read_text())
+    assert s3["grid"]["cells"] == [] and s3["grid"]["kept_cells"] == 1 and s3["grid"]["status"] == "complete"
+    assert s3["grid"]["history_used"]["finished"]["lenet_300_100/deterministic"] > 0  # from the kept summaries
+
+
+def test_merge_refuses_an_archive_outside_the_kept_layout_and_writes_nothing(tmp_path, capsys):
+    kept = tmp_path / "kept"
+    bad = tmp_path / "bad.tar.gz"
+    with tarfile.open(bad, "w:gz") as tar:
+        for name, body in (("mnist_rotated/records/m/x-1/seed0/id-a-0.json", b'{"not": "a record"}'),
+                           ("../escape.json", b"{}")):
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    with pytest.raises(keep.MergeError, match="outside the kept layout|missing field"):
+        keep.merge(bad, kept)
+    assert not kept.exists()
+    assert keep.main(["merge", str(bad), "--archive", str(kept)]) == 2
+    assert keep.main(["merge", str(tmp_path / "absent.tar.gz"), "--archive", str(kept)]) == 2
+    assert "no such file" in capsys.readouterr().err and not kept.exists()
+
+
+def test_an_exhausted_budget_runs_no_cell_and_still_writes_the_summary(carried, tmp_path):
+    out = tmp_path / "out"
+    code = ds.main([*FAST, "--carried", str(carried), "--kept", str(tmp_path / "kept"), "--out", str(out),
+                    "--work", str(tmp_path / "work"), "--budget-s", "0"])
+    assert code == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "finished" and s["grid"]["cells"] == []
+    assert s["grid"]["status"].startswith("not started: budget")
+    assert s["checks"]["suites"]["toy"]["smoke"]["status"] == "not run" and s["checks"]["passed"] is False
+    assert s["outputs"]["records"] == 0
+    assert not [k for k in _members(out / "records.tar.gz") if "/records/" in k]
+    assert not (tmp_path / "work" / "checks").exists() and not (tmp_path / "work" / "grid").exists()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--data-archives", "/nonexistent/archives"], ["/nonexistent/archives", "MNIST.tar.xz",
+                                                    "FashionMNIST-test.tar.xz", "device_prepare.sh"]),
+    (["--suite", "nosuch"], ["nosuch", "mnist_rotated", "mnist_noise", "toy"]),
+    (["--suite", "cifar10c"], ["does not travel", "mnist_rotated"]),
+    (["--check-suites", "toy,nosuch"], ["nosuch", "valid suites", "cifar10c", "camvid"]),
+    (["--methods", "nosuch"], ["nosuch", "valid methods", "deterministic"]),
+    (["--perf-cases", "nosuch"], ["nosuch", "harness_vs_bare_loop"]),
+])
+def test_bad_input_exits_2_naming_what_is_valid_and_writes_nothing(args, words, carried, tmp_path, capsys):
+    out, work = tmp_path / "out", tmp_path / "work"
+    argv = ["--device", "cpu", "--check-suites", "toy", "--carried", str(carried), "--out", str(out), "--work",
+            str(work), *args]
+    assert ds.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and all(w in err for w in words), err
+    assert not out.exists() and not work.exists()
+
+
+def test_missing_out_is_exit_2(carried, monkeypatch, capsys, tmp_path):
+    monkeypatch.delenv("OUT", raising=False)
+    assert ds.main(["--device", "cpu", "--carried", str(carried), "--work", str(tmp_path / "w")]) == 2
+    assert "$OUT" in capsys.readouterr().err and not (tmp_path / "w").exists()
+
+
+def _write(results: Path, device: str, metrics: dict, method="deterministic"):
+    store = ResultsStore(results)
+    run = store.run_dir("toy", "mlp_100", method, "abc", 0)
+    store.write(run, {"suite": "toy", "method": method, "method_label": method, "model": "mlp_100", "seed": 0,
+                      "status": "ok", "kind": "id", "shift": "clean", "severity": 0.0, "metrics": metrics,
+                      "device": device})
+
+
+def test_cuda_and_cpu_metrics_compared_within_the_tolerance(tmp_path):
+    """compare_runs, which the CUDA check applies to the same smoke cell on cuda and on cpu."""
+    a, b = tmp_path / "cuda", tmp_path / "cpu"
+    _write(a, "cuda:x", {"accuracy": 0.905, "nll": 0.30, "note": "text", "mi": None})
+    _write(b, "cpu", {"accuracy": 0.900, "nll": 0.31, "note": "text", "mi": None})
+    r = ds.compare_runs(a, b, "toy", atol=0.02, rtol=0.05)
+    cell = r["cells"]["mlp_100/deterministic/seed0"]
+    assert r["status"] == "ok" and cell["status"] == "ok" and set(cell["metrics"]) == {"accuracy", "nll"}
+    assert cell["max_abs_diff"] == pytest.approx(0.01)
+    r = ds.compare_runs(a, b, "toy", atol=0.001, rtol=0.0)
+    assert r["status"] == "failed" and set(r["cells"]["mlp_100/deterministic/seed0"]["outside_tolerance"]) == {
+        "accuracy", "nll"}
+    _write(b, "cpu", {"accuracy": 0.5}, method="mc_dropout")  # a cell on one device only
+    r = ds.compare_runs(a, b, "toy", atol=0.02, rtol=0.05)
+    assert r["status"] == "failed" and r["cells"]["mlp_100/mc_dropout/seed0"]["why"] == "missing on cuda"
+
+
+def test_checks_that_passed_on_cuda_and_cell_times_are_read_from_kept_summaries():
+    info = {"torch": "2.11.0+cu130"}
+    ok = {"smoke": {"status": "ok"}, "agreement": {"status": "ok"}}
+    kept = [
+        {"run_id": "r1", "device": {"used": "cpu", "torch": "2.11.0+cu130"}, "checks": {"suites": {"toy": ok}}},
+        {"run_id": "r2", "device": {"used": "cuda", "torch": "2.11.0+cu130"},
+         "checks": {"suites": {"toy": ok, "camvid": {**ok, "agreement": {"status": "failed"}}}},
+         "grid": {"cells": [{"cell": "lenet5/pbn/seed0", "status": "fitted", "seconds": 40.0},
+                            {"cell": "lenet5/pbn/seed1", "status": "fitted", "seconds": 50.0},
+                            {"cell": "lenet5/deep_ensemble/seed0", "status": "stopped at the deadline",
+                             "seconds": 300.0}]}},
+    ]
+    assert ds.passed_before(kept, "toy", info) == "r2"
+    assert ds.passed_before(kept, "camvid", info) is None  # its CUDA / CPU comparison failed
+    assert ds.passed_before(kept, "toy", {"torch": "2.12.0"}) is None  # another torch: checked again
+    h = ds.grid_history(kept, "cuda")
+    assert h == {"finished": {"lenet5/pbn": 50.0}, "lower_bound": {"lenet5/deep_ensemble/seed0": 300.0}}
+    assert ds.grid_history(kept, "cpu") == {"finished": {}, "lower_bound": {}}
+
+
+def test_the_cuda_branch_runs_with_cpu0_standing_in_for_the_gpu(carried, tmp_path):
+    """The CUDA-only steps (the reference CPU run beside the device's, the metric comparison, bench
+    perf and its rows in the archive) on a machine without CUDA: device ``cpu:0`` plays the GPU."""
+    import time
+
+    import torch
+
+    out, work = tmp_path / "out", tmp_path / "work"
+    a = ds.build_parser().parse_args([
+        "--out", str(out), "--device", "cpu", "--threads", "1", "--check-suites", "toy", "--check-methods",
+        "deterministic,mc_dropout", "--perf-cases", "ensemble_vs_single", "--perf-repeats", "1", "--budget-s", "300",
+        "--kept", str(tmp_path / "kept"), "--carried", str(carried), "--profile", "smoke", "--seeds", "0"])
+    a.started_at = time.time()
+    ds.validate(a)
+    a.data_root = work / "data"
+    out.mkdir()
+    work.mkdir()
+    s = ds.Session(a, torch.device("cpu:0"), out, work)
+    s.cuda, s.info["name"] = True, "stand-in GPU"
+    s.run_checks()
+    c = s.summary["checks"]
+    toy = c["suites"]["toy"]
+    assert toy["smoke"]["status"] == "ok" and toy["smoke"]["device"] == "cpu:0"
+    agr = toy["agreement"]
+    assert agr["status"] == "ok" and agr["cpu_run"]["status"] == "ok"
+    assert set(agr["cells"]) == {"mlp_100/deterministic/seed0", "mlp_100/mc_dropout/seed0"}
+    assert all(v["max_abs_diff"] == 0.0 for v in agr["cells"].values())  # the same code on the same CPU
+    assert c["perf"]["status"] == "ok" and c["perf"]["rows"] and c["perf"]["cases"] == ["ensemble_vs_single"]
+    assert c["passed"] is True
+    s.write_outputs(final=True)
+    perf = json.loads(_members(out / "records.tar.gz")["perf/cuda-stand-in_GPU.json"])
+    assert {r["case"] for r in perf["rows"]} == {"ensemble_vs_single"}
+
+
+def test_device_cuda_without_cuda_is_exit_2(carried, tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert ds.main(["--device", "cuda", "--carried", str(carried), "--out", str(tmp_path / "out")]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err and not (tmp_path / "out").exists()
