@@ -57,6 +57,8 @@ ATTAINABLE_MIN_S_OVER_N = 0.5
 PLATEAU_TAIL = 0.2
 PLATEAU_MAX_IMPROVEMENT = 0.02
 MIN_EPOCHS_FOR_PLATEAU = 5
+#: Laplace: the posterior's logit variance at least this fraction of the MAP logits' spread
+MIN_PREDICTIVE_VARIANCE_RATIO = 1e-3
 #: Adam's epsilon (torch's default): a gradient well below it moves a parameter at a fraction of lr
 ADAM_EPS = 1e-8
 
@@ -374,6 +376,29 @@ def laplace_attainable_variance(run: dict) -> CheckResult:
         return _result(name, FAIL, f"s / N = {ratio:.2g} ({s:,.0f} / {n:,.0f}): the attainable predictive variance on "
                                    f"training-like inputs is tiny; equal to MAP by construction", **nums)
     return _result(name, PASS, f"s / N = {ratio:.2g}", **nums)
+
+
+@register_check("laplace_predictive_variance", "classification, GLM predictive: the logit variance the posterior "
+                                               "adds at the chosen prior at least 1e-3 of the MAP logits' spread")
+def laplace_predictive_variance(run: dict) -> CheckResult:
+    """Whatever bound the setting allows, what the fitted posterior does: the linearised
+    predictive's logit variance on validation inputs, at the chosen prior precision, against the
+    spread of MAP's logits across the classes (both measured at fit time, ``predictive_spread``).
+    A thousandth of the spread moves the softmax by about a thousandth: the predictive is MAP's.
+    Segmentation and the sampled (``nn``) predictive: not applicable."""
+    name = "laplace_predictive_variance"
+    diag = run.get("diagnostics") or {}
+    if run.get("task") != "classification" or diag.get("pred_type", "glm") != "glm":
+        return _result(name, NOT_APPLICABLE, "measured for the GLM predictive on classification")
+    ps = diag.get("predictive_spread")
+    ratio = _num((ps or {}).get("ratio"))
+    if not isinstance(ps, dict) or ratio is None:
+        return _result(name, NOT_MEASURED, "not measured (the record predates the check: rerun the cell)")
+    nums = dict(logit_variance=ps.get("logit_variance"), map_logit_spread=ps.get("map_logit_spread"), ratio=ratio)
+    if ratio < MIN_PREDICTIVE_VARIANCE_RATIO:
+        return _result(name, FAIL, f"the posterior's logit variance is {ratio:.1e} of the MAP logits' spread: the "
+                                   f"predictive is MAP's", **nums)
+    return _result(name, PASS, f"logit variance {ratio:.2g} of the MAP logits' spread", **nums)
 
 
 # -- the verdict ---------------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ class LaplaceMethod(Method):
     """A laplace-torch approximation around the cached MAP network: fit, tune the prior
     precision, predict in chunks, save / load without refitting."""
     STARTS_FROM = "map"
-    VALIDITY_CHECKS = ("informative", "laplace_prior_grid")
+    VALIDITY_CHECKS = ("informative", "laplace_prior_grid", "laplace_predictive_variance")
 
     tasks = ("classification",)
     #: laplace.Laplace(subset_of_weights=..., hessian_structure=...)
@@ -313,12 +313,45 @@ class LaplaceMethod(Method):
             t0 = time.perf_counter()
             self.tune_prior(val)
             self.meta["prior_time_s"] = time.perf_counter() - t0
+            self.meta["predictive_spread"] = self.predictive_spread(val)
         self.meta["prior_precision"] = self.la.prior_precision.detach().cpu().flatten().tolist()
         try:
             self.meta["log_marginal_likelihood"] = float(self.la.log_marginal_likelihood().detach())
         except Exception:  # noqa: BLE001 - a diagnostic only
             self.meta["log_marginal_likelihood"] = None
         return self
+
+    #: validation inputs on which the predictive's logit variance is compared with MAP's logits
+    SPREAD_EXAMPLES = 256
+
+    @torch.no_grad()
+    def predictive_spread(self, val) -> dict | None:
+        """How far the posterior can move the predictive, at the chosen prior: on up to
+        SPREAD_EXAMPLES validation inputs, the linearised predictive's logit variance (the mean of
+        the diagonal of J Sigma J^T over inputs and classes; Monte Carlo over the predictive's own
+        weight draws for the jvp sampler) against the MAP logits' spread (their variance across the
+        classes, mean over inputs). A ratio far below 1 leaves the softmax where MAP puts it
+        (bench.validity's laplace_predictive_variance). Classification with the GLM predictive only."""
+        if val is None or self.ctx.task.kind != "classification" or self.config["pred_type"] != "glm":
+            return None
+        x = val[0][: self.SPREAD_EXAMPLES].to(self.ctx.device)
+        if not len(x):
+            return None
+        f_map = self.model(x).double()
+        if self.config["glm_sampler"] == "jvp":
+            from bench.laplace.jvp_glm import glm_logit_samples, posterior_offsets
+
+            S = max(int(self.config["n_samples"]), 2)
+            _, f = glm_logit_samples(self.la.model, x, posterior_offsets(self.la, S, self._generator()))
+            var = f.double().var(dim=0)
+        else:
+            _, f_var = self.glm_moments(x)
+            var = torch.diagonal(f_var, dim1=-2, dim2=-1) if f_var.dim() == 3 else f_var
+            var = var.double()
+        logit_var = float(var.mean())
+        spread = float(f_map.var(dim=1).mean())
+        return {"logit_variance": logit_var, "map_logit_spread": spread,
+                "ratio": logit_var / spread if spread > 0 else None, "n": int(len(x))}
 
     def _generator(self):
         return torch.Generator(device=self.ctx.device).manual_seed(int(self.meta["predict_seed"]))
@@ -385,7 +418,8 @@ class LaplaceMethod(Method):
         keep = ("backend", "backend_reason", "criterion", "prior_precision", "prior_precision_method",
                 "prior_search", "warnings", "log_marginal_likelihood", "memory_estimate_bytes",
                 "memory_limit_bytes", "n_zero_curvature", "n_non_identifiable", "select_info", "subnet_size", "subnet_digest",
-                "layer_distribution", "select_time_s", "curvature_time_s", "prior_time_s", "ggn_samples")
+                "layer_distribution", "select_time_s", "curvature_time_s", "prior_time_s", "ggn_samples",
+                "predictive_spread")
         out = {k: self.meta[k] for k in keep if k in self.meta}
         out.update({k: self.config[k] for k in ("pred_type", "link_approx", "glm_sampler")})
         # the N of the posterior (training examples; pixels on segmentation): s / N bounds the

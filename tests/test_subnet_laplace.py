@@ -399,3 +399,31 @@ def test_grid_search_loss_is_infinite_for_a_non_finite_predictive():
     good = torch.tensor([[0.75, 0.25], [0.5, 0.5]])
     assert _nll(good, y).item() == pytest.approx(-(math.log(0.75) + math.log(0.5)) / 2)
     assert _nll(torch.full((2, 2), float("nan")), y).item() == float("inf")
+
+
+@pytest.mark.parametrize("sampler", ["jvp", "moments"])
+def test_predictive_spread_is_laplace_torchs_logit_variance(sampler):
+    """The logit variance the fit reports (bench.validity's laplace_predictive_variance) against
+    laplace-torch's own GLM covariance of a full Laplace over every weight (the diagonal's mean),
+    and the MAP logits' spread recomputed here; the jvp sampler's Monte Carlo within its error."""
+    from laplace import Laplace
+    from laplace.curvature import BackPackGGN
+    from torch.utils.data import DataLoader, TensorDataset
+
+    ctx = ctx_for(plain_net)
+    method = SubnetLaplace(ctx, criterion="magnitude", subnet_fraction=1.0, prior_precision_method="none",
+                           prior_precision=0.7, glm_sampler=sampler, n_samples=4000,
+                           link_approx="mc" if sampler == "jvp" else "probit")
+    x, y = data()
+    xv, yv = data(24, 1)
+    method.fit(TensorLoader(x, y, 16, shuffle=False), (xv, yv))
+    full = Laplace(plain_net(), "classification", subset_of_weights="all", hessian_structure="full",
+                   backend=BackPackGGN, prior_precision=0.7)
+    full.fit(DataLoader(TensorDataset(x, y), batch_size=16))
+    _, f_var = full._glm_predictive_distribution(xv)
+    want = float(torch.diagonal(f_var, dim1=-2, dim2=-1).mean())
+    got = method.meta["predictive_spread"]
+    assert got["logit_variance"] == pytest.approx(want, rel=0.1 if sampler == "jvp" else 1e-4)
+    with torch.no_grad():
+        assert got["map_logit_spread"] == pytest.approx(float(plain_net()(xv).double().var(dim=1).mean()), rel=1e-6)
+    assert got["ratio"] == pytest.approx(got["logit_variance"] / got["map_logit_spread"])

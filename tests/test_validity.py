@@ -358,3 +358,16 @@ def test_stationarity_sees_weights_that_cancel_in_the_sum():
     assert out["weights"]["kl_pulls_up"] == pytest.approx(0.5)
     res = V.CHECKS.get("vi_stationarity").fn({"diagnostics": {"sigma_stationarity": out}})
     assert res.status == V.FAIL and "100% of the stochastic weights" in res.reason
+
+
+def test_laplace_predictive_variance_check():
+    check = V.CHECKS.get("laplace_predictive_variance").fn
+
+    def run(ratio):
+        return {"task": "classification", "diagnostics": {"pred_type": "glm", "predictive_spread": {
+            "logit_variance": ratio * 4.0, "map_logit_spread": 4.0, "ratio": ratio}}}
+
+    assert check(run(1e-8)).status == V.FAIL and "predictive is MAP's" in check(run(1e-8)).reason
+    assert check(run(0.05)).status == V.PASS
+    assert check({"task": "classification", "diagnostics": {}}).status == V.NOT_MEASURED
+    assert check({"task": "segmentation", "diagnostics": {}}).status == V.NOT_APPLICABLE
