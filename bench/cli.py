@@ -57,14 +57,6 @@ def _nonneg(text: str) -> int:
     return n
 
 
-def default_workers() -> int:
-    """Loader workers for file-backed evaluation sets: one per CPU core but one, at most 8."""
-    import os
-
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(0, min(8, cores - 1))
-
-
 def _seeds(text: str) -> list[int]:
     try:
         return [int(t) for t in _csv(text)]
@@ -244,7 +236,7 @@ def _env_threads() -> int | None:
 def check_executor_args(args, device) -> tuple[int, int | None]:
     """Validate the executor options (BenchError on a contradiction) and fix the thread policy:
     returns (workers, torch threads per worker process). On ``local`` torch gets its threads here."""
-    from bench.threads import apply_threads, available_cores, threads_per_worker
+    from bench.threads import apply_threads, available_cores, default_workers, threads_per_worker
 
     if args.executor == "local":
         for opt, val in (("--scheduler", args.scheduler), ("--workers", args.workers)):

@@ -38,6 +38,7 @@ from bench.checkpoints import MapCache
 from bench.cost import synchronize
 from bench.harness import predict_all, score_set
 from bench.models import build_model
+from bench.perf_cases import MODELS, REGISTERED, case
 from bench.provenance import resolve_device
 from bench.subnet.partial_vi import PartialVI, elbo_loss
 from bench.subnet.selection import candidate_indices, make_criterion
@@ -45,12 +46,7 @@ from bench.tasks import classification
 from bench.training import TrainConfig
 from methods import METHODS, MethodContext
 
-_registered: list[Callable] = []
-
-
-def case(fn):
-    _registered.append(fn)
-    return fn
+_registered = REGISTERED  # the registry lives in bench.perf_cases (bench.perf_scaleout registers there too)
 
 
 def timed(fn, device) -> float:
@@ -418,7 +414,6 @@ def vdp_predict_vs_single(model_name, in_shape, device, repeats, tmp, n=2000):
             ("VDP++ predict peak memory / single forward", mem_c / mem_r, "<=", 2.0,
              f"{mem_c / 2**20:.1f} MiB vs {mem_r / 2**20:.1f} MiB (parameters and input included)")]
 
-MODELS = [("lenet_300_100", (1, 28, 28)), ("lenet5", (1, 28, 28))]
 OPS = {">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "<": lambda a, b: a < b, ">": lambda a, b: a > b,
        "skip": lambda a, b: True}
 
@@ -529,7 +524,7 @@ def jpeg_eval_vs_imagefolder(model_name, in_shape, device, repeats, tmp, n=2000,
     import torchvision.datasets as tvd
     import torchvision.transforms as T
 
-    from bench.cli import default_workers
+    from bench.threads import default_workers
     from bench.data import EvalSet
     from datasets.imagenet import MEAN, STD
     from datasets.sources import ImageFiles

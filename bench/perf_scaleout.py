@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.perf import MODELS, case
+from bench.perf_cases import MODELS, case
 
 _STEP_CODE = r"""
 import os, sys, time, torch

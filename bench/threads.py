@@ -45,3 +45,9 @@ def apply_threads(n: int) -> int:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(n)
     return n
+
+
+def default_workers() -> int:
+    """Loader workers for file-backed evaluation sets: one per CPU core but one, at most 8."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(0, min(8, cores - 1))

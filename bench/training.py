@@ -17,6 +17,7 @@ from torch import nn
 from bench.data import TensorLoader
 from bench.options import ListOf, OneOf, Range, check_options
 from bench.errors import BenchError, DivergedError
+from bench.torch_files import load_or_set_aside, save_torch
 
 
 @dataclass
@@ -214,8 +215,6 @@ def save_training_state(path, model: nn.Module, optimizer, loader: TensorLoader,
     """Checkpoint (atomically) what a resumed training needs after a finished epoch: model,
     optimiser, data order and torch's random state, plus ``extra`` (epoch, log, and
     ``train_seconds`` from the loop's :class:`TrainingClock`, ...)."""
-    from bench.checkpoints import save_torch
-
     save_torch({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "loader": loader.state_dict(),
                 "torch_rng": torch.get_rng_state(), **extra}, Path(path))
 
@@ -226,7 +225,6 @@ def restore_training_state(path, model: nn.Module, optimizer, loader: TensorLoad
     (no file, or a damaged one, which is set aside and the model put back to its initial weights)."""
     if path is None or not Path(path).exists():
         return None
-    from bench.checkpoints import load_or_set_aside
 
     def restore(state):
         model.load_state_dict(state["model"])

@@ -504,6 +504,65 @@ def attach_validity(df):
     return df
 
 
+# -- the verdict of a table's rows ---------------------------------------------------------------------
+def row_validity(df, labels) -> dict:
+    """label -> (status, reasons) over the label's seeds (:mod:`bench.validity`): ``fail`` if a
+    seed fails, else ``unverified`` if a seed could not be checked, else ``ok``. Each reason once,
+    with the seeds it holds for."""
+    if "validity.status" not in df.columns:
+        return {}
+    out = {}
+    for lab in labels:
+        sub = df[(df["label"] == lab) & (df["kind"] == "id")] if "kind" in df.columns else df[df["label"] == lab]
+        if sub.empty:
+            sub = df[df["label"] == lab]
+        statuses = set(sub["validity.status"].dropna())
+        status = "fail" if "fail" in statuses else "unverified" if "unverified" in statuses else "ok"
+        reasons: dict = {}
+        for _, r in sub.iterrows():
+            v = r.get("validity")
+            if not isinstance(v, dict) or v.get("status") != status:
+                continue
+            for text in v.get("reasons") or []:
+                check = text.split(":", 1)[0]
+                reasons.setdefault(check, [text, []])[1].append(int(r["seed"]))
+        texts = [f"{t} (seed {sd[0]})" if len(set(sd)) == 1 else
+                 f"{t} (seeds {', '.join(map(str, sorted(set(sd))))}; the numbers are seed {sd[0]}'s)"
+                 for t, sd in reasons.values()]
+        out[lab] = (status, texts)
+    return out
+
+
+def board_num_classes(df, suite: str) -> int | None:
+    import pandas as pd
+
+    if "num_classes" in df.columns:
+        k = pd.to_numeric(df["num_classes"], errors="coerce").dropna()
+        if len(k):
+            return int(k.iloc[0])
+    return num_classes_of(suite)
+
+
+def uniform_reference(task: str, k: int | None, keys) -> dict:
+    """The columns a predictor that says 1/K for every class would score, whatever the data:
+    NLL ln K and Brier 1 - 1/K; accuracy 1/K on classification (balanced test sets; an argmax of
+    ties picks one class)."""
+    if task not in ("classification", "segmentation") or not k:
+        return {}
+    ref = {}
+    for key in keys:
+        metric = key.rsplit(".", 1)[-1]
+        if not key.startswith(("id.", "shift.")):
+            continue
+        if metric == "nll":
+            ref[key] = float(math.log(k))
+        elif metric == "brier":
+            ref[key] = 1.0 - 1.0 / k
+        elif metric == "accuracy" and task == "classification":
+            ref[key] = 1.0 / k
+    return ref
+
+
 # -- command line: the checks, and each kept board's regime -------------------------------------------
 def checks_markdown() -> str:
     rows = ["| check | what passes | methods that declare it |", "| --- | --- | --- |"]
@@ -524,10 +583,13 @@ def regime_markdown(results) -> str:
     are method evidence."""
     import numpy as np
 
-    from bench.leaderboard.records import load_runs
+    from bench.store import load_records
 
-    df = load_runs([results])
-    df = df[(df["status"] == "ok") & (df["kind"] == "id")]
+    df = load_records(results)
+    if df.empty:
+        return "no records under " + str(results)
+    df = attach_validity(df)
+    df = df[(df["status"].fillna("ok") == "ok") & (df["kind"] == "id")]
     rows = ["| suite / model (profile) | MAP clean accuracy, pixels on segmentation (chance 1/K) "
             "| MAP clean NLL / ln K | subnet Laplace s / N "
             "| configurations: ok / fail / unverified |", "| --- | --- | --- | --- | --- |"]
@@ -545,7 +607,7 @@ def regime_markdown(results) -> str:
                     s_over_n.append(c["numbers"]["s_over_n"])
         sn = f"{min(s_over_n):.2g}" + (f"-{max(s_over_n):.2g}" if max(s_over_n) != min(s_over_n) else "") \
             if s_over_n else "–"
-        runs = g.groupby("label")["validity.status"].agg(
+        runs = g.groupby(["method_label", "config_hash"])["validity.status"].agg(
             lambda st: "fail" if "fail" in set(st) else "unverified" if "unverified" in set(st) else "ok")
         counts = " / ".join(str(int((runs == s).sum())) for s in (OK, FAILED, UNVERIFIED))
         rows.append(f"| {suite} / {model} ({profile}) | {acc_t} | {nll_t} | {sn} | {counts} |")

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
+from bench.validity import board_num_classes, row_validity, uniform_reference
 from bench.reporting.data import distinct, metric_columns, natural_key, per_run_first, per_seed_mean
 from bench.reporting.tables import HIGHER_IS_BETTER as HIGHER
 from bench.reporting.tables import METRIC_TITLES as TITLES
@@ -159,64 +160,6 @@ def build_board(df: pd.DataFrame, suite: str, model: str, profile: str, metric: 
     board.map_label, board.delta = mlabel, delta.reindex(order) if delta is not None else None
     board.provenance = {lab: provenance(df[df["label"] == lab]) for lab in order}
     return board
-
-
-def row_validity(df: pd.DataFrame, labels) -> dict:
-    """label -> (status, reasons) over the label's seeds (:mod:`bench.validity`): ``fail`` if a
-    seed fails, else ``unverified`` if a seed could not be checked, else ``ok``. Each reason once,
-    with the seeds it holds for."""
-    if "validity.status" not in df.columns:
-        return {}
-    out = {}
-    for lab in labels:
-        sub = df[(df["label"] == lab) & (df["kind"] == "id")] if "kind" in df.columns else df[df["label"] == lab]
-        if sub.empty:
-            sub = df[df["label"] == lab]
-        statuses = set(sub["validity.status"].dropna())
-        status = "fail" if "fail" in statuses else "unverified" if "unverified" in statuses else "ok"
-        reasons: dict = {}
-        for _, r in sub.iterrows():
-            v = r.get("validity")
-            if not isinstance(v, dict) or v.get("status") != status:
-                continue
-            for text in v.get("reasons") or []:
-                check = text.split(":", 1)[0]
-                reasons.setdefault(check, [text, []])[1].append(int(r["seed"]))
-        texts = [f"{t} (seed {sd[0]})" if len(set(sd)) == 1 else
-                 f"{t} (seeds {', '.join(map(str, sorted(set(sd))))}; the numbers are seed {sd[0]}'s)"
-                 for t, sd in reasons.values()]
-        out[lab] = (status, texts)
-    return out
-
-
-def board_num_classes(df: pd.DataFrame, suite: str) -> int | None:
-    if "num_classes" in df.columns:
-        k = pd.to_numeric(df["num_classes"], errors="coerce").dropna()
-        if len(k):
-            return int(k.iloc[0])
-    from bench.validity import num_classes_of
-
-    return num_classes_of(suite)
-
-
-def uniform_reference(task: str, k: int | None, keys) -> dict:
-    """The columns a predictor that says 1/K for every class would score, whatever the data:
-    NLL ln K and Brier 1 - 1/K; accuracy 1/K on classification (balanced test sets; an argmax of
-    ties picks one class)."""
-    if task not in ("classification", "segmentation") or not k:
-        return {}
-    ref = {}
-    for key in keys:
-        metric = key.rsplit(".", 1)[-1]
-        if not key.startswith(("id.", "shift.")):
-            continue
-        if metric == "nll":
-            ref[key] = float(np.log(k))
-        elif metric == "brier":
-            ref[key] = 1.0 - 1.0 / k
-        elif metric == "accuracy" and task == "classification":
-            ref[key] = 1.0 / k
-    return ref
 
 
 def paired_delta(values: pd.Series, mlabel: str | None, labels) -> pd.DataFrame | None:

@@ -180,7 +180,7 @@ def paired_marks(table: Table | None, per_seed: list[pd.DataFrame], df: pd.DataF
 
     validity = {}
     if df is not None and "validity.status" in df.columns:
-        from bench.leaderboard.board import row_validity
+        from bench.validity import row_validity
 
         validity = row_validity(df, table.rows)
     ranked = [r for r in table.rows if validity.get(r, ("ok",))[0] == "ok"]
@@ -217,7 +217,7 @@ def _mark_rows(table: Table, validity: dict) -> None:
 
 
 def _reference_row(table: Table, df: pd.DataFrame) -> None:
-    from bench.leaderboard.board import board_num_classes, uniform_reference
+    from bench.validity import board_num_classes, uniform_reference
 
     task = str((distinct(df["task"]) or ["classification"])[0]) if "task" in df.columns else "classification"
     k = board_num_classes(df, str(df["suite"].iloc[0]))
