@@ -139,7 +139,9 @@ class MapCache:
     def training_log(self, seed: int) -> dict | None:
         """``{"epoch_loss", "val_nll"}`` per epoch of the MAP network of ``seed`` (None: a pretrained
         network, or one cached by code that did not keep it)."""
-        if seed not in self.logs and self.pretrained is None and self.cached_path(seed).exists():
+        if self.pretrained is not None:  # published weights: their training is not this benchmark's
+            return {"pretrained": str(self.pretrained.get("path"))}
+        if seed not in self.logs and self.cached_path(seed).exists():
             state = load_or_set_aside(self.cached_path(seed))
             self.logs[seed] = None if state is None else state.get("train_log")
         return self.logs.get(seed)

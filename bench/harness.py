@@ -505,7 +505,7 @@ class Harness:
             rec = {**base, "status": "ok", "kind": e.kind, "shift": e.shift, "severity": e.severity, "n": e.n,
                    "metrics": scores, "curves": curves, "started_at": started, "finished_at": now(),
                    "cost": {**cost, "predict_time_per_example_s": secs / max(e.n, 1)},
-                   "diagnostics": method.diagnostics() if e is id_set else None}
+                   "diagnostics": self.diagnostics_of(method, base, seed) if e is id_set else None}
             if e.note:
                 rec["eval_note"] = "; ".join(filter(None, [base.get("eval_note"), e.note]))
             if e.fingerprint:
@@ -523,6 +523,15 @@ class Harness:
         self.summary.eval_seconds += times
         rate = n_seen / times if times > 0 else float("inf")
         self.say(f"{tag}: evaluated {len(pending)} sets, {n_seen} examples in {times:.1f} s ({rate:,.0f} ex/s)")
+
+    def diagnostics_of(self, method, base: dict, seed: int) -> dict:
+        """The method's diagnostics; for a method built on the seed's MAP network, with that
+        network's training curve (``map_training``, from the MAP cache) when the method does not
+        report one itself: bench.validity's map_converged checks the network a row stands on."""
+        diag = dict(method.diagnostics() or {})
+        if "map_training" not in diag and type(method).starts_from(method.config) == "map":
+            diag["map_training"] = self.map_cache(base["model"]).training_log(seed)
+        return diag
 
     def band_curve(self, method) -> dict:
         ex = self.data.extras

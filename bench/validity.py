@@ -130,8 +130,9 @@ def informative(run: dict) -> CheckResult:
 
 
 # -- trained networks (MAP, ensemble members): a validation loss at rest --------------------------------
-@register_check("map_converged", "the trained network's validation NLL fell by at most 2 % over the last fifth of its "
-                                 "epochs (every member of an ensemble)")
+@register_check("map_converged", "the trained network's validation NLL (for a method built on the MAP network: "
+                                 "that network's) fell by at most 2 % over the last fifth of its epochs (every "
+                                 "member of an ensemble)")
 def map_converged(run: dict) -> CheckResult:
     """A network whose validation NLL is still falling when its training stops is not at the end of
     its training: a longer budget would give another network, and every method built on it
@@ -142,6 +143,8 @@ def map_converged(run: dict) -> CheckResult:
     name = "map_converged"
     logs = (run.get("diagnostics") or {}).get("map_training")
     logs = [logs] if isinstance(logs, dict) or logs is None else list(logs)
+    if logs and all(isinstance(lg, dict) and lg.get("pretrained") for lg in logs):
+        return _result(name, NOT_APPLICABLE, "published pretrained weights")
     curves = [[_num(v) for v in (lg or {}).get("val_nll") or []] for lg in logs]
     if not curves or any(not c or any(v is None for v in c) for c in curves):
         return _result(name, NOT_MEASURED, "no validation NLL per epoch in the record (it predates the check: rerun "

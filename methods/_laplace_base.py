@@ -74,7 +74,7 @@ class LaplaceMethod(Method):
     """A laplace-torch approximation around the cached MAP network: fit, tune the prior
     precision, predict in chunks, save / load without refitting."""
     STARTS_FROM = "map"
-    VALIDITY_CHECKS = ("informative", "laplace_prior_grid", "laplace_predictive_variance")
+    VALIDITY_CHECKS = ("informative", "map_converged", "laplace_prior_grid", "laplace_predictive_variance")
 
     tasks = ("classification",)
     #: laplace.Laplace(subset_of_weights=..., hessian_structure=...)

@@ -307,6 +307,7 @@ class VIMethod(Method):
 @register_method("pbn")
 class PBN(VIMethod):
     STARTS_FROM = "map"
+    VALIDITY_CHECKS = VIMethod.VALIDITY_CHECKS + ("map_converged",)  # and the MAP network it starts from
     description = ("partial Bayesian network: top-k |gradient| subnetwork of the MAP network, "
                    "mean-field VI on it (Algorithm 1 of the PBN paper)")
     defaults = {

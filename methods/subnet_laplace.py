@@ -49,7 +49,8 @@ class SubnetLaplace(LaplaceMethod):
                    "network, full-covariance GGN Laplace over it (laplace-torch)")
     subset_of_weights = "subnetwork"
     hessian_structure = "full"
-    VALIDITY_CHECKS = ("informative", "laplace_prior_grid", "laplace_attainable_variance", "laplace_predictive_variance")
+    VALIDITY_CHECKS = ("informative", "map_converged", "laplace_prior_grid", "laplace_attainable_variance",
+                       "laplace_predictive_variance")
     defaults = {
         # the paper's Wasserstein criterion (Q3) with its authors' estimator of the marginal
         # variances, diagonal SWAG; "wasserstein_diag_laplace" estimates them with a diagonal Laplace

@@ -14,6 +14,7 @@ class TemperatureScaling(Method):
     description = "MAP network with its logits divided by a temperature fitted on the validation split"
     tasks = ("classification", "segmentation")  # checked when a run is planned; shown by `bench list`
     STARTS_FROM = "map"  # it wraps the seed's MAP network, so it runs on pretrained-MAP suites too
+    VALIDITY_CHECKS = ("informative", "map_converged")  # bench.validity: a row needs a converged MAP network
     # every option and its default (--set temperature_scaling.lbfgs_lr=...); an option named like a
     # training-budget field (epochs, lr, optimizer, weight_decay) would replace the profile's budget
     defaults = {"max_iter": 100, "lbfgs_lr": 0.05}

@@ -221,7 +221,9 @@ def _records(root, pbn_diag):
 
     store = ResultsStore(root)
     at_rest = {"map_training": {"val_nll": [1.0 + 1.0 / (e + 1) ** 3 for e in range(20)]}}
-    for method, cfg, offset, diag in (("deterministic", {}, 0.0, at_rest), ("pbn", {"r_bayes": 0.05}, -0.1, pbn_diag)):
+    # PBN's row also stands on its MAP network's training curve (map_converged): at rest here
+    for method, cfg, offset, diag in (("deterministic", {}, 0.0, at_rest),
+                                      ("pbn", {"r_bayes": 0.05}, -0.1, {**pbn_diag, **at_rest})):
         for seed in range(3):
             run = store.run_dir("cifar10c", "resnet20", method, config_hash(cfg), seed)
             base = {"status": "ok", "suite": "cifar10c", "profile": "quick", "task": "classification",
@@ -371,3 +373,21 @@ def test_laplace_predictive_variance_check():
     assert check(run(0.05)).status == V.PASS
     assert check({"task": "classification", "diagnostics": {}}).status == V.NOT_MEASURED
     assert check({"task": "segmentation", "diagnostics": {}}).status == V.NOT_APPLICABLE
+
+
+def test_a_method_on_the_map_network_carries_that_networks_curve(fake_mnist, tmp_path):
+    """Through the harness: temperature scaling (built on the seed's MAP network) records the MAP
+    network's validation curve, as the MAP row does, and its verdict reads it."""
+    from bench.cli import main
+    from bench.store import load_records
+
+    out = tmp_path / "results"
+    assert main(["run", "--suite", "mnist_rotated", "--profile", "smoke", "--quiet", "--no-report",
+                 "--data-root", str(fake_mnist), "--out", str(out), "--methods", "deterministic,temperature_scaling",
+                 "--set", "data.n_val=100", "--set", "data.n_train=500", "--set", "data.n_test=100",
+                 "--set", "data.n_ood=100", "--set", "train.epochs=5"]) == 0
+    ids = load_records(out).query("kind == 'id'").set_index("method")
+    curve = ids.loc["temperature_scaling", "diagnostics"]["map_training"]["val_nll"]
+    assert len(curve) == 5 and curve == ids.loc["deterministic", "diagnostics"]["map_training"]["val_nll"]
+    checks = {c["name"]: c for c in ids.loc["temperature_scaling", "validity"]["checks"]}
+    assert checks["map_converged"]["status"] in (V.PASS, V.FAIL)
