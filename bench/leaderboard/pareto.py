@@ -51,18 +51,24 @@ def pareto_figure(board: Board) -> bytes | None:
         floor = positive.min() / 3 if len(positive) else 1.0
         xs = np.where(x > 0, x, floor)     # zero stochastic parameters (MAP) at the left edge
         y = np.array([mean.at[lab, metric] for lab in ok])
+        evidence = np.array([board.is_evidence(lab) for lab in ok], dtype=bool)
         for i, lab in enumerate(ok):
             st = styles[lab]
             err = std.at[lab, metric]
             rank = board.rows.index(lab) + 1
+            # a row that is not method evidence (bench.validity): hollow, faded, its symbol in the legend
+            mark = "" if evidence[i] else " " + {"fail": "✗", "unverified": "?"}.get(
+                board.validity.get(lab, ("ok",))[0], "")
             ax.errorbar(xs[i], y[i], yerr=err if np.isfinite(err) else None, color=st["color"],
                         marker=st["marker"], markersize=7, markeredgecolor="#333", linestyle="none",
-                        capsize=3, label=f"{rank}. {lab}")
+                        capsize=3, label=f"{rank}. {lab}{mark}", alpha=1.0 if evidence[i] else 0.45,
+                        markerfacecolor=st["color"] if evidence[i] else "none")
             ax.annotate(str(rank), (xs[i], y[i]), textcoords="offset points", xytext=(5, 4), fontsize=7,
                         color="#333")
-        front = pareto_front(xs, y, higher)
-        fx, fy = xs[front], y[front]
-        ax.step(fx, fy, where="post", color="#555", linewidth=1.2, linestyle="--", zorder=0)
+        if evidence.sum() >= 2:  # the front of the rows that are method evidence only
+            idx = np.flatnonzero(evidence)
+            front = idx[pareto_front(xs[idx], y[idx], higher)]
+            ax.step(xs[front], y[front], where="post", color="#555", linewidth=1.2, linestyle="--", zorder=0)
         ax.set_xscale("log")
         plain = FuncFormatter(lambda v, _: f"{v:g}")
         ax.xaxis.set_major_formatter(plain)
@@ -80,7 +86,7 @@ def pareto_figure(board: Board) -> bytes | None:
                f"{col.title})", title_fontsize=8)
     smoke = " — SMOKE PROFILE, not results" if board.profile == "smoke" else ""
     fig.suptitle(f"{board.suite} / {board.model} ({board.profile} profile): {col.title} against cost; "
-                 f"dashed: Pareto front{smoke}")
+                 f"dashed: Pareto front of the rows that are method evidence (hollow ✗ / ?: not evidence){smoke}")
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     return to_png(fig)
 
