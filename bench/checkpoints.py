@@ -21,7 +21,8 @@ from bench.provenance import worker_identity
 from bench.seeding import derive_seed, isolated_rng, seed_everything
 from bench.store import atomic_write_json, config_hash
 from bench.torch_files import DamagedCheckpointError, load_or_set_aside, load_torch, save_torch  # noqa: F401
-from bench.training import TrainConfig, earlier_training_time, nll_loss, train_model, validation_nll
+from bench.training import (TrainConfig, earlier_training_time, nll_loss, train_model, training_curve,
+                            validation_curve)
 
 
 class MapCache:
@@ -110,24 +111,18 @@ class MapCache:
                               seed=gen_seed, device=self.device, augment=self.augment)
         t0 = time.perf_counter()
         try:
-            stats = None
-            if self.val is not None:
-                vx, vy = self.val
-                bs = max(self.train_cfg.batch_size, 64)
-
-                def stats():  # no random number drawn: the network trains exactly as without it
-                    return {"val_nll": validation_nll(model, self.task, vx, vy, bs)}
+            stats = validation_curve(model, self.task, self.val, self.train_cfg.batch_size)
             with earlier_training_time() as earlier:  # a MAP network resumed here: its earlier epochs count
                 trained = train_model(model, loader, self.train_cfg, nll_loss(self.task), desc=f"MAP seed {seed}",
-                                  progress=self.progress, resume_path=path.with_suffix(".partial"), epoch_stats=stats)
+                                      progress=self.progress, resume_path=path.with_suffix(".partial"),
+                                      epoch_stats=stats)
         except DivergedError as exc:
             atomic_write_json(failed, {"seed": seed, "error": str(exc), "key": self.key})
             raise
         failed.unlink(missing_ok=True)
         self.in_process_s[seed] = time.perf_counter() - t0  # inside a fit's timer: not the fit's time
         elapsed = self.in_process_s[seed] + earlier[0]
-        self.logs[seed] = {"epoch_loss": [float(v) for v in trained.get("epoch_loss", [])],
-                           "val_nll": [e.get("val_nll") for e in trained.get("epoch_stats", [])] or None}
+        self.logs[seed] = training_curve(trained)
         save_torch({"model": model.state_dict(), "key": self.key, "seed": seed, "train_time_s": elapsed,
                     "train_log": self.logs[seed], **worker_identity()}, path)
         log_event(self.events_path, "map_trained", model=self.key.get("model"), seed=seed, seconds=elapsed,

@@ -514,9 +514,8 @@ class Harness:
                 rec["num_classes"] = int(self.suite.task.num_outputs)
             if e is id_set:
                 verdict_now = validity.verdict(validity.run_view(rec), checks)
-            rec["validity"] = verdict_now if verdict_now is not None else {
-                "status": validity.UNVERIFIED, "reasons": ["no clean-test record of this fit"], "checks": [],
-                "version": validity.VERSION}
+            rec["validity"] = (verdict_now if verdict_now is not None
+                               else validity.unverified("no clean-test record of this fit"))
             self.store.write(run_dir, rec)
             self.summary.records += 1
         self.summary.eval_examples += n_seen

@@ -20,6 +20,7 @@ import pandas as pd
 
 from bench.errors import BenchError
 from bench.store import _safe, atomic_write_json, load_records
+from bench.validity import OK, SYMBOLS, attach_validity, worst_status
 
 #: the validation objective of the protocol (lower is better)
 SELECTION_METRIC = "metrics.nll"
@@ -62,16 +63,15 @@ def choose_on_validation(df: pd.DataFrame, method: str, tuned: tuple[str, ...] |
             for h, cfg, g in cands:
                 per_seed = {int(s): float(v) for s, v in zip(g["seed"], g[metric]) if int(s) in seeds}
                 score = sum(per_seed.values()) / len(per_seed)
-                statuses = set(g["validity.status"]) if "validity.status" in g.columns else {"ok"}
                 rows.append({"values": {t: cfg[t] for t in tuned}, "config_hash": h,
                              "score": score if math.isfinite(score) else float("inf"),
                              "per_seed": dict(sorted(per_seed.items())),
-                             "validity": "fail" if "fail" in statuses else
-                                         "unverified" if "unverified" in statuses else "ok"})
+                             "validity": worst_status(g["validity.status"]) if "validity.status" in g.columns
+                             else OK})
             rows.sort(key=lambda r: (r["score"], json.dumps(r["values"], sort_keys=True, default=str)))
             # the lowest validation score among the candidates whose fits pass their validity checks
             # (bench.validity): a fit that did not converge is not a choice; none passing: among all
-            valid = [r for r in rows if r["validity"] == "ok"]
+            valid = [r for r in rows if r["validity"] == OK]
             best = (valid or rows)[0]
             out.append({"model": mdl, "method": method, "tuned": list(tuned), "chosen": best["values"],
                         "chosen_config_hash": best["config_hash"], "metric": f"validation {metric.split('.')[-1]}",
@@ -93,8 +93,6 @@ def choose_from_store(results: str | Path, suite: str, method: str, tuned: list[
     df = load_records(results, suite)
     if df.empty:
         raise BenchError(f"no records for suite {suite!r} under {results}")
-    from bench.validity import attach_validity
-
     return choose_on_validation(attach_validity(df), method, tuned, model=model)
 
 
@@ -122,7 +120,8 @@ def selection_markdown(choices: list[dict]) -> str:
         out.append("|" + " --- |" * (len(c["tuned"]) + len(seeds) + 3))
         for r in c["candidates"]:
             cells = [str(r["values"][t]) for t in c["tuned"]] + [f"{r['per_seed'][s]:.4f}" for s in seeds]
-            mark = {"fail": "✗ fail", "unverified": "? unverified"}.get(r.get("validity", "ok"), "ok")
+            status = r.get("validity", OK)
+            mark = f"{SYMBOLS[status]} {status}" if status in SYMBOLS else status
             cells += [f"{r['score']:.4f}", mark,
                       "**chosen**" if r["config_hash"] == c["chosen_config_hash"] else ""]
             out.append("| " + " | ".join(cells) + " |")

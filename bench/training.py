@@ -335,6 +335,24 @@ def validation_nll(model: nn.Module, task, x: torch.Tensor, y: torch.Tensor, bat
     return total / max(count, 1)
 
 
+def validation_curve(model: nn.Module, task, val, batch_size: int):
+    """``epoch_stats`` for :func:`train_model` recording the validation NLL after every epoch
+    (:func:`validation_nll`; it draws no random number, so the network trains exactly as without
+    it), or None without a validation split. :func:`training_curve` reads it back from the log."""
+    if val is None or val[0] is None or not len(val[0]):
+        return None
+    vx, vy = val
+    bs = max(int(batch_size), 64)
+    return lambda: {"val_nll": validation_nll(model, task, vx, vy, bs)}
+
+
+def training_curve(log: dict) -> dict:
+    """``{"epoch_loss", "val_nll"}`` per epoch from a :func:`train_model` log (``val_nll`` None
+    without a :func:`validation_curve`): the evidence bench.validity's map_converged reads."""
+    return {"epoch_loss": [float(v) for v in log.get("epoch_loss", [])],
+            "val_nll": [e.get("val_nll") for e in log.get("epoch_stats", [])] or None}
+
+
 def nll_loss(task) -> LossFn:
     """The plain maximum-likelihood (MAP with weight decay) objective."""
 

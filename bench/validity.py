@@ -444,10 +444,10 @@ def num_classes_of(suite: str) -> int | None:
         return None
 
 
-def run_view(id_record: dict, num_classes: int | None = None) -> dict:
+def run_view(id_record: dict) -> dict:
     """What the checks read, from a fitted configuration's clean-test (``id``) record."""
     k = id_record.get("num_classes")
-    k = k if _num(k) else (num_classes or num_classes_of(id_record.get("suite")))
+    k = k if _num(k) else num_classes_of(id_record.get("suite"))
     return {"method": id_record.get("method"), "task": id_record.get("task"), "num_classes": k,
             "metrics": id_record.get("metrics") or {}, "diagnostics": id_record.get("diagnostics") or {},
             "method_config": id_record.get("method_config") or {}, "train_config": id_record.get("train_config") or {}}
@@ -456,10 +456,14 @@ def run_view(id_record: dict, num_classes: int | None = None) -> dict:
 SYMBOLS = {FAILED: "✗", UNVERIFIED: "?"}
 
 
-def short_reason(v: dict | None) -> str:
-    if not isinstance(v, dict) or v.get("status") == OK:
-        return ""
-    return "; ".join(v.get("reasons") or [])
+def unverified(reason: str) -> dict:
+    """A verdict that could not be computed at all (no clean-test record of the fit)."""
+    return {"status": UNVERIFIED, "reasons": [reason], "checks": [], "version": VERSION}
+
+
+def marked_label(label: str, status: str) -> str:
+    """A table row's label with its verdict's symbol when it is not method evidence."""
+    return f"{label} {SYMBOLS[status]}" if status in SYMBOLS else label
 
 
 #: the records of one fitted configuration (every evaluation set of one seed)
@@ -469,70 +473,68 @@ RUN_KEY = ["suite", "profile", "model", "config_hash", "seed"]
 def attach_validity(df):
     """``df`` (flat records, as :func:`bench.store.load_records` gives them) with the verdict of
     each fitted configuration recomputed from its clean-test record, in every one of its rows:
-    ``validity`` (the dict of :func:`verdict`), ``validity.status`` and ``validity.reason``. A run
-    without a clean-test record is ``unverified``."""
+    ``validity`` (the dict of :func:`verdict`) and ``validity.status``. A run without a clean-test
+    record is ``unverified``."""
     import pandas as pd
 
     df = df.copy()
     if df.empty:
-        for col in ("validity", "validity.status", "validity.reason"):
+        for col in ("validity", "validity.status"):
             df[col] = pd.Series(dtype=object)
         return df
     key = [c for c in RUN_KEY if c in df.columns]
-    cache: dict = {}
-    verdicts = []
     metric_cols = [c for c in df.columns if c.startswith("metrics.")]
     kind = df["kind"] if "kind" in df.columns else pd.Series("id", index=df.index)
-    ids = df[kind == "id"]
-    id_rows = {tuple(r[k] for k in key): r for _, r in ids.iterrows()}
-    for _, row in df.iterrows():
-        k = tuple(row[c] for c in key)
-        if k not in cache:
-            rec = id_rows.get(k)
-            if rec is None:
-                cache[k] = {"status": UNVERIFIED, "reasons": ["no clean-test record of this run"], "checks": [],
-                            "version": VERSION}
-            else:
-                metrics = {c.split(".", 1)[1]: rec[c] for c in metric_cols if _num(rec[c]) is not None}
-                view = {"method": rec.get("method"), "task": rec.get("task"), "suite": rec.get("suite"),
-                        "num_classes": rec.get("num_classes"), "metrics": metrics,
-                        "diagnostics": rec.get("diagnostics"), "method_config": rec.get("method_config"),
-                        "train_config": rec.get("train_config")}
-                stored = rec.get("validity") if isinstance(rec.get("validity"), dict) else None
-                cache[k] = verdict(run_view(view), checks_of(rec.get("method"), stored))
-        verdicts.append(cache[k])
+    by_run = {}
+    for _, rec in df[kind == "id"].iterrows():
+        metrics = {c.split(".", 1)[1]: rec[c] for c in metric_cols if _num(rec[c]) is not None}
+        view = {"method": rec.get("method"), "task": rec.get("task"), "suite": rec.get("suite"),
+                "num_classes": rec.get("num_classes"), "metrics": metrics, "diagnostics": rec.get("diagnostics"),
+                "method_config": rec.get("method_config"), "train_config": rec.get("train_config")}
+        stored = rec.get("validity") if isinstance(rec.get("validity"), dict) else None
+        by_run[tuple(rec[c] for c in key)] = verdict(run_view(view), checks_of(rec.get("method"), stored))
+    missing = unverified("no clean-test record of this run")
+    verdicts = [by_run.get(k, missing) for k in zip(*(df[c] for c in key))]
     df["validity"] = verdicts
     df["validity.status"] = [v["status"] for v in verdicts]
-    df["validity.reason"] = [short_reason(v) for v in verdicts]
     return df
 
 
 # -- the verdict of a table's rows ---------------------------------------------------------------------
+def worst_status(statuses) -> str:
+    """The verdict of several runs (a row's seeds): ``fail`` if one fails, else ``unverified`` if
+    one could not be checked, else ``ok``."""
+    statuses = set(statuses)
+    return FAILED if FAILED in statuses else UNVERIFIED if UNVERIFIED in statuses else OK
+
+
+def runs_validity(records) -> tuple[str, list[str]]:
+    """(status, reasons) of the runs in ``records`` (rows with ``seed``, ``validity`` and
+    ``validity.status``): :func:`worst_status`, and each failing check's reason once, with the
+    seeds it holds for (the numbers are the first such seed's)."""
+    status = worst_status(records["validity.status"].dropna())
+    reasons: dict = {}
+    for _, r in records.iterrows():
+        v = r.get("validity")
+        if not isinstance(v, dict) or v.get("status") != status:
+            continue
+        for text in v.get("reasons") or []:
+            reasons.setdefault(text.split(":", 1)[0], [text, []])[1].append(int(r["seed"]))
+    texts = [f"{t} (seed {sd[0]})" if len(set(sd)) == 1 else
+             f"{t} (seeds {', '.join(map(str, sorted(set(sd))))}; the numbers are seed {sd[0]}'s)"
+             for t, sd in reasons.values()]
+    return status, texts
+
+
 def row_validity(df, labels) -> dict:
-    """label -> (status, reasons) over the label's seeds (:mod:`bench.validity`): ``fail`` if a
-    seed fails, else ``unverified`` if a seed could not be checked, else ``ok``. Each reason once,
-    with the seeds it holds for."""
+    """label -> :func:`runs_validity` of the label's clean-test records (all its records when it
+    has none)."""
     if "validity.status" not in df.columns:
         return {}
     out = {}
     for lab in labels:
         sub = df[(df["label"] == lab) & (df["kind"] == "id")] if "kind" in df.columns else df[df["label"] == lab]
-        if sub.empty:
-            sub = df[df["label"] == lab]
-        statuses = set(sub["validity.status"].dropna())
-        status = "fail" if "fail" in statuses else "unverified" if "unverified" in statuses else "ok"
-        reasons: dict = {}
-        for _, r in sub.iterrows():
-            v = r.get("validity")
-            if not isinstance(v, dict) or v.get("status") != status:
-                continue
-            for text in v.get("reasons") or []:
-                check = text.split(":", 1)[0]
-                reasons.setdefault(check, [text, []])[1].append(int(r["seed"]))
-        texts = [f"{t} (seed {sd[0]})" if len(set(sd)) == 1 else
-                 f"{t} (seeds {', '.join(map(str, sorted(set(sd))))}; the numbers are seed {sd[0]}'s)"
-                 for t, sd in reasons.values()]
-        out[lab] = (status, texts)
+        out[lab] = runs_validity(sub if not sub.empty else df[df["label"] == lab])
     return out
 
 
@@ -610,8 +612,7 @@ def regime_markdown(results) -> str:
                     s_over_n.append(c["numbers"]["s_over_n"])
         sn = f"{min(s_over_n):.2g}" + (f"-{max(s_over_n):.2g}" if max(s_over_n) != min(s_over_n) else "") \
             if s_over_n else "–"
-        runs = g.groupby(["method_label", "config_hash"])["validity.status"].agg(
-            lambda st: "fail" if "fail" in set(st) else "unverified" if "unverified" in set(st) else "ok")
+        runs = g.groupby(["method_label", "config_hash"])["validity.status"].agg(worst_status)
         counts = " / ".join(str(int((runs == s).sum())) for s in (OK, FAILED, UNVERIFIED))
         rows.append(f"| {suite} / {model} ({profile}) | {acc_t} | {nll_t} | {sn} | {counts} |")
     return "\n".join(rows)

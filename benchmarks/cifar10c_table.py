@@ -15,10 +15,7 @@ import math
 import statistics
 
 from bench.store import load_records
-from bench.validity import SYMBOLS, attach_validity, num_classes_of
-
-#: one line per row that is not method evidence, printed under the table
-NOTES: list[str] = []
+from bench.validity import OK, attach_validity, marked_label, num_classes_of, runs_validity
 
 ORDER = ["deterministic", "mc_dropout", "deep_ensemble", "pbn", "mfvi", "ssvi", "subnet_laplace",
          "laplace_last_layer", "laplace_diag", "vdp"]
@@ -62,6 +59,7 @@ def seed_mce(idr, sh, reference) -> float:
 
 
 def rows(results: str, seeds: list[int], methods: list[str] | None, model: str, profile: str, suite: str = "cifar10c"):
+    """(table rows, one note per row that is not method evidence: its label and reasons)."""
     df = attach_validity(load_records(results, suite))
     df = df[(df["status"] == "ok") & df["seed"].isin(seeds) & (df["model"] == model) & (df["profile"] == profile)]
     if methods:
@@ -69,7 +67,7 @@ def rows(results: str, seeds: list[int], methods: list[str] | None, model: str, 
     # every (corruption, severity) cell any seed of the profile has: a seed counts when it has them all
     n_cells = len(df[df["kind"] == "shift"][["shift", "severity"]].drop_duplicates())
     reference, with_mce = mce_reference(suite)
-    out = []
+    out, notes = [], []
     for (method, _), g in df.groupby(["method", "config_hash"]):
         idr, sh = g[g["kind"] == "id"], g[g["kind"] == "shift"]
         complete = [s for s, n in sh.groupby("seed").size().items() if n == n_cells and s in set(idr["seed"])]
@@ -78,15 +76,10 @@ def rows(results: str, seeds: list[int], methods: list[str] | None, model: str, 
         idr, sh = idr[idr["seed"].isin(complete)], sh[sh["seed"].isin(complete)]
         per = sh.groupby("seed")
         sev = sh.groupby(["seed", "severity"])["metrics.accuracy"].mean().groupby("severity").mean()
-        statuses = set(idr["validity.status"])
-        status = "fail" if "fail" in statuses else "unverified" if "unverified" in statuses else "ok"
-        name = label(method, idr.iloc[0]["method_config"]) + (f" {SYMBOLS[status]}" if status in SYMBOLS else "")
-        if status in SYMBOLS:
-            why = {}
-            for v in idr["validity"]:
-                for text in (v or {}).get("reasons", []) if (v or {}).get("status") == status else []:
-                    why.setdefault(text.split(":", 1)[0], text)
-            NOTES.append(f"{name}: " + "; ".join(why.values()) + " (the numbers are the first seed's)")
+        status, reasons = runs_validity(idr)
+        name = marked_label(label(method, idr.iloc[0]["method_config"]), status)
+        if status != OK:
+            notes.append(f"{name}: " + "; ".join(reasons))
         out.append((method, [
             name, ",".join(str(int(s)) for s in sorted(complete)),
             mean_std(idr["metrics.accuracy"]), mean_std(idr["metrics.nll"]), mean_std(idr["metrics.ece"]),
@@ -97,7 +90,7 @@ def rows(results: str, seeds: list[int], methods: list[str] | None, model: str, 
                          "{:.3f}")] if with_mce else [])
             + [f"{int(idr['cost.stochastic_params'].iloc[0]):,}", mean_std(idr["cost.train_time_s"], "{:.0f}")]))
     out.sort(key=lambda r: (ORDER.index(r[0]) if r[0] in ORDER else len(ORDER), r[1][0]))
-    return [r for _, r in out]
+    return [r for _, r in out], notes
 
 
 def main(argv=None) -> int:
@@ -109,7 +102,7 @@ def main(argv=None) -> int:
     p.add_argument("--profile", default="quick")
     p.add_argument("--suite", default="cifar10c")
     a = p.parse_args(argv)
-    table = rows(a.results, [int(s) for s in a.seeds.split(",")], a.methods.split(",") if a.methods else None,
+    table, notes = rows(a.results, [int(s) for s in a.seeds.split(",")], a.methods.split(",") if a.methods else None,
                  a.model, a.profile, a.suite)
     reference, with_mce = mce_reference(a.suite)
     header = HEADER[:-2] + (["mCE (AlexNet = 1)" if reference else "mean corruption error"] if with_mce else []) + HEADER[-2:]
@@ -122,9 +115,9 @@ def main(argv=None) -> int:
         acc, nll, brier = f"{1 / k:.4f}", f"{math.log(k):.3f}", f"{1 - 1 / k:.3f}"
         ref = [f"uniform predictor (1/{k} each; reference)", "–", acc, nll, "–", acc, nll, brier, "–", "–"]
         print("| " + " | ".join(ref + ["–"] * (len(header) - len(ref))) + " |")
-    if NOTES:
+    if notes:
         print("\n✗: fails its validity checks, ?: could not be checked (bench.validity): not method evidence.\n")
-        for n in NOTES:
+        for n in notes:
             print(f"- {n}")
     return 0
 

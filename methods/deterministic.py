@@ -14,7 +14,7 @@ import torch
 
 from bench.seeding import derive_seed
 from bench.options import OneOf, Range
-from bench.training import OPTIMIZERS, nll_loss, train_model, validation_nll
+from bench.training import OPTIMIZERS, nll_loss, train_model, training_curve, validation_curve
 from methods.base import Method, register_method
 
 
@@ -54,19 +54,14 @@ class Deterministic(Method):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(self.name, "init", self.ctx.seed))
             self.model = self.ctx.build_model(dropout=0.0).to(self.ctx.device)
-        vx, vy = val if val is not None else (None, None)
-
-        def stats():  # the validation NLL after every epoch (draws no random number)
-            return {"val_nll": validation_nll(self.model, self.ctx.task, vx, vy, max(cfg.batch_size, 64))}
         log = train_model(self.model, train, cfg, nll_loss(self.ctx.task), desc=self.name, progress=self.ctx.progress,
                           resume_path=self.ctx.resume_path(self.name),
-                          epoch_stats=stats if vx is not None and len(vx) else None)
+                          epoch_stats=validation_curve(self.model, self.ctx.task, val, cfg.batch_size))
         self.meta = {"train": {"optimizer": cfg.optimizer, "lr": cfg.lr, "weight_decay": cfg.weight_decay,
                                "epochs": cfg.epochs, "schedule": cfg.schedule,
                                "epoch_loss": [float(v) for v in log.get("epoch_loss", [])]},
                      "train_time_s": log["train_seconds"],
-                     "map_training": {"epoch_loss": [float(v) for v in log.get("epoch_loss", [])],
-                                      "val_nll": [e.get("val_nll") for e in log.get("epoch_stats", [])] or None}}
+                     "map_training": training_curve(log)}
         self.model.eval()
         return self
 

@@ -6,7 +6,7 @@ from torch import nn
 
 from bench.options import Range
 from bench.seeding import derive_seed, seed_everything
-from bench.training import nll_loss, train_model, validation_nll
+from bench.training import nll_loss, train_model, training_curve, validation_curve
 from methods.base import Method, register_method
 
 
@@ -60,17 +60,12 @@ class MCDropout(Method):
 
     def fit(self, train, val):
         seed_everything(derive_seed("mc_dropout", self.ctx.seed))
-        vx, vy = val if val is not None else (None, None)
-        bs = max(self.ctx.train.batch_size, 64)
-
-        def stats():  # validation NLL of the network with dropout off (draws no random number)
-            return {"val_nll": validation_nll(self.model, self.ctx.task, vx, vy, bs)}
+        # the validation NLL per epoch (of the network with dropout off, eval mode): the evidence that
+        # the training converged (bench.validity)
         log = train_model(self.model, train, self.ctx.train, nll_loss(self.ctx.task), desc="mc_dropout",
                           progress=self.ctx.progress, resume_path=self.ctx.resume_path("mc_dropout"),
-                          epoch_stats=stats if vx is not None and len(vx) else None)
-        # its loss and validation NLL per epoch: the evidence that the training converged (bench.validity)
-        self.meta = {"map_training": {"epoch_loss": [float(v) for v in log.get("epoch_loss", [])],
-                                      "val_nll": [e.get("val_nll") for e in log.get("epoch_stats", [])] or None}}
+                          epoch_stats=validation_curve(self.model, self.ctx.task, val, self.ctx.train.batch_size))
+        self.meta = {"map_training": training_curve(log)}
         self._eval_mode()
         return self
 

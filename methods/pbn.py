@@ -46,8 +46,6 @@ def softplus_inv_float(sigma: float) -> float:
 
 #: first-layer sigma tensors up to this many entries are stored whole in the diagnostics
 MAX_SIGMA_VALUES = 5000
-#: training batches on which the fitted sigma's stationarity is measured (bench.subnet.stationarity)
-STATIONARITY_BATCHES = 32
 
 
 class VIMethod(Method):
@@ -187,7 +185,7 @@ class VIMethod(Method):
                                beta_end=0.0, local_reparam=bool(c["local_reparam"]))
         beta = float(c["beta_end"])
         out = sigma_stationarity(self.vi, [self.vi.rho], lambda m, x, y: likelihood(m, x, y, 1.0),
-                                 lambda m: beta * m.kl() / kl_divisor, train, batches=STATIONARITY_BATCHES,
+                                 lambda m: beta * m.kl() / kl_divisor, train,
                                  seed=derive_seed(self.name, "stationarity", self.ctx.seed))
         return {**out, "beta": beta} if out else {}
 

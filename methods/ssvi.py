@@ -45,8 +45,6 @@ from bench.training import (OPTIMIZERS, TrainingClock, make_optimizer, own_group
                             save_training_state)
 from methods.base import Method, register_method
 
-#: training batches on which the fitted sigma's stationarity is measured (bench.subnet.stationarity)
-STATIONARITY_BATCHES = 32
 
 #: The official code's values (train_cifar.py / scripts/ssvi_cifar.sh) that are not already the
 #: defaults: posterior means N(0, 0.01^2); weight decay 5e-4 on the means.
@@ -245,7 +243,7 @@ class SSVI(Method):
         xs_of = (lambda t: t) if S == 1 else (lambda t: t.repeat(S, *([1] * (t.dim() - 1))))
         meta["sigma_stationarity"] = sigma_stationarity(
             model, model.rho_params(), lambda m, x, y: self.ctx.task.loss(m(xs_of(x)), xs_of(y)),
-            lambda m: beta_max * m.kl() / num_train, train, batches=STATIONARITY_BATCHES,
+            lambda m: beta_max * m.kl() / num_train, train,
             seed=derive_seed(self.name, "stationarity", self.ctx.seed))
         if meta["sigma_stationarity"]:
             meta["sigma_stationarity"]["beta"] = beta_max

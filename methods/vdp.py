@@ -43,8 +43,6 @@ from bench.vdp import LIKELIHOODS, VDPNetwork, VDPWeightLayer, softmax_moments, 
 from bench.vdp.layers import SIGMA_PER
 from methods.base import Method, register_method
 
-#: training batches on which the fitted sigma's stationarity is measured (bench.subnet.stationarity)
-STATIONARITY_BATCHES = 32
 
 
 @register_method("vdp")
@@ -184,8 +182,7 @@ class VDP(Method):
         n_train = self.meta["num_train"]
         st = sigma_stationarity(self.net, self.net.rho_params(), lambda m, x, y: nll_only(m, x, y, 1.0),
                                 lambda m: float(c["kl_weight"]) * m.kl(float(c["prior_scale"])) / n_train,
-                                train, batches=STATIONARITY_BATCHES,
-                                seed=derive_seed("vdp", "stationarity", self.ctx.seed))
+                                train, seed=derive_seed("vdp", "stationarity", self.ctx.seed))
         self.meta["sigma_stationarity"] = {**st, "beta": float(c["kl_weight"])} if st else {}
         if self.config["init"] == "map" and self.ctx.map_cache is not None:
             self.meta["upstream_seed"] = self.ctx.seed

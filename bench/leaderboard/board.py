@@ -70,9 +70,13 @@ class Board:
     reference: dict = field(default_factory=dict)
     num_classes: int | None = None
 
+    def status(self, label) -> str:
+        """The row's verdict: ok, fail or unverified (rows of records without a verdict: ok)."""
+        return self.validity.get(label, ("ok", []))[0]
+
     def is_evidence(self, label) -> bool:
-        """Whether a row passed its validity checks (rows of records without a verdict count)."""
-        return self.validity.get(label, ("ok", []))[0] == "ok"
+        """Whether a row passed its validity checks."""
+        return self.status(label) == "ok"
 
     @property
     def evidence_rows(self) -> list[str]:

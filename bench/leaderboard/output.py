@@ -95,10 +95,9 @@ VALIDITY_KEY = ("✗: fails its validity checks, ?: could not be checked (bench.
 
 
 def display_label(board: Board, lab: str) -> str:
-    from bench.validity import SYMBOLS
+    from bench.validity import marked_label
 
-    status = board.validity.get(lab, ("ok", []))[0]
-    return f"{lab} {SYMBOLS[status]}" if status in SYMBOLS else lab
+    return marked_label(lab, board.status(lab))
 
 
 def validity_notes(board: Board) -> list[str]:
@@ -215,7 +214,7 @@ def board_csv(boards: list[Board]) -> str:
         for rank, lab in enumerate(b.rows, 1):
             row = {"suite": b.suite, "model": b.model, "profile": b.profile, "task": b.task, "ranked_by": b.metric,
                    "rank": rank, "label": lab, "seeds": " ".join(map(str, b.seeds(lab))),
-                   "validity": b.validity.get(lab, ("ok", []))[0],
+                   "validity": b.status(lab),
                    "validity_reasons": "; ".join(b.validity.get(lab, ("ok", []))[1])}
             for c in b.columns:
                 row[f"{c.key}.mean"] = mean.at[lab, c.key]

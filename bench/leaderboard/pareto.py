@@ -7,6 +7,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from bench.reporting.plots import make_styles, to_png
+from bench.validity import SYMBOLS
 
 from .board import Board
 
@@ -57,8 +58,7 @@ def pareto_figure(board: Board) -> bytes | None:
             err = std.at[lab, metric]
             rank = board.rows.index(lab) + 1
             # a row that is not method evidence (bench.validity): hollow, faded, its symbol in the legend
-            mark = "" if evidence[i] else " " + {"fail": "✗", "unverified": "?"}.get(
-                board.validity.get(lab, ("ok",))[0], "")
+            mark = "" if evidence[i] else " " + SYMBOLS.get(board.status(lab), "")
             ax.errorbar(xs[i], y[i], yerr=err if np.isfinite(err) else None, color=st["color"],
                         marker=st["marker"], markersize=7, markeredgecolor="#333", linestyle="none",
                         capsize=3, label=f"{rank}. {lab}{mark}", alpha=1.0 if evidence[i] else 0.45,

@@ -41,8 +41,8 @@ def summary_lines(board: Board) -> list[str]:
     """Sentences on the board: the top of the ranking metric (best or tied), MAP comparisons,
     the cheapest row among the top, clean accuracy and OOD detection."""
     lines = []
-    failed = [r for r in board.rows if board.validity.get(r, ("ok",))[0] == "fail"]
-    unverified = [r for r in board.rows if board.validity.get(r, ("ok",))[0] == "unverified"]
+    failed = [r for r in board.rows if board.status(r) == "fail"]
+    unverified = [r for r in board.rows if board.status(r) == "unverified"]
     if failed or unverified:
         lines.append(f"Validity: {len(failed)} of {len(board.rows)} configurations fail their checks (✗) and "
                      f"{len(unverified)} could not be checked (?): they measure the set-up, not the method, and are "
@@ -70,7 +70,7 @@ def summary_lines(board: Board) -> list[str]:
         lines.append(f"{title}: too few seeds to tell configurations apart.")
     if board.map_label and not board.is_evidence(board.map_label):
         lines.append(f"The MAP network ({board.map_label}) is not method evidence "
-                     f"({board.validity.get(board.map_label, ('?',))[0]}): no row is compared with it.")
+                     f"({board.status(board.map_label)}): no row is compared with it.")
     elif board.map_label:
         better, worse = _against_map(board, metric, worse=False), _against_map(board, metric, worse=True)
         lines.append(f"Against the MAP network ({board.map_label}) on {title}, paired over seeds: "

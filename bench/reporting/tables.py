@@ -198,13 +198,13 @@ def paired_marks(table: Table | None, per_seed: list[pd.DataFrame], df: pd.DataF
 
 def _mark_rows(table: Table, validity: dict) -> None:
     """Rows that are not method evidence get their verdict's symbol; the caption lists why."""
-    from bench.validity import SYMBOLS
+    from bench.validity import OK, marked_label
 
     shown, notes = {}, []
     for r in table.rows:
-        status, reasons = validity.get(r, ("ok", []))
-        shown[r] = f"{r} {SYMBOLS[status]}" if status in SYMBOLS else r
-        if status in SYMBOLS:
+        status, reasons = validity.get(r, (OK, []))
+        shown[r] = marked_label(r, status)
+        if status != OK:
             notes.append(f"{shown[r]}: {'; '.join(reasons)}")
     if not notes:
         return

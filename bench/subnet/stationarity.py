@@ -8,9 +8,9 @@ want less noise) and the KL's part (negative while sigma is below the prior's sc
 likelihood does not care: sigma is far below where the data would hold it), +1 when only the
 likelihood does. :mod:`bench.validity` reads it (check ``vi_stationarity``).
 
-Measured on ``batches`` training batches (the plugins use 32) with the KL weight at its end value, the network in the
-fit's (training) mode; buffers (batch-norm running statistics) and the random state are restored
-afterwards, so the fitted method is unchanged.
+Measured on ``batches`` training batches (default :data:`BATCHES`) with the KL weight at its end
+value, the network in the fit's (training) mode; buffers (batch-norm running statistics) and the
+random state are restored afterwards, so the fitted method is unchanged.
 """
 from __future__ import annotations
 
@@ -19,6 +19,11 @@ from typing import Callable
 
 import torch
 from torch import nn
+
+
+#: training batches the fitted sigma's stationarity is measured on (the standard error of the
+#: residual fell from about 0.3 to 0.1 from 8 to 32 batches on rotated MNIST)
+BATCHES = 32
 
 
 def softplus_dlog(rho: torch.Tensor) -> torch.Tensor:
@@ -34,7 +39,7 @@ def _flat(grads, rhos, dlog) -> torch.Tensor:
 
 
 def sigma_stationarity(model: nn.Module, rhos: list[torch.Tensor], likelihood: Callable, kl_term: Callable,
-                       loader, *, batches: int = 8, seed: int = 0,
+                       loader, *, batches: int = BATCHES, seed: int = 0,
                        dlog: Callable[[torch.Tensor], torch.Tensor] = softplus_dlog,
                        weight_tolerance: float = 0.3) -> dict:
     """``{"residual", "residual_se", "likelihood_part", "kl_part", "batches", "weights": {...}}``.
