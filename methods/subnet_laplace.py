@@ -96,7 +96,11 @@ class SubnetLaplace(LaplaceMethod):
         self.indices: torch.Tensor | None = None
 
     def laplace_kwargs(self):
-        return {"subnetwork_indices": self.indices.to(self.ctx.device)}
+        # on the CPU whatever the device: laplace-torch accepts only ``isinstance(idx,
+        # torch.LongTensor)``, which a CUDA tensor is not (the first CUDA run failed every cell with
+        # "Subnetwork indices must be non-empty 1-dimensional torch.LongTensor"); torch indexes CUDA
+        # tensors with CPU index tensors, and bench.laplace's backends move them where they need to
+        return {"subnetwork_indices": self.indices.cpu()}
 
     def subnet_size(self, model) -> int | float:
         c = self.config

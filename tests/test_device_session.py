@@ -196,29 +196,58 @@ def test_missing_out_is_exit_2(carried, monkeypatch, capsys, tmp_path):
     assert "$OUT" in capsys.readouterr().err and not (tmp_path / "w").exists()
 
 
-def _write(results: Path, device: str, metrics: dict, method="deterministic"):
+def _write(results: Path, device: str, metrics: dict, method="deterministic", informative="pass", fit_time=1.5):
     store = ResultsStore(results)
     run = store.run_dir("toy", "mlp_100", method, "abc", 0)
     store.write(run, {"suite": "toy", "method": method, "method_label": method, "model": "mlp_100", "seed": 0,
                       "status": "ok", "kind": "id", "shift": "clean", "severity": 0.0, "metrics": metrics,
-                      "device": device})
+                      "device": device, "cost": {"fit_time_s": fit_time},
+                      "validity": {"status": "ok", "checks": [{"name": "informative", "status": informative}]}})
 
 
 def test_cuda_and_cpu_metrics_compared_within_the_tolerance(tmp_path):
-    """compare_runs, which the CUDA check applies to the same smoke cell on cuda and on cpu."""
+    """compare_runs, which the CUDA check applies to the CUDA-fitted state evaluated on cuda and on cpu."""
     a, b = tmp_path / "cuda", tmp_path / "cpu"
     _write(a, "cuda:x", {"accuracy": 0.905, "nll": 0.30, "note": "text", "mi": None})
     _write(b, "cpu", {"accuracy": 0.900, "nll": 0.31, "note": "text", "mi": None})
     r = ds.compare_runs(a, b, "toy", atol=0.02, rtol=0.05)
     cell = r["cells"]["mlp_100/deterministic/seed0"]
     assert r["status"] == "ok" and cell["status"] == "ok" and set(cell["metrics"]) == {"accuracy", "nll"}
-    assert cell["max_abs_diff"] == pytest.approx(0.01)
+    assert cell["max_abs_diff"] == pytest.approx(0.01) and cell["same_fitted_state"] and "not_compared" not in cell
     r = ds.compare_runs(a, b, "toy", atol=0.001, rtol=0.0)
     assert r["status"] == "failed" and set(r["cells"]["mlp_100/deterministic/seed0"]["outside_tolerance"]) == {
         "accuracy", "nll"}
     _write(b, "cpu", {"accuracy": 0.5}, method="mc_dropout")  # a cell on one device only
     r = ds.compare_runs(a, b, "toy", atol=0.02, rtol=0.05)
     assert r["status"] == "failed" and r["cells"]["mlp_100/mc_dropout/seed0"]["why"] == "missing on cuda"
+
+
+def test_a_network_at_chance_is_compared_on_its_smooth_metrics_only(tmp_path):
+    """At chance the argmax metrics flip with rounding: accuracy 0.175 vs 0.105 on the same smoke
+    cell in the first CUDA run. They are listed, not compared; NLL and Brier still are."""
+    a, b = tmp_path / "cuda", tmp_path / "cpu"
+    _write(a, "cuda:x", {"accuracy": 0.105, "ece": 0.04, "nll": 2.245, "brier": 0.886}, informative="fail")
+    _write(b, "cpu", {"accuracy": 0.175, "ece": 0.12, "nll": 2.250, "brier": 0.888}, informative="fail")
+    cell = ds.compare_runs(a, b, "toy", atol=0.02, rtol=0.05)["cells"]["mlp_100/deterministic/seed0"]
+    assert cell["status"] == "ok" and sorted(cell["not_compared"]) == ["accuracy", "ece"]
+    assert cell["informative"] is False and cell["max_abs_diff"] == pytest.approx(0.005)
+    _write(b, "cpu", {"accuracy": 0.175, "ece": 0.12, "nll": 2.9, "brier": 0.888}, informative="fail")
+    cell = ds.compare_runs(a, b, "toy", atol=0.02, rtol=0.05)["cells"]["mlp_100/deterministic/seed0"]
+    assert cell["status"] == "failed" and cell["outside_tolerance"] == ["nll"]
+    # the same numbers from an informative network: every metric is compared
+    _write(a, "cuda:x", {"accuracy": 0.105, "ece": 0.04, "nll": 2.245, "brier": 0.886})
+    _write(b, "cpu", {"accuracy": 0.175, "ece": 0.12, "nll": 2.250, "brier": 0.888})
+    cell = ds.compare_runs(a, b, "toy", atol=0.02, rtol=0.05)["cells"]["mlp_100/deterministic/seed0"]
+    assert cell["status"] == "failed" and sorted(cell["outside_tolerance"]) == ["accuracy", "ece"]
+
+
+def test_a_cpu_record_fitted_again_is_no_reference(tmp_path):
+    """The reference is the CUDA-fitted state: a CPU record with another fit time was fitted anew."""
+    a, b = tmp_path / "cuda", tmp_path / "cpu"
+    _write(a, "cuda:x", {"nll": 0.30}, fit_time=1.5)
+    _write(b, "cpu", {"nll": 0.30}, fit_time=9.0)
+    cell = ds.compare_runs(a, b, "toy", atol=0.02, rtol=0.05)["cells"]["mlp_100/deterministic/seed0"]
+    assert cell["status"] == "failed" and cell["same_fitted_state"] is False and "fitted again" in cell["why"]
 
 
 def test_checks_that_passed_on_cuda_and_cell_times_are_read_from_kept_summaries():
@@ -242,7 +271,7 @@ def test_checks_that_passed_on_cuda_and_cell_times_are_read_from_kept_summaries(
 
 
 def test_the_cuda_branch_runs_with_cpu0_standing_in_for_the_gpu(carried, tmp_path):
-    """The CUDA-only steps (the reference CPU run beside the device's, the metric comparison, bench
+    """The CUDA-only steps (the CPU evaluation of the device's fitted state, the metric comparison, bench
     perf and its rows in the archive) on a machine without CUDA: device ``cpu:0`` plays the GPU."""
     import time
 
@@ -268,6 +297,9 @@ def test_the_cuda_branch_runs_with_cpu0_standing_in_for_the_gpu(carried, tmp_pat
     assert agr["status"] == "ok" and agr["cpu_run"]["status"] == "ok"
     assert set(agr["cells"]) == {"mlp_100/deterministic/seed0", "mlp_100/mc_dropout/seed0"}
     assert all(v["max_abs_diff"] == 0.0 for v in agr["cells"].values())  # the same code on the same CPU
+    # the CPU run evaluated the fitted state of the device's run: it loaded, did not fit
+    assert agr["cpu_run"]["checkpoint_files_from_cuda"] > 0
+    assert all(v["same_fitted_state"] for v in agr["cells"].values())
     assert c["perf"]["status"] == "ok" and c["perf"]["rows"] and c["perf"]["cases"] == ["ensemble_vs_single"]
     assert c["passed"] is True
     s.write_outputs(final=True)

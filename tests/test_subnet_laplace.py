@@ -427,3 +427,18 @@ def test_predictive_spread_is_laplace_torchs_logit_variance(sampler):
     with torch.no_grad():
         assert got["map_logit_spread"] == pytest.approx(float(plain_net()(xv).double().var(dim=1).mean()), rel=1e-6)
     assert got["ratio"] == pytest.approx(got["logit_variance"] / got["map_logit_spread"])
+
+
+def test_the_subnetwork_indices_reach_laplace_torch_as_a_cpu_long_tensor_on_any_device():
+    """laplace-torch's SubnetLaplace accepts only ``isinstance(idx, torch.LongTensor)``: a CUDA
+    tensor is not one (the first CUDA run failed every subnet Laplace cell). ``meta`` stands in for
+    the GPU here: indices moved to the method's device would be a meta tensor and fail too."""
+    from laplace import Laplace
+
+    method = SubnetLaplace(ctx_for(plain_net))
+    method.indices = torch.tensor([3, 1, 7])
+    method.ctx.device = torch.device("meta")
+    idx = method.laplace_kwargs()["subnetwork_indices"]
+    assert isinstance(idx, torch.LongTensor) and idx.tolist() == [3, 1, 7]
+    Laplace(plain_net(), "classification", subset_of_weights="subnetwork", hessian_structure="full",
+            subnetwork_indices=idx)  # laplace-torch's own check passes
