@@ -88,17 +88,17 @@ def keep_records():
 
 
 def carried_commit(carried: Path) -> tuple[str, str]:
-    """(commit, where it came from): git when the .git folder is here, else the file that
-    scripts/device_prepare.sh wrote into the carried folder (the device gets no .git)."""
+    """(commit, where it came from): the file that scripts/device_prepare.sh wrote into the carried
+    folder just before the call, else git. The carried file comes first: the device's copy of the
+    tree can hold a ``.git`` from the start of the session, older than the tree (the second CUDA run
+    recorded 69a7ca3+dirty for code committed as fc32205)."""
     from bench.provenance import git_commit
 
-    commit = git_commit()
-    if commit != "unknown":
-        return commit, "git"
     f = carried / "commit.txt"
     if f.is_file() and f.read_text().strip():
         return f.read_text().strip(), str(f.relative_to(ROOT) if f.is_relative_to(ROOT) else f)
-    return "unknown", "none"
+    commit = git_commit()
+    return (commit, "git") if commit != "unknown" else ("unknown", "none")
 
 
 def device_info(device) -> dict:
@@ -202,9 +202,13 @@ def build_fixture(suite: str, root: Path) -> list[str]:
 # ---------------------------------------------------------------------------------- checks
 
 
+#: set by :class:`Session` for the bench processes it starts: the carried commit (:func:`carried_commit`)
+CHILD_ENV: dict[str, str] = {}
+
+
 def _bench_env(threads: int, extra: dict | None = None) -> dict:
     env = dict(os.environ)
-    env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1", **CHILD_ENV)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.update(extra or {})
     return env
@@ -468,6 +472,9 @@ class Session:
         self.info = device_info(device)
         self.info["requested"] = a.device
         self.commit, self.commit_source = carried_commit(Path(a.carried))
+        CHILD_ENV.clear()
+        if self.commit != "unknown":  # the records of the bench processes started below name it too
+            CHILD_ENV["BENCH_GIT_COMMIT"] = self.commit
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         self.run_id = f"{stamp}-{device.type}"
         self.kept = kept_summaries(Path(a.kept))

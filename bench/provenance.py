@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -14,6 +15,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 @functools.lru_cache(maxsize=1)
 def git_commit() -> str:
+    """``git rev-parse HEAD`` (``+dirty`` when tracked files differ), or ``$BENCH_GIT_COMMIT`` when set
+    (bench.device_session sets it from the commit carried to a device, where git may be stale)."""
+    if os.environ.get("BENCH_GIT_COMMIT"):
+        return os.environ["BENCH_GIT_COMMIT"]
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
                                 timeout=10).stdout.strip()

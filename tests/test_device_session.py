@@ -80,7 +80,8 @@ def test_cpu_run_writes_the_summary_and_one_archive_of_the_new_records(first_run
     assert s["schema"] == ds.SCHEMA and s["status"] == "finished" and s["finished_at"]
     dev = s["device"]
     assert dev["used"] == "cpu" and dev["requested"] == "cpu" and dev["torch"] and "cuda" in dev and dev["name"]
-    assert s["git_commit"] and s["git_commit"] != "unknown"
+    # the carried commit, not the git of the tree (on the device the .git can be older than the tree)
+    assert s["git_commit"] == "0123abc+dirty" and s["commit_source"].endswith("commit.txt")
     assert "wheels" in s and s["setup"]["data"][0]["status"] == "unpacked and verified"
     toy = s["checks"]["suites"]["toy"]
     assert toy["smoke"]["status"] == "ok" and toy["smoke"]["methods"]["deterministic"]["status"] == "ok"
@@ -96,6 +97,7 @@ def test_cpu_run_writes_the_summary_and_one_archive_of_the_new_records(first_run
     assert s["outputs"]["records"] == len(records) == 6  # clean, 3 rotations, OOD, validation
     assert all(k.startswith("mnist_rotated/records/lenet_300_100/deterministic-") for k in records)
     assert all(r["curves_kept"] is False and "curves" not in r and r["status"] == "ok" for r in records.values())
+    assert {r["git_commit"] for r in records.values()} == {"0123abc+dirty"}
     assert json.loads(members[f"device/{s['run_id']}.json"])["grid"]["cells"] == g["cells"]
     assert "device_session.sh: wheels:" in (out / "device_session.log").read_text()
 
