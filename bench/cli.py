@@ -148,6 +148,23 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("--print-tables", action="store_true",
                     help="print the ranked tables as markdown on stdout (for README/docs) instead of the summary")
 
+    tu = sub.add_parser("tune", help="the tuning protocol: sweep every method's deciding options (the same number "
+                                     "of configurations each, bench/tuning.py) and choose on the validation split")
+    tu.add_argument("--suite", required=True)
+    tu.add_argument("--profile", default="quick", help="the profile whose budget the sweeps run at (default: quick)")
+    tu.add_argument("--methods", type=_csv, default=None,
+                    help="comma-separated (default: the suite's default methods that have a space)")
+    tu.add_argument("--out", default="results", help="results directory (default: results)")
+    tu.add_argument("--data-root", default=None, help="data root (default: $BENCH_DATA_ROOT or data/)")
+    tu.add_argument("--device", default="auto", help="auto, cpu or cuda[:k] (default: auto)")
+    tu.add_argument("--threads", type=_positive, default=None, help="torch threads (default: as bench run)")
+    tu.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="passed on to every sweep (e.g. models=lenet_300_100, seeds=0,1); not the tuned options")
+    tu.add_argument("--select-only", action="store_true", help="no training: choose from the records there are")
+    tu.add_argument("--markdown", action="store_true",
+                    help="print the stored tuning of --suite/--profile as a markdown table and write nothing")
+    tu.add_argument("--quiet", action="store_true", help="no progress output from the sweeps")
+
     sel = sub.add_parser("select", help="choose swept options of a method on the validation split (no training)")
     sel.add_argument("--results", default="results", help="results directory (default: results)")
     sel.add_argument("--suite", required=True)
@@ -369,6 +386,55 @@ def cmd_select(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    import json
+
+    from bench import tuning
+    from bench.selection import select
+    from bench.suites import SUITES
+
+    if args.markdown:
+        path = tuning.tuning_path(args.out, args.suite, args.profile)
+        if not path.is_file():
+            raise BenchError(f"no stored tuning at {path}; run python -m bench tune --suite {args.suite} "
+                             f"--profile {args.profile} first")
+        print(tuning.tuning_markdown(json.loads(path.read_text())))
+        return 0
+    suite = SUITES.get(args.suite)()
+    if args.profile not in suite.profiles:
+        raise BenchError(f"suite {args.suite} has no profile {args.profile!r}; valid: {', '.join(suite.profiles)}")
+    methods = args.methods or [m for m in suite.default_methods if tuning.space_of(m)]
+    unknown = [m for m in methods if not tuning.space_of(m)]
+    if unknown:
+        raise BenchError(f"no tuning space for {', '.join(unknown)}; methods with one: {', '.join(tuning.SPACES)} "
+                         f"(tuned inside their fit: {', '.join(tuning.TUNED_INSIDE)})")
+    clash = [s for s in args.sets for m in methods for k in tuning.SPACES[m] if s.split("=")[0] == f"{m}.{k}"]
+    if clash:
+        raise BenchError(f"--set {', '.join(clash)}: the protocol sweeps these options itself")
+    tuning.check_spaces()
+    entries, failed = {}, {}
+    for m in methods:
+        if not args.select_only:
+            argv = ["run", "--suite", args.suite, "--profile", args.profile, "--methods", m, "--out", args.out,
+                    "--device", args.device, "--no-report"]
+            argv += ["--data-root", args.data_root] if args.data_root else []
+            argv += ["--threads", str(args.threads)] if args.threads else []
+            argv += ["--quiet"] if args.quiet else []
+            for s in [*tuning.sweep_sets(m), *args.sets]:
+                argv += ["--set", s]
+            cmd_run(build_parser().parse_args(argv))  # a failing cell is recorded, the sweep goes on
+        try:
+            choices = select(args.out, args.suite, m, list(tuning.SPACES[m]))
+        except BenchError as exc:
+            failed[m] = str(exc)
+            continue
+        entries[m] = tuning.summarize(args.out, args.suite, args.profile, m, choices)
+    path = tuning.write_tuning(args.out, args.suite, args.profile, entries, failed, args.sets)
+    print(tuning.tuning_markdown(json.loads(path.read_text())))
+    print(f"tuning: {path}")
+    return 0 if not failed else 1
+
+
 def cmd_perf(args) -> int:
     from bench.perf import main as perf_main
 
@@ -388,7 +454,7 @@ def main(argv=None) -> int:
     try:
         check_datasets_package()
         return {"run": cmd_run, "report": cmd_report, "list": cmd_list, "perf": cmd_perf,
-                "select": cmd_select, "leaderboard": cmd_leaderboard}[args.command](args)
+                "select": cmd_select, "tune": cmd_tune, "leaderboard": cmd_leaderboard}[args.command](args)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

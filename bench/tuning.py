@@ -1,0 +1,137 @@
+"""The tuning protocol: every method's deciding options swept over the same number of
+configurations, chosen on the validation split by one procedure (``python -m bench tune``).
+
+Each method with options that decide its regime gets a search space of exactly
+:data:`CONFIGS_PER_METHOD` configurations (:data:`SPACES`; the product of the listed values).
+``bench tune`` runs every space as a sweep of the suite's profile (the harness resumes, so a
+tune that stopped goes on where it stopped), then chooses with :func:`bench.selection.select`:
+the lowest validation NLL averaged over the seeds every candidate shares, among the candidates
+whose validity verdict is ok (``bench.validity``); nothing looks at a test set. The choices are
+written beside the records (``<results>/<suite>/selections/``) and gathered in
+``<results>/<suite>/tuning/<profile>.json`` with the space, every candidate's score and verdict.
+
+Methods without an outer space tune inside their fit on the same validation split
+(:data:`TUNED_INSIDE`): Laplace's prior precision over a validation grid, temperature scaling's
+temperature. MAP and deep ensembles take the profile's training recipe, which is the baseline every
+method shares.
+"""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from bench.errors import BenchError
+from bench.store import _safe, atomic_write_json
+
+#: configurations every tuned method gets
+CONFIGS_PER_METHOD = 4
+
+#: per method, the options that decide it and the values swept (their product has
+#: CONFIGS_PER_METHOD members). VI: where sigma settles is set by the prior scale, whether it gets
+#: there by the rate of its optimiser (bench.validity: vi_rate_limit, vi_stationarity); VDP++: the
+#: KL weight; MC dropout: the rate.
+SPACES: dict[str, dict[str, list]] = {
+    "mc_dropout": {"p": [0.05, 0.1, 0.2, 0.3]},
+    "pbn": {"prior_scale": [0.1, 1.0], "rho_lr": [0.01, 0.05]},
+    "mfvi": {"prior_scale": [0.1, 1.0], "rho_lr": [0.01, 0.05]},
+    "ssvi": {"prior_scale": [0.005, 0.05], "rho_lr": [0.01, 0.05]},
+    "vdp": {"kl_weight": [1e-4, 1e-3, 1e-2, 1e-1]},
+}
+
+#: methods that choose on the validation split inside their fit, and what
+TUNED_INSIDE: dict[str, str] = {
+    "laplace_diag": "prior precision: validation-NLL grid (21 points over 10^-4..10^4, extended at an edge)",
+    "laplace_last_layer": "prior precision: validation-NLL grid (21 points over 10^-4..10^4, extended at an edge)",
+    "subnet_laplace": "prior precision: validation-NLL grid (21 points over 10^-4..10^4, extended at an edge)",
+    "temperature_scaling": "temperature: L-BFGS on the validation NLL",
+}
+
+
+def configurations(space: dict[str, list]) -> list[dict]:
+    """The configurations of a space: the product of its values, in order."""
+    keys = list(space)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(space[k] for k in keys))]
+
+
+def space_of(method: str) -> dict[str, list] | None:
+    return SPACES.get(method)
+
+
+def sweep_sets(method: str) -> list[str]:
+    """The ``--set`` arguments of ``bench run`` that sweep ``method``'s space."""
+    space = SPACES[method]
+    return [f"{method}.{k}=" + ",".join(repr(v) if isinstance(v, str) else f"{v:g}" for v in vals)
+            for k, vals in space.items()]
+
+
+def at_edge(space: dict[str, list], chosen: dict) -> list[str]:
+    """Options whose chosen value is the smallest or largest of three or more swept numbers: the
+    optimum may lie outside the space (with two values every choice is an edge, so none is named)."""
+    out = []
+    for k, vals in space.items():
+        nums = [v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(nums) >= 3 and k in chosen and chosen[k] in (min(nums), max(nums)):
+            out.append(k)
+    return out
+
+
+def check_spaces(spaces: dict[str, dict[str, list]] = SPACES, n: int = CONFIGS_PER_METHOD) -> None:
+    """Every space has exactly ``n`` distinct configurations (the protocol's fairness rule)."""
+    for m, space in spaces.items():
+        cfgs = configurations(space)
+        distinct = {tuple(sorted(c.items())) for c in cfgs}
+        if len(cfgs) != n or len(distinct) != n:
+            raise BenchError(f"tuning space of {m} has {len(distinct)} distinct configurations, the protocol "
+                             f"gives every method {n}")
+
+
+def summarize(results: str | Path, suite: str, profile: str, method: str, choices: list[dict]) -> dict:
+    """The tuning entry of one method: its space and, per model, the choice with every candidate."""
+    space = SPACES[method]
+    return {"space": space, "configurations": len(configurations(space)),
+            "choices": [{"model": c["model"], "chosen": c["chosen"], "chosen_config_hash": c["chosen_config_hash"],
+                         "seeds": c["seeds"], "metric": c["metric"], "at_edge": at_edge(space, c["chosen"]),
+                         "chosen_among_valid": c.get("chosen_among_valid", True),
+                         **({"why": c["why"]} if c.get("why") else {}),
+                         "candidates": c["candidates"]} for c in choices]}
+
+
+def tuning_path(results: str | Path, suite: str, profile: str) -> Path:
+    return Path(results) / _safe(suite) / "tuning" / f"{_safe(profile)}.json"
+
+
+def write_tuning(results: str | Path, suite: str, profile: str, entries: dict, failed: dict,
+                 sets: list[str] = ()) -> Path:
+    path = tuning_path(results, suite, profile)
+    atomic_write_json(path, {"suite": suite, "profile": profile, "configs_per_method": CONFIGS_PER_METHOD,
+                             "sets": list(sets),
+                             "protocol": "lowest mean validation NLL over the shared seeds, among candidates "
+                                         "whose validity verdict is ok (bench.selection)",
+                             "methods": entries, "not_chosen": failed,
+                             "tuned_inside_the_fit": {m: TUNED_INSIDE[m] for m in sorted(TUNED_INSIDE)}})
+    return path
+
+
+def tuning_markdown(doc: dict) -> str:
+    """The stored tuning of a suite as markdown: per method and model, the space and the choice."""
+    lines = [f"| method | model | swept ({doc['configs_per_method']} configurations) | chosen | seeds | "
+             "candidates with a verdict of ok | note |",
+             "| --- | --- | --- | --- | --- | ---: | --- |"]
+    for m in sorted(doc["methods"]):
+        e = doc["methods"][m]
+        swept = "; ".join(f"{k} {', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in vals)}"
+                          for k, vals in e["space"].items())
+        for c in e["choices"]:
+            ok = sum(1 for r in c["candidates"] if r.get("validity", "ok") == "ok")
+            chosen = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in c["chosen"].items()) \
+                if c["chosen"] else "none"
+            note = "; ".join(filter(None, [
+                "" if c.get("chosen_among_valid", True) else "no candidate passes its validity checks: chosen "
+                                                               "among all, not method evidence",
+                f"at the edge: {', '.join(c['at_edge'])}" if c["at_edge"] else "",
+                                           c.get("why", "")]))
+            lines.append(f"| {m} | {c['model']} | {swept} | {chosen} | {','.join(map(str, c['seeds']))} | "
+                         f"{ok}/{len(c['candidates'])} | {note} |")
+    for m, why in sorted(doc.get("not_chosen", {}).items()):
+        lines.append(f"| {m} | | | not chosen | | | {why} |")
+    return "\n".join(lines)

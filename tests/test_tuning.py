@@ -1,0 +1,76 @@
+"""The tuning protocol (bench/tuning.py, ``python -m bench tune``)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import tuning
+from bench.cli import main
+from bench.errors import BenchError
+from bench.store import load_records
+
+
+def test_every_space_has_the_same_number_of_configurations():
+    tuning.check_spaces()
+    for m, space in tuning.SPACES.items():
+        assert len(tuning.configurations(space)) == tuning.CONFIGS_PER_METHOD, m
+    with pytest.raises(BenchError, match="gives every method 4"):
+        tuning.check_spaces({"mfvi": {"prior_scale": [0.1, 1.0], "rho_lr": [0.01, 0.05, 0.1]}})
+    with pytest.raises(BenchError, match="3 distinct"):  # a repeated value is no configuration
+        tuning.check_spaces({"mc_dropout": {"p": [0.1, 0.1, 0.2, 0.3]}})
+
+
+def test_a_choice_at_the_end_of_three_or_more_values_is_named():
+    space = {"kl_weight": [1e-4, 1e-3, 1e-2, 1e-1], "rho_lr": [0.01, 0.05]}
+    assert tuning.at_edge(space, {"kl_weight": 1e-4, "rho_lr": 0.05}) == ["kl_weight"]
+    assert tuning.at_edge(space, {"kl_weight": 1e-3, "rho_lr": 0.01}) == []
+
+
+def test_sweep_sets_are_the_space():
+    assert tuning.sweep_sets("pbn") == ["pbn.prior_scale=0.1,1", "pbn.rho_lr=0.01,0.05"]
+
+
+def test_tune_sweeps_the_space_and_chooses_the_lowest_validation_nll(tmp_path, capsys):
+    """toy smoke, MC dropout: four fits (p 0.05 .. 0.3); the choice equals the argmin of the mean
+    validation NLL recomputed here from the records (among the candidates whose verdict is ok)."""
+    out = tmp_path / "results"
+    rc = main(["tune", "--suite", "toy", "--profile", "smoke", "--methods", "mc_dropout", "--out", str(out),
+               "--device", "cpu", "--threads", "1", "--quiet"])
+    assert rc == 0
+    doc = json.loads((out / "toy" / "tuning" / "smoke.json").read_text())
+    assert doc["configs_per_method"] == 4 and list(doc["methods"]) == ["mc_dropout"]
+    entry = doc["methods"]["mc_dropout"]
+    assert entry["space"] == {"p": [0.05, 0.1, 0.2, 0.3]} and len(entry["choices"]) == 1
+    choice = entry["choices"][0]
+    df = load_records(out, "toy")
+    val = df[(df["kind"] == "val") & (df["method"] == "mc_dropout")]
+    assert sorted({c["p"] for c in val["method_config"]}) == [0.05, 0.1, 0.2, 0.3]
+    means = {}
+    for _, r in val.iterrows():
+        means.setdefault(r["method_config"]["p"], []).append(r["metrics.nll"])
+    means = {p: sum(v) / len(v) for p, v in means.items()}
+    verdict = {r["values"]["p"]: r["validity"] for r in choice["candidates"]}
+    pool = [p for p in means if verdict[p] == "ok"] or list(means)
+    assert choice["chosen"] == {"p": min(pool, key=means.get)}
+    assert choice["chosen_among_valid"] == any(v == "ok" for v in verdict.values())
+    table = capsys.readouterr().out
+    assert "| mc_dropout |" in table and "tuning:" in table
+    # choosing again from the stored records (no training) gives the same
+    assert main(["tune", "--suite", "toy", "--profile", "smoke", "--methods", "mc_dropout", "--out", str(out),
+                 "--select-only"]) == 0
+    assert json.loads((out / "toy" / "tuning" / "smoke.json").read_text())["methods"] == doc["methods"]
+    assert main(["tune", "--suite", "toy", "--profile", "smoke", "--out", str(out), "--markdown"]) == 0
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--methods", "laplace_diag"], "tuned inside their fit"),
+    (["--profile", "nope"], "valid: smoke, quick, paper"),
+    (["--set", "mc_dropout.p=0.5"], "sweeps these options itself"),
+    (["--markdown"], "no stored tuning"),
+])
+def test_bad_input_exits_2_and_writes_nothing(args, words, tmp_path, capsys):
+    out = tmp_path / "results"
+    assert main(["tune", "--suite", "toy", "--profile", "smoke", "--methods", "mc_dropout", "--out", str(out),
+                 *args]) == 2
+    assert words in capsys.readouterr().err and not out.exists()
