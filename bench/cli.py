@@ -164,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     tu.add_argument("--markdown", action="store_true",
                     help="print the stored tuning of --suite/--profile as a markdown table and write nothing")
     tu.add_argument("--quiet", action="store_true", help="no progress output from the sweeps")
+    tu.add_argument("--spaces", action="store_true", help="print every method's space as markdown and exit")
 
     sel = sub.add_parser("select", help="choose swept options of a method on the validation split (no training)")
     sel.add_argument("--results", default="results", help="results directory (default: results)")
@@ -393,6 +394,9 @@ def cmd_tune(args) -> int:
     from bench.selection import select
     from bench.suites import SUITES
 
+    if args.spaces:
+        print(tuning.spaces_markdown())
+        return 0
     if args.markdown:
         path = tuning.tuning_path(args.out, args.suite, args.profile)
         if not path.is_file():

@@ -39,12 +39,23 @@ SPACES: dict[str, dict[str, list]] = {
 }
 
 #: methods that choose on the validation split inside their fit, and what
+_PRIOR_GRID = ("prior precision: validation-NLL grid ({grid_size} points over 10^{grid_min:g}..10^{grid_max:g}, "
+               "extended by {grid_extend_decades:g} decades at an edge, at most {grid_max_extensions} times)")
+#: methods that choose on the validation split inside their fit, and what (formatted with the
+#: method's option defaults)
 TUNED_INSIDE: dict[str, str] = {
-    "laplace_diag": "prior precision: validation-NLL grid (21 points over 10^-4..10^4, extended at an edge)",
-    "laplace_last_layer": "prior precision: validation-NLL grid (21 points over 10^-4..10^4, extended at an edge)",
-    "subnet_laplace": "prior precision: validation-NLL grid (21 points over 10^-4..10^4, extended at an edge)",
+    "laplace_diag": _PRIOR_GRID,
+    "laplace_last_layer": _PRIOR_GRID,
+    "subnet_laplace": _PRIOR_GRID,
     "temperature_scaling": "temperature: L-BFGS on the validation NLL",
 }
+
+
+def tuned_inside(method: str) -> str:
+    """What ``method`` tunes inside its fit, with its default options filled in."""
+    from methods import METHODS
+
+    return TUNED_INSIDE[method].format(**METHODS.get(method).defaults)
 
 
 def configurations(space: dict[str, list]) -> list[dict]:
@@ -108,8 +119,24 @@ def write_tuning(results: str | Path, suite: str, profile: str, entries: dict, f
                              "protocol": "lowest mean validation NLL over the shared seeds, among candidates "
                                          "whose validity verdict is ok (bench.selection)",
                              "methods": entries, "not_chosen": failed,
-                             "tuned_inside_the_fit": {m: TUNED_INSIDE[m] for m in sorted(TUNED_INSIDE)}})
+                             "tuned_inside_the_fit": {m: tuned_inside(m) for m in sorted(TUNED_INSIDE)}})
     return path
+
+
+def spaces_markdown() -> str:
+    """The protocol itself as markdown: every method's space, or what it tunes inside its fit."""
+    from methods import METHODS
+
+    lines = [f"| method | swept ({CONFIGS_PER_METHOD} configurations each) |", "| --- | --- |"]
+    for m in METHODS.names():
+        if m in SPACES:
+            what = " x ".join(f"{k} {', '.join(f'{v:g}' for v in vals)}" for k, vals in SPACES[m].items())
+        elif m in TUNED_INSIDE:
+            what = "nothing outside the fit; inside it, on validation: " + tuned_inside(m)
+        else:
+            what = "nothing: the profile's recipe"
+        lines.append(f"| {m} | {what} |")
+    return "\n".join(lines)
 
 
 def tuning_markdown(doc: dict) -> str:
