@@ -10,7 +10,7 @@ This script runs each command (from the repository root) and replaces what is be
 markers with its output, so README and docs always agree with the results store. Tables are
 never typed by hand.
 
-    .venv/bin/python benchmarks/refresh_tables.py                 # README.md and docs/*.md
+    .venv/bin/python benchmarks/refresh_tables.py                 # README.md and docs/**/*.md
     .venv/bin/python benchmarks/refresh_tables.py docs/pbn.md     # one file
     .venv/bin/python benchmarks/refresh_tables.py --check         # exit 1 if any table is stale
     .venv/bin/python benchmarks/refresh_tables.py --only docs/records   # the tables of the kept records
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=None, help="only the tables whose command contains this text, e.g. "
                    "'docs/records' (the records kept in git) on a machine whose results/ lacks the others")
     a = p.parse_args(argv)
-    files = [Path(f) for f in a.files] or [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    files = [Path(f) for f in a.files] or [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     stale = []
     for f in files:
         if a.check:

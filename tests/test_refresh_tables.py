@@ -36,3 +36,41 @@ def test_only_refreshes_the_tables_whose_command_matches(tmp_path):
     assert mod.main([str(doc), "--only", "docs/records"]) == 0
     assert doc.read_text() == (f"<!-- table: {kept} -->\n| kept |\n<!-- /table -->\n"
                                f"<!-- table: {gone} -->\n| keep me |\n<!-- /table -->\n")
+
+
+def _docs():
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def test_every_generated_table_names_its_command_visibly_under_it():
+    """GitHub hides HTML comments: the command of each table is also a line under it."""
+    import re
+
+    missing = []
+    for f in _docs():
+        lines = f.read_text().split("\n")
+        cmd = None
+        for i, line in enumerate(lines):
+            m = re.match(r"<!-- table: (.+?) -->$", line)
+            if m:
+                cmd = m.group(1).replace(".venv/bin/python ", "python ")
+            elif line == "<!-- /table -->" and cmd:
+                after = " ".join(x for x in lines[i + 1:i + 4] if x.strip())
+                if cmd not in after.replace(".venv/bin/python ", "python "):
+                    missing.append(f"{f.relative_to(ROOT)}:{i + 1}")
+                cmd = None
+    assert not missing, missing
+
+
+def test_relative_links_of_readme_and_docs_resolve():
+    import re
+
+    broken = []
+    for f in _docs():
+        for target in re.findall(r"\]\(([^)\s]+)\)", f.read_text()):
+            if re.match(r"[a-z]+://|#|mailto:", target):
+                continue
+            path = target.split("#")[0]
+            if path and not (f.parent / path).exists():
+                broken.append(f"{f.relative_to(ROOT)} -> {target}")
+    assert not broken, broken
