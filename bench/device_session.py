@@ -511,7 +511,7 @@ class Session:
         stage.mkdir(parents=True)
         results = self.work / "grid"
         dirs = {Path(c["run_dir"]) for c in self.new_cells}
-        n = self.kr.save(results, self.a.suite, stage, only=dirs) if dirs else 0
+        n = self.kr.save(results, self.a.suite, stage, only=dirs, packed=False) if dirs else 0
         perf = s["checks"].get("perf") or {}
         if perf.get("rows"):
             slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.info.get("name", "cuda"))
@@ -656,7 +656,8 @@ class Session:
             g["status"] = f"not started: budget ({max(self.left(), 0):.0f} s left)"
             return
         results = self.work / "grid"
-        if (Path(a.kept) / a.suite / "records").is_dir():
+        kept_dir = Path(a.kept) / a.suite
+        if (kept_dir / "records").is_dir() or (kept_dir / self.kr.PACK_NAME).is_file():  # loose or packed
             g["restored_records"] = self.kr.restore(results, a.suite, Path(a.kept))
         else:
             g["restored_records"] = 0

@@ -9,10 +9,16 @@ Layout::
     <results>/<suite>/records/<model>/<method>-<config_hash>/seed<k>/<eval_key>.json
     <results>/<suite>/checkpoints/...        (fitted methods, cached MAP networks)
     <results>/<suite>/locks/...              (one lock file per cell: concurrent runs share the work)
+
+Records kept in git (``docs/records``, ``scripts/keep_records.py``) are packed: one
+``<suite>/records.jsonl.gz`` per suite, a line per record naming its path in the layout above.
+The store reads both; a loose file wins over the packed record of the same path.
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import json
 import logging
 import os
@@ -73,6 +79,36 @@ def read_record(path: Path) -> tuple[dict | None, str | None]:
         return None, f"unreadable ({type(exc).__name__}: {exc})"
     problem = record_problem(rec)
     return (None, problem) if problem else (rec, None)
+
+
+#: a suite's packed records: ``<root>/<suite>/records.jsonl.gz``
+PACK_NAME = "records.jsonl.gz"
+
+
+def read_pack(path: Path) -> dict[str, Any]:
+    """``{relative path: record}`` of a pack (paths relative to the store's root, posix); an
+    unreadable pack raises OSError / ValueError."""
+    out = {}
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            obj = json.loads(line)
+            if not (isinstance(obj, dict) and isinstance(obj.get("path"), str) and "record" in obj):
+                raise ValueError(f"line {n} is not {{'path': ..., 'record': ...}}")
+            out[obj["path"]] = obj["record"]
+    return out
+
+
+def pack_bytes(entries: dict[str, Any]) -> bytes:
+    """A pack's bytes: one line per record, sorted by path, gzip without a timestamp (the same
+    records give the same bytes, so git sees no change)."""
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, compresslevel=9) as gz:
+        for path in sorted(entries):
+            gz.write((json.dumps({"path": path, "record": entries[path]}, sort_keys=True,
+                                 separators=(",", ":")) + "\n").encode())
+    return buf.getvalue()
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -187,9 +223,11 @@ class ResultsStore:
         warning naming them (and appended to ``problems`` as ``(path, problem)``); reading
         never moves or deletes anything."""
         base = self.root / _safe(suite) if suite else self.root
+        loose = set()
         for path in sorted(base.rglob("*.json")):
             if "records" not in path.relative_to(self.root).parts:  # not the root's own name (docs/records)
                 continue
+            loose.add(path.relative_to(self.root).as_posix())
             rec, problem = read_record(path)
             if problem is not None:
                 log.warning("skipping damaged record %s: %s", path, problem)
@@ -197,6 +235,24 @@ class ResultsStore:
                     problems.append((path, problem))
                 continue
             yield rec
+        for pack in sorted(base.rglob(PACK_NAME)):
+            try:
+                entries = read_pack(pack)
+            except (OSError, EOFError, UnicodeDecodeError, ValueError) as exc:
+                log.warning("skipping damaged pack %s: %s", pack, exc)
+                if problems is not None:
+                    problems.append((pack, f"unreadable pack ({type(exc).__name__}: {exc})"))
+                continue
+            for rel, rec in sorted(entries.items()):
+                if rel in loose:  # a loose file of the same path wins
+                    continue
+                problem = record_problem(rec)
+                if problem is not None:
+                    log.warning("skipping damaged record %s in %s: %s", rel, pack, problem)
+                    if problems is not None:
+                        problems.append((pack / rel, problem))
+                    continue
+                yield rec
 
 
 def load_records(results: str | os.PathLike, suite: str | None = None) -> pd.DataFrame:

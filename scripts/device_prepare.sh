@@ -57,7 +57,8 @@ commit=$(git rev-parse HEAD)
 echo "$commit" > .device/commit.txt
 
 # what travels: tracked + untracked-not-ignored files, and the carried folders
-tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2>/dev/null | awk '{s+=$1} END {print s+0}')
+# (a tracked file deleted here does not travel: stat skips it)
+tree=$({ git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2>/dev/null || true; } | awk '{s+=$1} END {print s+0}')
 carried=$(find .whl .device -type f -printf '%s\n' 2>/dev/null | awk '{s+=$1} END {print s+0}')
 total=$((tree + carried))
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }

@@ -4,6 +4,13 @@ longer than one machine's life resumes where it stopped and its tables stay repr
     .venv/bin/python scripts/keep_records.py save SUITE [SUITE ...]     # results -> docs/records
     .venv/bin/python scripts/keep_records.py restore SUITE [SUITE ...]  # docs/records -> results
     .venv/bin/python scripts/keep_records.py merge ARCHIVE.tar.gz      # a device run's records -> docs/records
+    .venv/bin/python scripts/keep_records.py pack SUITE [SUITE ...]     # loose kept records -> the suite's pack
+
+Kept records are packed: ``docs/records/<suite>/records.jsonl.gz`` holds every kept record of the
+suite, a line each naming its path in the store's layout (``bench.store``: the store, the report and
+the leaderboard read packs and loose files alike). ``save`` and ``merge`` write loose files and then
+pack the suites they touched; ``pack`` does it by hand. Thousands of small JSON files were 31 MB of
+the tree, which must travel to a GPU machine beside a dataset (docs/device.md).
 
 ``save`` copies every record of the suites (``<results>/<suite>/records/**.json``, the store's
 layout) without its ``curves`` (entropy histograms, reliability bins, confusion matrices: 2/3 of a
@@ -36,7 +43,7 @@ from pathlib import Path, PurePosixPath
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.store import atomic_write_bytes, read_record  # noqa: E402
+from bench.store import PACK_NAME, atomic_write_bytes, pack_bytes, read_pack, read_record  # noqa: E402
 
 ARCHIVE = ROOT / "docs" / "records"
 
@@ -81,7 +88,7 @@ def _seed(cell: Path) -> int:
         return 1 << 30
 
 
-def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | None = None) -> int:
+def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | None = None, packed: bool = True) -> int:
     """Copy the suite's records, less their curves. A cell (a run directory) is kept whole or not
     at all: one with fewer evaluation records than the suite's other cells on the same data is
     still being evaluated, and its fitted checkpoint is not kept, so a later machine refits it
@@ -123,7 +130,45 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | N
                 atomic_write_bytes(dest, body)
             n += 1
     _copy_tree(results / suite / "artifacts", archive / suite / "artifacts", overwrite=True)
+    if packed:
+        pack(suite, archive)
     return n
+
+
+def kept(archive: Path, suite: str) -> dict[str, dict]:
+    """Every kept record of ``suite``: ``{path relative to the archive (posix): record}``, from the
+    suite's pack and its loose files (a loose file wins)."""
+    out = {}
+    pack_path = archive / suite / PACK_NAME
+    if pack_path.is_file():
+        out.update(read_pack(pack_path))
+    src = archive / suite / "records"
+    for path in sorted(src.rglob("*.json")) if src.is_dir() else []:
+        rec, problem = read_record(path)
+        if rec is None:
+            raise SystemExit(f"keep_records: {path} is damaged ({problem}); fix or remove it first")
+        out[path.relative_to(archive).as_posix()] = rec
+    return out
+
+
+def pack(suite: str, archive: Path = ARCHIVE) -> int:
+    """Move the suite's loose kept records into its pack (written atomically first, then the
+    loose files removed); returns the number of records packed."""
+    entries = kept(archive, suite)
+    if not entries:
+        return 0
+    body = pack_bytes(entries)
+    dest = archive / suite / PACK_NAME
+    if not dest.exists() or dest.read_bytes() != body:
+        atomic_write_bytes(dest, body)
+    src = archive / suite / "records"
+    if src.is_dir():
+        for path in sorted(src.rglob("*.json")):
+            path.unlink()
+        for d in sorted((d for d in src.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True):
+            d.rmdir()
+        src.rmdir()
+    return len(entries)
 
 
 def _copy_tree(src: Path, dest: Path, overwrite: bool) -> None:
@@ -138,14 +183,14 @@ def _copy_tree(src: Path, dest: Path, overwrite: bool) -> None:
 
 
 def restore(results: Path, suite: str, archive: Path = ARCHIVE) -> int:
-    src = archive / suite / "records"
-    if not src.is_dir():
-        raise SystemExit(f"keep_records: nothing kept for {suite} under {src}")
+    entries = kept(archive, suite)
+    if not entries:
+        raise SystemExit(f"keep_records: nothing kept for {suite} under {archive / suite}")
     n = 0
-    for path in sorted(src.rglob("*.json")):
-        dest = results / path.relative_to(archive)
+    for rel, rec in sorted(entries.items()):
+        dest = results / rel
         if not dest.exists():
-            atomic_write_bytes(dest, path.read_bytes())
+            atomic_write_bytes(dest, encode(rec))
             n += 1
     _copy_tree(archive / suite / "artifacts", results / suite / "artifacts", overwrite=False)
     return n
@@ -203,7 +248,26 @@ def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False) -> dict
                     raise MergeError(f"{tarball}: {m.name}: {problem}")
         plan.append((kind, archive / m.name, body))
     counts = {"added": 0, "unchanged": 0, "replaced": 0, "conflicts": 0}
+    suites = sorted({PurePosixPath(dest.relative_to(archive).as_posix()).parts[0] for kind, dest, _ in plan
+                     if kind == "record"})
+    packed = {}
+    for suite in suites:
+        pack_path = archive / suite / PACK_NAME
+        if pack_path.is_file():
+            packed.update(read_pack(pack_path))
     for kind, dest, body in plan:
+        rel = dest.relative_to(archive).as_posix()
+        if kind == "record" and not dest.exists() and rel in packed:
+            if packed[rel] == json.loads(body):
+                counts["unchanged"] += 1
+            elif replace:
+                atomic_write_bytes(dest, body)  # the loose file wins over the packed one, then is packed
+                counts["replaced"] += 1
+            else:
+                counts["conflicts"] += 1
+                print(f"keep_records: {rel} (packed) differs from the archive's; kept as it is (--replace takes "
+                      f"the archive's)", file=sys.stderr)
+            continue
         if not dest.exists():
             atomic_write_bytes(dest, body)
             counts["added"] += 1
@@ -216,13 +280,15 @@ def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False) -> dict
             counts["conflicts"] += 1
             print(f"keep_records: {dest} differs from the archive's; kept as it is (--replace takes the "
                   f"archive's)", file=sys.stderr)
+    for suite in suites:
+        pack(suite, archive)
     return counts
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("action", choices=("save", "restore", "merge"))
-    p.add_argument("suites", nargs="+", help="save / restore: suite names; merge: records.tar.gz file(s)")
+    p.add_argument("action", choices=("save", "restore", "merge", "pack"))
+    p.add_argument("suites", nargs="+", help="save / restore / pack: suite names; merge: records.tar.gz file(s)")
     p.add_argument("--replace", action="store_true", help="merge: a kept record that differs takes the archive's")
     p.add_argument("--results", default=str(ROOT / "results"))
     p.add_argument("--archive", default=str(ARCHIVE), help="where the records are kept (default: docs/records)")
@@ -241,6 +307,8 @@ def main(argv=None) -> int:
     for suite in a.suites:
         if a.action == "save":
             print(f"saved {save(results, suite, archive)} record(s) of {suite} to {archive}")
+        elif a.action == "pack":
+            print(f"packed {pack(suite, archive)} record(s) of {suite} into {archive / suite / PACK_NAME}")
         else:
             print(f"restored {restore(results, suite, archive)} record(s) of {suite} into {results}")
     return 0

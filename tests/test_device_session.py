@@ -120,12 +120,19 @@ def test_the_archive_merges_into_kept_records_idempotently_and_the_grid_resumes_
     res = subprocess.run([sys.executable, str(ROOT / "scripts" / "keep_records.py"), "merge",
                           str(out / "records.tar.gz"), "--archive", str(kept)], capture_output=True, text=True)
     assert res.returncode == 0 and f"0 added, {n} unchanged" in res.stdout
-    # a kept record that differs is a conflict, kept as it is
-    rec = next(kept.rglob("id-*.json"))
-    rec.write_text(rec.read_text().replace('"seed": 0', '"seed": 0 '))
-    changed = rec.read_bytes()
-    assert keep.merge(out / "records.tar.gz", kept)["conflicts"] == 1 and rec.read_bytes() == changed
-    rec.unlink()
+    # the merged records are packed; a kept record that differs is a conflict, kept as it is
+    from bench.store import PACK_NAME, pack_bytes, read_pack
+
+    pack = kept / "mnist_rotated" / PACK_NAME
+    assert not (kept / "mnist_rotated" / "records").exists()
+    entries = read_pack(pack)
+    rel = next(r for r in entries if "/id-" in r)
+    entries[rel] = {**entries[rel], "host": "elsewhere"}
+    pack.write_bytes(pack_bytes(entries))
+    changed = pack.read_bytes()
+    assert keep.merge(out / "records.tar.gz", kept)["conflicts"] == 1 and pack.read_bytes() == changed
+    del entries[rel]
+    pack.write_bytes(pack_bytes(entries))
     # a second device run resumes from the kept records: its one cell is there, nothing is run
     out2 = tmp_path / "out2"
     code = ds.main([*FAST, "--checks", "skip", "--carried", str(carried), "--kept", str(kept), "--out", str(out2),

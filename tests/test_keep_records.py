@@ -27,7 +27,7 @@ def test_save_drops_the_curves_and_restore_keeps_existing_records(tmp_path):
     store.write(run, record("noise", 0.5))
     store.write(run, record("blur", 0.25))
     assert keep.save(results, "toy", archive) == 2
-    kept = [json.loads(p.read_text()) for p in archive.rglob("*.json")]
+    kept = list(keep.kept(archive, "toy").values())
     assert len(kept) == 2 and all("curves" not in r and r["curves_kept"] is False for r in kept)
     assert {r["metrics"]["accuracy"] for r in kept} == {0.5, 0.25}
 
@@ -51,7 +51,7 @@ def test_a_cell_still_being_evaluated_is_not_kept(tmp_path):
     store.write(done, record("blur", 0.25))
     store.write(running, record("noise", 0.5, "mc_dropout"))
     assert keep.save(results, "toy", archive) == 2
-    assert {p.parent.parent.name for p in archive.rglob("*.json")} == {"deterministic-abc"}
+    assert {Path(rel).parent.parent.name for rel in keep.kept(archive, "toy")} == {"deterministic-abc"}
 
 
 def test_segmentation_maps_are_kept_for_each_configurations_first_seed_only(tmp_path):
@@ -66,10 +66,71 @@ def test_segmentation_maps_are_kept_for_each_configurations_first_seed_only(tmp_
     (results / "toy" / "artifacts" / "quick").mkdir(parents=True)
     (results / "toy" / "artifacts" / "quick" / "maps.npz").write_bytes(b"images")
     assert keep.save(results, "toy", archive) == 2
-    kept = {json.loads(p.read_text())["seed"]: json.loads(p.read_text()) for p in archive.rglob("records/**/*.json")}
+    kept = {r["seed"]: r for r in keep.kept(archive, "toy").values()}
     assert kept[1]["curves"] == {"maps": maps} and kept[1]["curves_kept"] == "maps"
     assert "curves" not in kept[2] and kept[2]["curves_kept"] is False
     assert (archive / "toy" / "artifacts" / "quick" / "maps.npz").read_bytes() == b"images"
     assert keep.restore(fresh, "toy", archive) == 2
     assert (fresh / "toy" / "artifacts" / "quick" / "maps.npz").read_bytes() == b"images"
     assert load_records(fresh, "toy").set_index("seed").loc[1, "curves"] == {"maps": maps}
+
+
+def test_kept_records_are_one_pack_per_suite_read_by_the_store(tmp_path):
+    """save packs the suite (no loose file left); the store reads the pack like loose records, a
+    loose file of the same path wins; saving the same records again leaves the pack's bytes as
+    they were (git sees no change)."""
+    from bench.store import PACK_NAME, read_pack
+
+    results, archive = tmp_path / "results", tmp_path / "kept"
+    store = ResultsStore(results)
+    run = store.run_dir("toy", "mlp", "deterministic", "abc", 0)
+    store.write(run, record("noise", 0.5))
+    store.write(run, record("blur", 0.25))
+    keep.save(results, "toy", archive)
+    pack = archive / "toy" / PACK_NAME
+    assert pack.is_file() and not list(archive.rglob("*.json")) and len(read_pack(pack)) == 2
+    before = pack.read_bytes()
+    keep.save(results, "toy", archive)
+    assert pack.read_bytes() == before
+    assert sorted(load_records(archive, "toy")["metrics.accuracy"]) == [0.25, 0.5]
+    assert sorted(load_records(archive)["metrics.accuracy"]) == [0.25, 0.5]
+    # a loose record of the same path (a merge before packing) wins over the packed one
+    rel = next(r for r, rec in read_pack(pack).items() if rec["shift"] == "noise")
+    (archive / rel).parent.mkdir(parents=True)
+    (archive / rel).write_text(json.dumps({**read_pack(pack)[rel], "metrics": {"accuracy": 0.9}}))
+    assert sorted(load_records(archive, "toy")["metrics.accuracy"]) == [0.25, 0.9]
+    assert keep.pack("toy", archive) == 2 and not list(archive.rglob("*.json"))
+    assert sorted(load_records(archive, "toy")["metrics.accuracy"]) == [0.25, 0.9]
+
+
+def test_merge_compares_with_the_packed_records(tmp_path):
+    import io
+    import tarfile
+
+    from bench.store import RECORD_VERSION, PACK_NAME, read_pack
+
+    results, archive = tmp_path / "results", tmp_path / "kept"
+    store = ResultsStore(results)
+    run = store.run_dir("toy", "mlp", "deterministic", "abc", 0)
+    rec = {**record("noise", 0.5), "record_version": RECORD_VERSION}
+    store.write(run, rec)
+    keep.save(results, "toy", archive)
+    (rel, packed), = read_pack(archive / "toy" / PACK_NAME).items()
+
+    def tarball(obj, name):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            body = json.dumps(obj).encode()
+            info = tarfile.TarInfo(rel)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+        (tmp_path / name).write_bytes(buf.getvalue())
+        return tmp_path / name
+
+    assert keep.merge(tarball(packed, "same.tar.gz"), archive)["unchanged"] == 1
+    other = {**packed, "metrics": {"accuracy": 0.1}}
+    assert keep.merge(tarball(other, "other.tar.gz"), archive)["conflicts"] == 1
+    assert read_pack(archive / "toy" / PACK_NAME)[rel]["metrics"] == {"accuracy": 0.5}
+    assert keep.merge(tarball(other, "other.tar.gz"), archive, replace=True)["replaced"] == 1
+    assert read_pack(archive / "toy" / PACK_NAME)[rel]["metrics"] == {"accuracy": 0.1}
+    assert not list(archive.rglob("*.json"))
