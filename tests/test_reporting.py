@@ -724,3 +724,23 @@ def test_wrap_label_breaks_configuration_labels_at_commas():
     assert wrap_label("deterministic", 24) == "deterministic"
     for w in (5, 10, 24):
         assert wrap_label(label, w).replace("\n", "") == label
+
+
+@pytest.mark.parametrize("profile, banner", [("quick", True), ("paper", False)])
+def test_a_report_below_the_papers_budget_says_so_with_the_stand_in_and_the_map_accuracy(tmp_path, profile, banner):
+    """Tiny-ImageNet-C at the quick profile: the banner names the profile and its epochs, the
+    benchmark the suite stands in for, and the MAP network's clean accuracy beside chance."""
+    store = ResultsStore(tmp_path / "results")
+    for seed, acc in ((0, 0.10), (1, 0.12)):
+        base = {**_base("tinyimagenetc", "resnet_small", "deterministic", seed, profile=profile),
+                "train_config": {"epochs": 30}}
+        run = store.run_dir("tinyimagenetc", "resnet_small", "deterministic", base["config_hash"], seed)
+        store.write(run, {**base, "kind": "id", "shift": "clean", "severity": 0.0, "n": 100,
+                          "metrics": {"accuracy": acc, "nll": 5.0, "brier": 0.99, "ece": 0.01}})
+    build_report(tmp_path / "results", tmp_path / "reports")
+    md = (tmp_path / "reports" / "tinyimagenetc" / "README.md").read_text()
+    found = "PROFILE: a reduced budget (networks trained 30 epochs)" in md
+    assert found is banner
+    if banner:
+        assert "QUICK PROFILE" in md and "stand-in for ImageNet-C" in md
+        assert "The MAP network reaches 11.0% clean accuracy (chance 0.5%)" in md

@@ -170,12 +170,50 @@ def _overview(df: pd.DataFrame, suite: str, generated_at: str) -> Section:
         s.add(Banner("SMOKE PROFILE: these records come from tiny data subsets and a few training steps, run "
                         "to check that the code works. Their numbers say nothing about the methods; every table "
                         "and figure of a smoke section is marked."))
+    banner = _regime_banner(df, suite)
+    if banner is not None:
+        s.add(banner)
     s.add(KeyValues(items))
     absent = _unsupported_methods(distinct(df["task"]))
     if absent:
         s.add(Paragraph("Methods that do not support this task (not run):"))
         s.add(Bullets(absent))
     return s
+
+
+def _regime_banner(df: pd.DataFrame, suite: str) -> Banner | None:
+    """What a reader must know before any number of a report below the papers' budget: the
+    profile and its training budget, the benchmark a stand-in suite replaces, how far the MAP
+    network is from chance, and that rows failing their validity checks are marked."""
+    from bench.suites import SUITES
+
+    profiles = [p for p in distinct(df["profile"]) if p not in ("smoke", "paper")]
+    if not profiles:
+        return None
+    ok = ok_records(df)
+    mine = ok[ok["profile"].isin(profiles)]
+    epochs = sorted({int(c["epochs"]) for c in mine.get("train_config", pd.Series(dtype=object))
+                     if isinstance(c, dict) and c.get("epochs") is not None})
+    text = (f"{' / '.join(p.upper() for p in profiles)} PROFILE: a reduced budget"
+            + (f" (networks trained {', '.join(map(str, epochs))} epochs)" if epochs else "")
+            + " for a machine without a GPU, not the papers' budgets (profile 'paper').")
+    cls = SUITES.get(suite) if suite in SUITES.names() else None
+    stand_in = cls.stands_in_for if cls is not None else None
+    if stand_in:
+        text += f" This suite is a runnable stand-in for {stand_in}; its numbers are not that benchmark's."
+    clean = mine[(mine["method"] == "deterministic") & (mine["kind"] == "id")]
+    k = distinct(mine["num_classes"]) if "num_classes" in mine else []
+    if not k and cls is not None and cls.task.kind == "classification":  # records made before num_classes
+        k = [cls.task.num_outputs]
+    for col, what in (("metrics.accuracy", "clean accuracy"), ("metrics.miou", "clean mIoU")):
+        if col in clean and clean[col].notna().any():
+            text += f" The MAP network reaches {clean[col].mean():.1%} {what}"
+            if len(k) == 1 and what == "clean accuracy":
+                text += f" (chance {1 / float(k[0]):.1%})"
+            text += "."
+            break
+    return Banner(text + " Rows that fail their validity checks (bench.validity) are marked ✗ or ? in every "
+                         "table: they measure the set-up, not the method.")
 
 
 def _provenance(df: pd.DataFrame) -> Section:

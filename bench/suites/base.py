@@ -43,6 +43,9 @@ class Suite(abc.ABC):
     task: ClassVar[Task]
     in_shape: ClassVar[tuple[int, ...]]
     shift_label: ClassVar[str] = "shift severity"  # x axis of the shift plots
+    #: the benchmark this suite runs in place of (its data cannot be had here), named in every
+    #: report's banner; None: the suite is the benchmark itself
+    stands_in_for: ClassVar[str | None] = None
     default_methods: ClassVar[tuple[str, ...]] = ("deterministic", "mc_dropout", "deep_ensemble", "pbn", "mfvi")
     #: profile -> {"models": [...], "seeds": [...], "train": {...TrainConfig}, "data": {...},
     #:             "methods": {method: {option: value}}, "note": str}

@@ -218,6 +218,7 @@ class TinyImageNetC(_CorruptedValSuite):
                    "(19 corruptions x 5 severities, regenerated when absent); the runnable ImageNet-C stand-in")
     task = classification(200)
     in_shape = (3, 64, 64)
+    stands_in_for = "ImageNet-C (suite imagenetc: ImageNet val, 1,000 classes, a pretrained ResNet-50)"
     C_DIR = "Tiny-ImageNet-C"
     IMAGE_SIZE = 64
     mce_reference = "none"  # no published reference network: unnormalised errors

@@ -217,6 +217,7 @@ class CamVidC(_CorruptedSegmentation):
                    "(CamVid-C, generated once): the runnable stand-in for cityscapes")
     task = segmentation(len(CAMVID_CLASSES))
     in_shape = (3, 180, 240)
+    stands_in_for = "Cityscapes-C (suite cityscapes: 19 classes at 256 x 512, the PBN paper's segmentation protocol)"
     C_DIR = "CamVid-C"
     CLASSES = CAMVID_CLASSES
     profiles = {
