@@ -362,6 +362,34 @@ def share_fitted_state(cuda_out: Path, cpu_out: Path, suite: str) -> int:
     return sum(1 for p in dst.rglob("*") if p.is_file())
 
 
+def junit_summary(xml: Path) -> dict:
+    """Counts of a pytest junit XML file, and each failing or erring test with its message's
+    first line; ``{}`` when there is none."""
+    import xml.etree.ElementTree as ET
+
+    if not xml.is_file():
+        return {}
+    try:
+        root = ET.parse(xml).getroot()
+    except ET.ParseError:
+        return {}
+    cases = root.iter("testcase")
+    out = {"tests": 0, "passed": 0, "failed": [], "skipped": 0}
+    for c in cases:
+        out["tests"] += 1
+        bad = c.find("failure") if c.find("failure") is not None else c.find("error")
+        name = f"{c.get('classname', '')}::{c.get('name', '')}"
+        if bad is not None:
+            out["failed"].append({"test": name, "message": (bad.get("message") or "").splitlines()[0][:300]
+                                  if bad.get("message") else ""})
+        elif c.find("skipped") is not None:
+            out["skipped"] += 1
+        else:
+            out["passed"] += 1
+    out["skipped_all"] = out["tests"] > 0 and out["skipped"] == out["tests"]
+    return out
+
+
 def kept_summaries(kept: Path) -> list[dict]:
     out = []
     for p in sorted((kept / "device").glob("*.json")) if (kept / "device").is_dir() else []:
@@ -603,10 +631,55 @@ class Session:
                 entry["agreement"] = agr
             self.say(f"check {suite}: smoke {entry['smoke']['status']}, agreement {entry['agreement']['status']}")
             self.write_outputs()
+        chk["cuda_tests"] = self.run_cuda_tests()
+        self.write_outputs()
         chk["perf"] = self.run_perf()
         st = [v.get(k, {}).get("status") for v in chk["suites"].values() for k in ("smoke", "agreement")]
         chk["passed"] = bool(st) and all(s in ("ok", NO_CUDA) for s in st) and \
-            (chk["perf"] or {}).get("status") in ("ok", NO_CUDA, "skipped: --perf-cases none")
+            (chk["perf"] or {}).get("status") in ("ok", NO_CUDA, "skipped: --perf-cases none") and \
+            chk["cuda_tests"].get("status") in ("ok", NO_CUDA, "skipped: --cuda-tests none")
+
+    def run_cuda_tests(self) -> dict:
+        """``pytest -m cuda`` (the tests that need CUDA, skipped everywhere else) on the device;
+        each failing test with the first line of its message. Skipped once they passed in a kept
+        run with the same torch and GPU."""
+        a = self.a
+        if not self.cuda:
+            return {"status": NO_CUDA}
+        if a.cuda_tests == "none":
+            return {"status": "skipped: --cuda-tests none"}
+        if a.checks == "auto":
+            for s in reversed(self.kept):
+                t = (s.get("checks") or {}).get("cuda_tests") or {}
+                d = s.get("device") or {}
+                if t.get("status") == "ok" and d.get("name") == self.info.get("name") \
+                        and d.get("torch") == self.info.get("torch"):
+                    return {"status": "ok", "note": f"skipped: passed in kept run {s.get('run_id')}"}
+        left = min(a.started_at + a.check_share * a.budget_s, self.deadline) - time.time()
+        if left < a.min_check_s:
+            return {"status": "not run", "why": f"budget: {max(left, 0):.0f} s left for checks"}
+        if importlib.util.find_spec("pytest") is None:
+            return {"status": "failed", "why": "pytest is not importable (carry its wheels: scripts/device_prepare.sh)"}
+        xml = self.work / "cuda_tests.xml"
+        xml.unlink(missing_ok=True)
+        log = self.work / "logs" / "cuda_tests.log"
+        self.say(f"cuda tests: pytest -m cuda {a.cuda_tests}")
+        t0 = time.perf_counter()
+        log.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(log, "w")
+        threads = a.threads or max(1, (os.cpu_count() or 1) // 2)
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider",
+                                 f"--junitxml={xml}", *a.cuda_tests.split(",")], cwd=ROOT, env=_bench_env(threads),
+                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        rc, to = _finish(proc, fh, left)
+        res = {"status": "failed", "returncode": rc, "timed_out": to, "seconds": round(time.perf_counter() - t0, 2),
+               "paths": a.cuda_tests.split(",")}
+        res.update(junit_summary(xml))
+        if rc == 0 and not to and res.get("tests", 0) > 0 and not res.get("skipped_all"):
+            res["status"] = "ok"
+        if res["status"] != "ok":
+            res["log_tail"] = _tail(log)
+        return res
 
     def run_perf(self) -> dict:
         a = self.a
@@ -772,6 +845,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-archives", default=None, help="folder of the data archives (default: <carried>/data)")
     p.add_argument("--data-root", default=None, help="where they are unpacked (default: <work>/data)")
     p.add_argument("--work", default=None, help="scratch folder (default: a new folder under $TMPDIR)")
+    p.add_argument("--cuda-tests", default="tests/test_method_contract.py",
+                   help="comma-separated test paths run with pytest -m cuda on CUDA ('none': skip; default: "
+                        "tests/test_method_contract.py)")
     p.add_argument("--kept", default=str(ROOT / "docs" / "records"),
                    help="the kept records the grid resumes from (default: docs/records)")
     p.add_argument("--suite", default="mnist_rotated", help=f"the grid's suite, one of {', '.join(GRID_SUITES)}")
@@ -835,6 +911,11 @@ def validate(a) -> None:
     for m in a.methods + (a.check_methods or []):
         if m not in METHODS.names():
             raise BadInput(f"unknown method {m!r}; valid methods: {', '.join(METHODS.names())}")
+    if a.cuda_tests != "none":
+        missing = [t for t in _csv(a.cuda_tests) or [] if not (ROOT / t.split("::")[0]).exists()]
+        if missing or not _csv(a.cuda_tests):
+            raise BadInput(f"--cuda-tests: no such test file(s) {', '.join(missing) or repr(a.cuda_tests)}; give paths "
+                           f"under {ROOT} (default tests/test_method_contract.py) or 'none'")
     a.perf_cases = _csv(a.perf_cases)
     if a.perf_cases and a.perf_cases != ["none"]:
         unknown = [c for c in a.perf_cases if c not in PERF_CASES]

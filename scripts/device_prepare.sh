@@ -2,7 +2,7 @@
 # Fill, here, the git-excluded folders a device call carries (docs/device.md), then print that call.
 #     bash scripts/device_prepare.sh               # wheels (pip download from PyPI) + data + commit
 #     bash scripts/device_prepare.sh --no-wheels   # keep .whl/ as it is (no network)
-#   .whl/     the packages the device image lacks (laplace-torch and what it needs), as wheels, at the
+#   .whl/     the packages the device image lacks (laplace-torch, pytest and what they need), as wheels, at the
 #             versions pinned in pyproject.toml (the others at the versions in .venv)
 #   .device/  data/{MNIST,FashionMNIST-test}.tar.xz + MD5SUMS copied from ../shared/data, and
 #             commit.txt (the device gets no .git: the records it writes name this commit)
@@ -32,7 +32,9 @@ for dep in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
     m = re.match(r"([A-Za-z0-9_.-]+)(?:\[[^]]*\])?==([^;\s]+)", dep)
     if m:
         pins[m.group(1).lower()] = m.group(2)
-need = ["laplace-torch", "asdfghjkl", "backpack-for-pytorch", "curvlinops-for-pytorch", "unfoldNd", "einconv"]
+need = ["laplace-torch", "asdfghjkl", "backpack-for-pytorch", "curvlinops-for-pytorch", "unfoldNd", "einconv",
+        # pytest -m cuda (bench.device_session) and what it needs
+        "pytest", "pluggy", "iniconfig", "pygments", "packaging"]
 print(" ".join(f"{n}=={pins.get(n.lower()) or version(n)}" for n in need))
 PY
 )

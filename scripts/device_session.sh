@@ -14,7 +14,7 @@ if [ -n "${OUT:-}" ] && mkdir -p "$OUT" 2>/dev/null; then
 fi
 export PYTHONUNBUFFERED=1
 if compgen -G ".whl/*.whl" >/dev/null; then
-  if "$PY" -c "import laplace, backpack, curvlinops, asdl, unfoldNd, einconv" 2>/dev/null; then
+  if "$PY" -c "import laplace, backpack, curvlinops, asdl, unfoldNd, einconv, pytest" 2>/dev/null; then
     export DEVICE_SESSION_WHEELS="not installed: their packages are already importable"
   else
     n=$(ls .whl/*.whl | wc -l)

@@ -188,6 +188,7 @@ def test_an_exhausted_budget_runs_no_cell_and_still_writes_the_summary(carried, 
     (["--check-suites", "toy,nosuch"], ["nosuch", "valid suites", "cifar10c", "camvid"]),
     (["--methods", "nosuch"], ["nosuch", "valid methods", "deterministic"]),
     (["--perf-cases", "nosuch"], ["nosuch", "harness_vs_bare_loop"]),
+    (["--cuda-tests", "tests/nosuch.py"], ["tests/nosuch.py", "test_method_contract.py", "none"]),
 ])
 def test_bad_input_exits_2_naming_what_is_valid_and_writes_nothing(args, words, carried, tmp_path, capsys):
     out, work = tmp_path / "out", tmp_path / "work"
@@ -310,7 +311,10 @@ def test_the_cuda_branch_runs_with_cpu0_standing_in_for_the_gpu(carried, tmp_pat
     assert agr["cpu_run"]["checkpoint_files_from_cuda"] > 0
     assert all(v["same_fitted_state"] for v in agr["cells"].values())
     assert c["perf"]["status"] == "ok" and c["perf"]["rows"] and c["perf"]["cases"] == ["ensemble_vs_single"]
-    assert c["passed"] is True
+    # pytest -m cuda ran (here every cuda test skips: without CUDA they cannot pass, so not "ok")
+    t = c["cuda_tests"]
+    assert t["tests"] > 0 and t["skipped_all"] and t["status"] == "failed" and t["failed"] == []
+    assert c["passed"] is False  # the cuda tests did not pass
     s.write_outputs(final=True)
     perf = json.loads(_members(out / "records.tar.gz")["perf/cuda-stand-in_GPU.json"])
     assert {r["case"] for r in perf["rows"]} == {"ensemble_vs_single"}
@@ -323,3 +327,16 @@ def test_device_cuda_without_cuda_is_exit_2(carried, tmp_path, capsys):
         pytest.skip("this machine has CUDA")
     assert ds.main(["--device", "cuda", "--carried", str(carried), "--out", str(tmp_path / "out")]) == 2
     assert "CUDA is not available" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_junit_summary_names_each_failing_test(tmp_path):
+    xml = tmp_path / "r.xml"
+    xml.write_text("""<?xml version="1.0"?><testsuites><testsuite>
+<testcase classname="tests.test_a" name="test_ok"/>
+<testcase classname="tests.test_a" name="test_bad[pbn]"><failure message="AssertionError: 3 syncs&#10;more">x</failure></testcase>
+<testcase classname="tests.test_a" name="test_skip"><skipped message="no CUDA"/></testcase>
+</testsuite></testsuites>""")
+    r = ds.junit_summary(xml)
+    assert (r["tests"], r["passed"], r["skipped"], r["skipped_all"]) == (3, 1, 1, False)
+    assert r["failed"] == [{"test": "tests.test_a::test_bad[pbn]", "message": "AssertionError: 3 syncs"}]
+    assert ds.junit_summary(tmp_path / "none.xml") == {}

@@ -35,7 +35,7 @@ def data(n=96, seed=0):
     return x, y
 
 
-def context(tmp_path, seed=0) -> MethodContext:
+def context(tmp_path, seed=0, device=torch.device("cpu")) -> MethodContext:
     task = classification(K)
     cfg = TrainConfig(epochs=2, batch_size=32, lr=0.05)
     x, y = data()
@@ -43,17 +43,18 @@ def context(tmp_path, seed=0) -> MethodContext:
     def build(dropout=0.0):
         return build_model("lenet_300_100", IN_SHAPE, K, dropout=dropout)
 
-    cache = MapCache(tmp_path / "map", {"model": "contract"}, build, task, x, y, cfg, torch.device("cpu"))
-    return MethodContext(task=task, build_model=build, train=cfg, device=torch.device("cpu"), seed=seed,
+    cache = MapCache(tmp_path / "map", {"model": "contract"}, build, task, x.to(device), y.to(device), cfg, device)
+    return MethodContext(task=task, build_model=build, train=cfg, device=device, seed=seed,
                          map_cache=cache, num_train=len(x), work_dir=tmp_path / "work")
 
 
-def fitted(name, tmp_path):
-    ctx = context(tmp_path)
+def fitted(name, tmp_path, device=torch.device("cpu")):
+    ctx = context(tmp_path, device=device)
     seed_everything(0)
     m = METHODS.get(name)(ctx, **TINY.get(name, {}))
     x, y = data()
-    m.fit(TensorLoader(x, y, 32, shuffle=True, seed=0), data(48, seed=1))
+    val = tuple(t.to(device) for t in data(48, seed=1))
+    m.fit(TensorLoader(x, y, 32, shuffle=True, seed=0, device=device), val)
     return ctx, m
 
 
@@ -114,3 +115,54 @@ def test_starts_from_says_which_map_networks_a_fit_uses(name, tmp_path):
         assert kind == "scratch" and not used, used
     # the executors train exactly these networks ahead of the cell (docs/scaleout.md)
     assert set(METHODS.get(name).map_seeds(m.config, ctx.seed)) == used, used
+
+
+def _cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA: runs on a lent GPU machine (python -m bench.device_session, docs/device.md)")
+    return torch.device("cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", METHODS.names())
+def test_a_cuda_fit_predicts_on_the_cpu_what_it_predicts_on_cuda(name, tmp_path):
+    """Fitted on CUDA, reloaded from its state_dict on the CPU: the same predictions (float
+    tolerance; methods that draw per prediction: the mean over many draws, as their generators
+    differ between devices)."""
+    dev = _cuda()
+    _, m = fitted(name, tmp_path / "cuda", device=dev)
+    x, _ = data(40, seed=2)
+    p_cuda = predict(m, x.to(dev))
+    assert p_cuda.device.type == "cuda"
+    cpu_ctx = context(tmp_path / "cpu")
+    on_cpu = METHODS.get(name)(cpu_ctx, **TINY.get(name, {}))
+    on_cpu.load_state_dict({k: v.cpu() if torch.is_tensor(v) else v for k, v in m.state_dict().items()})
+    p_cpu = predict(on_cpu, x)
+    if name in PER_EXAMPLE_RANDOMNESS or METHODS.get(name).PREDICT_OPTIONS:
+        many = lambda mm, xs: torch.stack([predict(mm, xs, seed=s).cpu() for s in range(30)]).mean(0)  # noqa: E731
+        assert torch.allclose(many(m, x.to(dev)), many(on_cpu, x), atol=0.1)
+    else:
+        assert torch.allclose(p_cuda.cpu(), p_cpu, atol=1e-3), (p_cuda.cpu() - p_cpu).abs().max()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", METHODS.names())
+def test_predict_on_cuda_does_not_synchronise_with_the_host(name, tmp_path):
+    """No host-device copy or synchronisation inside predict (torch.cuda.set_sync_debug_mode):
+    each one stalls the GPU once per evaluation batch."""
+    import warnings
+
+    dev = _cuda()
+    _, m = fitted(name, tmp_path, device=dev)
+    x = data(40, seed=2)[0].to(dev)
+    predict(m, x)  # warm-up: lazy initialisation may synchronise once
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            predict(m, x)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message).lower()]
+    assert not syncs, syncs
