@@ -74,3 +74,16 @@ def test_relative_links_of_readme_and_docs_resolve():
             if path and not (f.parent / path).exists():
                 broken.append(f"{f.relative_to(ROOT)} -> {target}")
     assert not broken, broken
+
+
+def test_every_benchmarks_script_says_what_it_does_and_the_list_shows_it():
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "list.py")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    scripts = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if p.name != "list.py")
+    listed = [line.split()[0] for line in res.stdout.splitlines() if line and not line.startswith(" ")]
+    assert listed == scripts
+    assert all(len(line.split(None, 2)) == 3 for line in res.stdout.splitlines() if line and not line.startswith(" "))
+    assert "vi_tables.py" in res.stdout and "docs/pbn.md" in res.stdout  # a table script names its pages
