@@ -211,7 +211,9 @@ def cell_identity(suite, plan: RunPlan, store: ResultsStore, registry, model_nam
     carries the host and worker of the calling process."""
     cls = registry.get(method_name)
     label = method_label(method_name, cfg, cls.defaults)
-    identity = {"suite": suite.name, "method": method_name, "method_config": cfg, "model": model_name,
+    later = getattr(cls, "LATER_OPTIONS", {})  # at the earlier behaviour: not part of the identity
+    ident_cfg = {k: v for k, v in cfg.items() if not (k in later and v == later[k])}
+    identity = {"suite": suite.name, "method": method_name, "method_config": ident_cfg, "model": model_name,
                 "train": plan.train.to_dict(), "data": plan.data}
     chash = config_hash(identity)
     base = {"suite": suite.name, "profile": plan.profile, "task": suite.task.kind,
@@ -354,7 +356,7 @@ class Harness:
         ctx_cls = sys.modules["methods.base"].MethodContext
         # options that only change prediction (cls.PREDICT_OPTIONS) do not change the fit: the fit's
         # identity takes them at their defaults, so a sweep over them shares one fit (and its seed)
-        fit_cfg = {**cfg, **{k: cls.defaults[k] for k in cls.PREDICT_OPTIONS if k in cls.defaults}}
+        fit_cfg = {**identity["method_config"], **{k: cls.defaults[k] for k in cls.PREDICT_OPTIONS if k in cls.defaults}}
         # nor do the data options that only choose evaluation sets (Suite.EVAL_ONLY_DATA): changing
         # them re-evaluates the fitted method; `legacy` is the fit's identity before that rule
         fit_identity = {**identity, "method_config": fit_cfg, "data": self.suite.fit_data(identity["data"])}

@@ -108,6 +108,10 @@ class Method(abc.ABC):
     #: options that only change prediction (e.g. the number of Monte Carlo samples): a sweep over
     #: them reuses one fit (the fit's identity and seed take them at their defaults)
     PREDICT_OPTIONS: ClassVar[tuple[str, ...]] = ()
+    #: options added after records were made, with the value that reproduces the earlier behaviour:
+    #: at that value an option is left out of the cell's identity (bench.harness.cell_identity), so
+    #: adding it keeps every earlier record and checkpoint of the method valid
+    LATER_OPTIONS: ClassVar[dict[str, Any]] = {}
     #: options among TRAIN_OVERRIDES whose default replaces the profile's budget on purpose, with
     #: the reason (e.g. the paper's own optimiser); ``bench list`` shows them
     OWN_BUDGET: ClassVar[dict[str, str]] = {}

@@ -89,7 +89,11 @@ class SSVI(Method):
         "rho_lr": 0.01,
         "rho_optimizer": "adam",
         "weight_decay": None,  # on the means; None = the profile's
+        # the KL's divisor: "dataset" the observations (pixels on segmentation), "examples" the
+        # training inputs (images: the segmentation profiles' per-image KL, as PBN's)
+        "kl_scale": "dataset",
     }
+    LATER_OPTIONS = {"kl_scale": "dataset"}  # added after records were made: the earlier behaviour
 
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)
@@ -113,6 +117,8 @@ class SSVI(Method):
             raise BenchError(f"ssvi: rho_lr must be > 0, got {c['rho_lr']!r}")
         if c["rho_optimizer"] not in OPTIMIZERS:
             raise BenchError(f"ssvi: rho_optimizer must be one of {', '.join(OPTIMIZERS)}")
+        if c["kl_scale"] not in ("dataset", "examples"):
+            raise BenchError(f"ssvi: kl_scale must be one of dataset, examples, got {c['kl_scale']!r}")
 
     # -- construction ----------------------------------------------------------------------------
     def _build(self) -> SSVINet:
@@ -153,7 +159,8 @@ class SSVI(Method):
         self.model = self._build().to(self.ctx.device)
         model = self.model
         cfg = self.train_config()
-        num_train = self.ctx.num_train or train.num_examples
+        # the KL's divisor (the loss is nll + beta KL / num_train): observations or training inputs
+        num_train = (self.ctx.num_train or train.num_examples) if c["kl_scale"] == "dataset" else train.num_examples
         x0 = train.x[:1].to(self.ctx.device)
         meta = {"in_shape": list(x0.shape[1:]), "layer_flops": self._layer_flops(x0),
                 "sigma_init": sigma_summary(self.named_sigmas())}
@@ -236,7 +243,8 @@ class SSVI(Method):
                          "epoch_loss": [float(v) for v in log["epoch_loss"]], "final_nll": last.get("nll"),
                          "epoch_stats": log.get("epoch_stats", []),
                          "sigma_last_epoch_rel_change": last_rel_change(log.get("epoch_stats", []), "sigma_mean"),
-                         "final_kl": last.get("kl"), "final_beta": last.get("beta"), "num_train": int(num_train),
+                         "final_kl": last.get("kl"), "final_beta": last.get("beta"),
+                         "num_train": int(self.ctx.num_train or train.num_examples), "kl_divisor": int(num_train),
                          "mean_optimizer": cfg.optimizer, "mean_lr": cfg.lr, "schedule": cfg.schedule,
                          "rho_optimizer": str(c["rho_optimizer"]), "rho_lr": float(c["rho_lr"])}
         meta["history"] = history

@@ -85,7 +85,11 @@ class VDP(Method):
         # train.sigma_last_epoch_rel_change in the record show whether it converged)
         "rho_optimizer": "adam",
         "rho_lr": 0.01,
+        # the KL's divisor: "dataset" the observations (pixels on segmentation), "examples" the
+        # training inputs (images: the segmentation profiles' per-image KL, as PBN's)
+        "kl_scale": "dataset",
     }
+    LATER_OPTIONS = {"kl_scale": "dataset"}  # added after records were made: the earlier behaviour
 
     @classmethod
     def starts_from(cls, config):
@@ -112,6 +116,8 @@ class VDP(Method):
             raise BenchError(f"vdp: sigma_per must be one of {SIGMA_PER}, got {c['sigma_per']!r}")
         if c["rho_optimizer"] not in OPTIMIZERS or not float(c["rho_lr"]) > 0:
             raise BenchError(f"vdp: rho_optimizer must be one of {', '.join(OPTIMIZERS)} and rho_lr > 0")
+        if c["kl_scale"] not in ("dataset", "examples"):
+            raise BenchError(f"vdp: kl_scale must be one of dataset, examples, got {c['kl_scale']!r}")
 
     def train_config(self):
         # no optimiser weight decay: it would shrink rho (sigma -> softplus(0)); the KL's
@@ -134,7 +140,7 @@ class VDP(Method):
 
     def _loss(self, log: dict):
         c = self.config
-        num_train = self.ctx.num_train or self.meta.get("num_train", 0)
+        num_train = self.meta.get("kl_divisor") or self.ctx.num_train or self.meta.get("num_train", 0)
         return vdp_loss(num_train, kl_weight=float(c["kl_weight"]), likelihood=str(c["likelihood"]),
                         prior_scale=float(c["prior_scale"]), var_floor=float(c["var_floor"]),
                         ce_variance_term=bool(c["ce_variance_term"]), log=log,
@@ -146,7 +152,9 @@ class VDP(Method):
         net = self.base_network()
         example = train.x[:2].float().cpu()
         self.net = self.build(net, example)
-        self.meta = {"num_train": int(self.ctx.num_train or train.num_examples), "init": self.config["init"]}
+        observations = int(self.ctx.num_train or train.num_examples)
+        self.meta = {"num_train": observations, "init": self.config["init"],
+                     "kl_divisor": observations if self.config["kl_scale"] == "dataset" else int(train.num_examples)}
         cfg = self.train_config()
         last: dict = {}
         self.meta["sigma_init"] = sigma_summary(self.named_sigmas())
@@ -173,13 +181,13 @@ class VDP(Method):
                               "sigma_last_epoch_rel_change": last_rel_change(stats, "sigma_mean"),
                               "rho_adam_travel_ratio": travel,
                               "final_nll": last.get("nll"), "final_kl": last.get("kl"),
-                              "steps": cfg.epochs * len(train), "kl_divisor": int(self.meta["num_train"])}
+                              "steps": cfg.epochs * len(train), "kl_divisor": int(self.meta["kl_divisor"])}
         c = self.config
-        nll_only = vdp_loss(self.meta["num_train"], kl_weight=0.0, likelihood=str(c["likelihood"]),
+        nll_only = vdp_loss(self.meta["kl_divisor"], kl_weight=0.0, likelihood=str(c["likelihood"]),
                             prior_scale=float(c["prior_scale"]), var_floor=float(c["var_floor"]),
                             ce_variance_term=bool(c["ce_variance_term"]),
                             ignore_index=self.ctx.task.ignore_index if self.ctx.task.kind == "segmentation" else None)
-        n_train = self.meta["num_train"]
+        n_train = self.meta["kl_divisor"]
         st = sigma_stationarity(self.net, self.net.rho_params(), lambda m, x, y: nll_only(m, x, y, 1.0),
                                 lambda m: float(c["kl_weight"]) * m.kl(float(c["prior_scale"])) / n_train,
                                 train, seed=derive_seed("vdp", "stationarity", self.ctx.seed))

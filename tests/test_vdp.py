@@ -626,3 +626,64 @@ def test_cifar10_noise_smoke_run_and_experiments(tmp_path):
     for block in ("noise", "prune", "cost"):
         assert text.count(f"<!-- BEGIN vdp_experiments:{block}-cifar10_noise -->") == 1
     assert "resnet_small" in text and "99% pruned" in text and "memory / det" in text
+
+
+@pytest.mark.parametrize("method", ["ssvi", "vdp"])
+def test_the_kl_divisor_of_ssvi_and_vdp_counts_observations_or_inputs(method, tmp_path):
+    """kl_scale: "dataset" divides the KL by the observations (pixels on segmentation: here 16 per
+    input), "examples" by the training inputs (the segmentation profiles' per-image KL)."""
+    import dataclasses
+
+    from bench.data import TensorLoader
+    from bench.tasks import classification
+    from bench.training import TrainConfig
+    from methods import METHODS
+    from methods.base import MethodContext
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(64, 1, 8, 8, generator=g), torch.randint(0, 3, (64,), generator=g)
+
+    def build(dropout=0.0):
+        from bench.models import build_model
+        return build_model("lenet_300_100", (1, 8, 8), 3, dropout=dropout)
+
+    ctx = MethodContext(task=classification(3), build_model=build, train=TrainConfig(epochs=1, batch_size=32, lr=0.01),
+                        device=torch.device("cpu"), seed=0, map_cache=None, num_train=64 * 16,
+                        work_dir=tmp_path / "w")
+    for scale, expected in (("dataset", 64 * 16), ("examples", 64)):
+        torch.manual_seed(0)
+        m = METHODS.get(method)(dataclasses.replace(ctx, work_dir=tmp_path / scale), kl_scale=scale)
+        m.fit(TensorLoader(x, y, 32, shuffle=True, seed=0), None)
+        assert m.meta["train"]["kl_divisor"] == expected, scale
+
+
+@pytest.mark.parametrize("method", ["ssvi", "vdp"])
+def test_kl_scale_at_its_earlier_behaviour_keeps_the_kept_records_identity(method):
+    """An option added later (Method.LATER_OPTIONS) at the value that reproduces the earlier
+    behaviour is no part of the cell's identity: the kept rotated-MNIST records (made before
+    kl_scale existed) are the cells the current plan names, so a rerun skips them."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    from bench.config import resolve_plan
+    from bench.harness import cell_identity
+    from bench.store import ResultsStore
+    from bench.suites import SUITES
+    from methods import METHODS
+
+    root = Path(__file__).resolve().parents[1] / "docs" / "records"
+    kept = {(r["record"]["config_hash"]) for r in map(json.loads, gzip.open(root / "mnist_rotated" / "records.jsonl.gz", "rt"))
+            if r["record"]["method"] == method and r["record"]["profile"] == "quick"
+            and r["record"]["model"] == "lenet_300_100"}
+    assert kept, "no kept record to compare with"
+    suite = SUITES.get("mnist_rotated")()
+    plan = resolve_plan(suite, "quick", [method], {}, method_registry=METHODS)
+    (cfg,) = plan.methods[method]
+    assert cfg["kl_scale"] == "dataset"
+    store = ResultsStore("unused")
+    cid = cell_identity(suite, plan, store, METHODS, "lenet_300_100", method, cfg, 0, torch.device("cpu"))
+    assert cid.chash in kept
+    other = cell_identity(suite, plan, store, METHODS, "lenet_300_100", method, {**cfg, "kl_scale": "examples"}, 0,
+                          torch.device("cpu"))
+    assert other.chash != cid.chash and "kl_scale=examples" in other.label

@@ -31,12 +31,15 @@ from datasets.imagenet import MEAN, STD
 from datasets.segmentation import (CAMVID_CLASSES, CITYSCAPES_CLASSES, IGNORE, LabelFiles, SegImages, camvid_labels,
                                    camvid_split, cityscapes_labels, cityscapes_split)
 
-#: PBN's and mean-field VI's KL per training image on the segmentation profiles (``kl_scale``):
+#: the VI methods' KL per training image on the segmentation profiles (``kl_scale``; PBN, mean-field
+#: VI, SSVI, VDP++):
 #: with the training pixels as N (``kl_scale="dataset"``, 7.05 M on CamVid's quick profile) the
 #: KL's pull per weight, beta / N ~ 1e-9, is below Adam's epsilon and sigma cannot leave its initial
 #: value (the CamVid records, bench.validity's vi_moved); per image (367) it is ~3e-5. Per pixel stays
 #: an option (``--set pbn.kl_scale=dataset``), ablated in docs/segmentation.md.
 KL_PER_IMAGE = {"kl_scale": "examples"}
+#: every VI method of the segmentation profiles, KL per image
+VI_PER_IMAGE = {m: dict(KL_PER_IMAGE) for m in ("pbn", "mfvi", "ssvi", "vdp")}
 
 #: the methods that support the segmentation task (the others say why in ``bench list``)
 SEGMENTATION_METHODS = ("deterministic", "mc_dropout", "deep_ensemble", "pbn", "mfvi", "ssvi", "laplace_last_layer", "vdp",
@@ -248,8 +251,8 @@ class CamVidC(_CorruptedSegmentation):
             # (the authors' 256 snapshots) on batches of 4 images (the training batch, 76,800 pixels;
             # the authors' 128 examples would be 128 images a step) with one snapshot every 4 SGD steps
             # (~11 epochs) instead of one per epoch (256 epochs)
-            "methods": {"pbn": {"lr": 0.005, "epochs": 2, **KL_PER_IMAGE}, "mfvi": {"train_samples": 2, **KL_PER_IMAGE},
-                        "mc_dropout": {"samples": 10},
+            "methods": {**VI_PER_IMAGE, "pbn": {"lr": 0.005, "epochs": 2, **KL_PER_IMAGE},
+                        "mfvi": {"train_samples": 2, **KL_PER_IMAGE}, "mc_dropout": {"samples": 10},
                         **laplace_on_pixels(10, swag_snapshot_every=4, swag_batch_size=4)},
             "note": ("quick profile: CamVid resized to 120 x 160 (2/3 of its native 180 x 240 per side), unet_small trained "
                      "from scratch for 12 epochs; every CamVid-C cell (19 corruptions x 5 severities) is evaluated "
@@ -262,8 +265,7 @@ class CamVidC(_CorruptedSegmentation):
             "train": {"epochs": 150, "batch_size": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4,
                       "schedule": "cosine"},
             "data": {},
-            "methods": {**laplace_on_pixels(20, None, swag_batch_size=4), "pbn": dict(KL_PER_IMAGE),
-                        "mfvi": dict(KL_PER_IMAGE)},
+            "methods": {**laplace_on_pixels(20, None, swag_batch_size=4), **VI_PER_IMAGE},
             "note": ("the PBN paper's Cityscapes UNet and optimiser on CamVid; its plateau schedule (lr x 0.5) and "
                      "weighted cross-entropy are not reproduced: cosine schedule, unweighted loss"),
         },
@@ -299,8 +301,7 @@ class CityscapesC(_CorruptedSegmentation):
             "train": {"epochs": 20, "batch_size": 4, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4,
                       "schedule": "cosine"},
             "data": {"n_train": 500, "n_test": 100},
-            "methods": {**laplace_on_pixels(10, swag_snapshot_every=4, swag_batch_size=4), "pbn": dict(KL_PER_IMAGE),
-                        "mfvi": dict(KL_PER_IMAGE)},
+            "methods": {**laplace_on_pixels(10, swag_snapshot_every=4, swag_batch_size=4), **VI_PER_IMAGE},
             "note": "quick profile: 500 training images, 100 of the 500 validation images as the test set",
         },
         "paper": {
@@ -308,8 +309,7 @@ class CityscapesC(_CorruptedSegmentation):
             "train": {"epochs": 150, "batch_size": 4, "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4,
                       "schedule": "cosine"},
             "data": {},
-            "methods": {**laplace_on_pixels(20, None, swag_batch_size=4), "pbn": dict(KL_PER_IMAGE),
-                        "mfvi": dict(KL_PER_IMAGE)},
+            "methods": {**laplace_on_pixels(20, None, swag_batch_size=4), **VI_PER_IMAGE},
             "note": ("PBN paper App. H.4: UNet 64..1024, 256 x 512, SGD momentum 0.9, lr 0.1, 150 epochs; its plateau "
                      "schedule and weighted cross-entropy are not reproduced (cosine, unweighted)"),
         },
