@@ -99,11 +99,19 @@ def check_spaces(spaces: dict[str, dict[str, list]] = SPACES, n: int = CONFIGS_P
 def summarize(results: str | Path, suite: str, profile: str, method: str, choices: list[dict]) -> dict:
     """The tuning entry of one method: its space and, per model, the choice with every candidate."""
     space = SPACES[method]
-    return {"space": space, "configurations": len(configurations(space)),
+    n = len(configurations(space))
+
+    def why(c):
+        missing = n - len(c["candidates"])
+        gaps = [f"{missing} of {n} configurations have no records on every seed: chosen among the others"] \
+            if missing > 0 else []
+        return "; ".join(gaps + ([c["why"]] if c.get("why") else []))
+
+    return {"space": space, "configurations": n,
             "choices": [{"model": c["model"], "chosen": c["chosen"], "chosen_config_hash": c["chosen_config_hash"],
                          "seeds": c["seeds"], "metric": c["metric"], "at_edge": at_edge(space, c["chosen"]),
                          "chosen_among_valid": c.get("chosen_among_valid", True),
-                         **({"why": c["why"]} if c.get("why") else {}),
+                         **({"why": why(c)} if why(c) else {}),
                          "candidates": c["candidates"]} for c in choices]}
 
 

@@ -74,3 +74,13 @@ def test_bad_input_exits_2_and_writes_nothing(args, words, tmp_path, capsys):
     assert main(["tune", "--suite", "toy", "--profile", "smoke", "--methods", "mc_dropout", "--out", str(out),
                  *args]) == 2
     assert words in capsys.readouterr().err and not out.exists()
+
+
+def test_a_choice_among_fewer_configurations_than_the_space_says_so():
+    cand = [{"values": {"p": 0.1}, "config_hash": "a", "score": 0.5, "per_seed": {0: 0.5}, "validity": "ok"}]
+    choice = {"model": "m", "chosen": {"p": 0.1}, "chosen_config_hash": "a", "seeds": [0], "metric": "validation nll",
+              "candidates": cand, "chosen_among_valid": True}
+    entry = tuning.summarize("r", "toy", "smoke", "mc_dropout", [choice])
+    assert "3 of 4 configurations have no records" in entry["choices"][0]["why"]
+    full = {**choice, "candidates": cand * 4}
+    assert "why" not in tuning.summarize("r", "toy", "smoke", "mc_dropout", [full])["choices"][0]
