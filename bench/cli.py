@@ -143,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     lb.add_argument("--exclude-label", action="append", default=None, metavar="LABEL",
                     help="leave out this configuration, by its label as the tables show it (a label has commas: "
                          "one per flag, e.g. 'deterministic[lr=0.001,optimizer=adam,weight_decay=0]'; repeatable)")
+    lb.add_argument("--chosen-only", action="store_true",
+                    help="of a method tuned by bench tune, only the configuration it chose (the stored "
+                         "<results>/<suite>/tuning/<profile>.json); the rejected candidates are left out")
     lb.add_argument("--include-smoke", action="store_true",
                     help="also rank smoke-profile records (marked as such wherever shown)")
     lb.add_argument("--print-tables", action="store_true",
@@ -359,6 +362,15 @@ def cmd_leaderboard(args) -> int:
     df = select_runs(load_runs(args.results), suites=args.suite, models=args.model, profiles=args.profile,
                      methods=args.method, commits=args.commit, include_smoke=args.include_smoke,
                      exclude_labels=args.exclude_label)
+    if args.chosen_only:
+        from bench.tuning import rejected_configs
+
+        rejected = rejected_configs(args.results)
+        if not rejected:
+            raise BenchError(f"--chosen-only: no stored tuning under {', '.join(args.results)} "
+                             "(<results>/<suite>/tuning/<profile>.json: run python -m bench tune)")
+        key = list(zip(df["suite"], df["profile"], df["model"], df["method"], df["config_hash"]))
+        df = df[[k not in rejected for k in key]]
     boards = build_boards(df, args.metric)
     paths = write_leaderboard(boards, args.out, args.results, filters, args.metric)
     if args.print_tables:

@@ -170,3 +170,21 @@ def tuning_markdown(doc: dict) -> str:
     for m, why in sorted(doc.get("not_chosen", {}).items()):
         lines.append(f"| {m} | | | not chosen | | | {why} |")
     return "\n".join(lines)
+
+
+def rejected_configs(results_dirs) -> set[tuple[str, str, str, str, str]]:
+    """``(suite, profile, model, method, config_hash)`` of every candidate that a stored tuning
+    (``<results>/<suite>/tuning/<profile>.json``) did not choose: the leaderboard's
+    ``--chosen-only`` leaves them out."""
+    import json
+
+    out = set()
+    for d in results_dirs:
+        for path in sorted(Path(d).glob("*/tuning/*.json")):
+            doc = json.loads(path.read_text())
+            for method, entry in (doc.get("methods") or {}).items():
+                for c in entry.get("choices", []):
+                    for cand in c.get("candidates", []):
+                        if cand["config_hash"] != c["chosen_config_hash"]:
+                            out.add((doc["suite"], doc["profile"], c["model"], method, cand["config_hash"]))
+    return out

@@ -61,6 +61,16 @@ def test_tune_sweeps_the_space_and_chooses_the_lowest_validation_nll(tmp_path, c
                  "--select-only"]) == 0
     assert json.loads((out / "toy" / "tuning" / "smoke.json").read_text())["methods"] == doc["methods"]
     assert main(["tune", "--suite", "toy", "--profile", "smoke", "--out", str(out), "--markdown"]) == 0
+    # the leaderboard with --chosen-only ranks the chosen configuration alone of the four
+    capsys.readouterr()
+    assert main(["leaderboard", "--results", str(out), "--out", str(tmp_path / "lb"), "--include-smoke",
+                 "--chosen-only", "--print-tables"]) == 0
+    board = capsys.readouterr().out
+    rows = [line for line in board.splitlines() if line.startswith("| mc_dropout")]
+    assert len(rows) == 1, rows
+    assert main(["leaderboard", "--results", str(out), "--out", str(tmp_path / "lb"), "--include-smoke",
+                 "--print-tables"]) == 0
+    assert len([line for line in capsys.readouterr().out.splitlines() if line.startswith("| mc_dropout")]) == 4
 
 
 @pytest.mark.parametrize("args, words", [
