@@ -444,7 +444,7 @@ def cmd_tune(args) -> int:
         except BenchError as exc:
             failed[m] = str(exc)
             continue
-        entries[m] = tuning.summarize(args.out, args.suite, args.profile, m, choices)
+        entries[m] = tuning.summarize(m, choices)
     path = tuning.write_tuning(args.out, args.suite, args.profile, entries, failed, args.sets)
     print(tuning.tuning_markdown(json.loads(path.read_text())))
     print(f"tuning: {path}")

@@ -214,12 +214,17 @@ def _bench_env(threads: int, extra: dict | None = None) -> dict:
     return env
 
 
-def _start_bench(args: list[str], threads: int, log: Path) -> tuple[subprocess.Popen, object]:
+def _start(module: str, args: list[str], threads: int, log: Path) -> tuple[subprocess.Popen, object]:
+    """``python -m <module> <args>`` in its own session, its output into ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
     fh = open(log, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=ROOT, env=_bench_env(threads),
+    proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT, env=_bench_env(threads),
                             stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
     return proc, fh
+
+
+def _start_bench(args: list[str], threads: int, log: Path) -> tuple[subprocess.Popen, object]:
+    return _start("bench", args, threads, log)
 
 
 def _finish(proc: subprocess.Popen, fh, timeout: float) -> tuple[int | None, bool]:
@@ -400,16 +405,24 @@ def kept_summaries(kept: Path) -> list[dict]:
     return out
 
 
+def kept_pass(kept: list[dict], info: dict, parts, same: tuple[str, ...]) -> str | None:
+    """The run id of the latest kept CUDA summary whose ``parts(checks)`` (a list of check
+    entries) all have status ok, on a device equal to ``info`` in the ``same`` fields; else None."""
+    for s in reversed(kept):
+        dev = s.get("device") or {}
+        if dev.get("used", "").startswith("cuda") and all(dev.get(k) == info.get(k) for k in same) and \
+                all((e or {}).get("status") == "ok" for e in parts(s.get("checks") or {})):
+            return s.get("run_id", "?")
+    return None
+
+
 def passed_before(kept: list[dict], suite: str, info: dict) -> str | None:
     """The run id of a kept device summary in which ``suite``'s checks passed on CUDA with this
     torch, or None."""
-    for s in reversed(kept):
-        dev = s.get("device") or {}
-        chk = ((s.get("checks") or {}).get("suites") or {}).get(suite) or {}
-        if dev.get("used", "").startswith("cuda") and dev.get("torch") == info["torch"] and \
-                (chk.get("smoke") or {}).get("status") == "ok" and (chk.get("agreement") or {}).get("status") == "ok":
-            return s.get("run_id", "?")
-    return None
+    def parts(chk):
+        entry = (chk.get("suites") or {}).get(suite) or {}
+        return [entry.get("smoke"), entry.get("agreement")]
+    return kept_pass(kept, info, parts, ("torch",))
 
 
 # ------------------------------------------------------------------------------ the grid
@@ -648,13 +661,10 @@ class Session:
             return {"status": NO_CUDA}
         if a.cuda_tests == "none":
             return {"status": "skipped: --cuda-tests none"}
-        if a.checks == "auto":
-            for s in reversed(self.kept):
-                t = (s.get("checks") or {}).get("cuda_tests") or {}
-                d = s.get("device") or {}
-                if t.get("status") == "ok" and d.get("name") == self.info.get("name") \
-                        and d.get("torch") == self.info.get("torch"):
-                    return {"status": "ok", "note": f"skipped: passed in kept run {s.get('run_id')}"}
+        prior = kept_pass(self.kept, self.info, lambda chk: [chk.get("cuda_tests")], ("name", "torch")) \
+            if a.checks == "auto" else None
+        if prior:
+            return {"status": "ok", "note": f"skipped: passed in kept run {prior}"}
         left = min(a.started_at + a.check_share * a.budget_s, self.deadline) - time.time()
         if left < a.min_check_s:
             return {"status": "not run", "why": f"budget: {max(left, 0):.0f} s left for checks"}
@@ -665,12 +675,8 @@ class Session:
         log = self.work / "logs" / "cuda_tests.log"
         self.say(f"cuda tests: pytest -m cuda {a.cuda_tests}")
         t0 = time.perf_counter()
-        log.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(log, "w")
-        threads = a.threads or max(1, (os.cpu_count() or 1) // 2)
-        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider",
-                                 f"--junitxml={xml}", *a.cuda_tests.split(",")], cwd=ROOT, env=_bench_env(threads),
-                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        proc, fh = _start("pytest", ["-m", "cuda", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
+                                     *a.cuda_tests.split(",")], a.threads or max(1, (os.cpu_count() or 1) // 2), log)
         rc, to = _finish(proc, fh, left)
         res = {"status": "failed", "returncode": rc, "timed_out": to, "seconds": round(time.perf_counter() - t0, 2),
                "paths": a.cuda_tests.split(",")}
@@ -687,13 +693,8 @@ class Session:
             return {"status": NO_CUDA}
         if a.perf_cases == ["none"]:
             return {"status": "skipped: --perf-cases none"}
-        prior = None
-        if a.checks == "auto":
-            for s in reversed(self.kept):
-                p = (s.get("checks") or {}).get("perf") or {}
-                if p.get("status") == "ok" and (s.get("device") or {}).get("name") == self.info.get("name"):
-                    prior = s.get("run_id")
-                    break
+        prior = kept_pass(self.kept, self.info, lambda chk: [chk.get("perf")], ("name",)) \
+            if a.checks == "auto" else None
         if prior:
             return {"status": "ok", "note": f"skipped: measured in kept run {prior}"}
         left = min(a.started_at + a.check_share * a.budget_s, self.deadline) - time.time()

@@ -40,7 +40,6 @@ SPACES: dict[str, dict[str, list]] = {
     "vdp": {"kl_weight": [1e-4, 1e-3, 1e-2, 1e-1]},
 }
 
-#: methods that choose on the validation split inside their fit, and what
 _PRIOR_GRID = ("prior precision: validation-NLL grid ({grid_size} points over 10^{grid_min:g}..10^{grid_max:g}, "
                "extended by {grid_extend_decades:g} decades at an edge, at most {grid_max_extensions} times)")
 #: methods that choose on the validation split inside their fit, and what (formatted with the
@@ -98,23 +97,21 @@ def check_spaces(spaces: dict[str, dict[str, list]] = SPACES, n: int = CONFIGS_P
                              f"gives every method {n}")
 
 
-def summarize(results: str | Path, suite: str, profile: str, method: str, choices: list[dict]) -> dict:
+def summarize(method: str, choices: list[dict]) -> dict:
     """The tuning entry of one method: its space and, per model, the choice with every candidate."""
     space = SPACES[method]
     n = len(configurations(space))
 
-    def why(c):
+    def entry(c):
         missing = n - len(c["candidates"])
-        gaps = [f"{missing} of {n} configurations have no records on every seed: chosen among the others"] \
-            if missing > 0 else []
-        return "; ".join(gaps + ([c["why"]] if c.get("why") else []))
+        why = "; ".join(([f"{missing} of {n} configurations have no records on every seed: chosen among the "
+                          "others"] if missing > 0 else []) + ([c["why"]] if c.get("why") else []))
+        return {"model": c["model"], "chosen": c["chosen"], "chosen_config_hash": c["chosen_config_hash"],
+                "seeds": c["seeds"], "metric": c["metric"], "at_edge": at_edge(space, c["chosen"]),
+                "chosen_among_valid": c.get("chosen_among_valid", True), **({"why": why} if why else {}),
+                "candidates": c["candidates"]}
 
-    return {"space": space, "configurations": n,
-            "choices": [{"model": c["model"], "chosen": c["chosen"], "chosen_config_hash": c["chosen_config_hash"],
-                         "seeds": c["seeds"], "metric": c["metric"], "at_edge": at_edge(space, c["chosen"]),
-                         "chosen_among_valid": c.get("chosen_among_valid", True),
-                         **({"why": why(c)} if why(c) else {}),
-                         "candidates": c["candidates"]} for c in choices]}
+    return {"space": space, "configurations": n, "choices": [entry(c) for c in choices]}
 
 
 def tuning_path(results: str | Path, suite: str, profile: str) -> Path:

@@ -109,7 +109,6 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | N
     full: dict[str, int] = {}
     for cell, recs in cells.items():
         full[data[cell]] = max(full.get(data[cell], 0), len(recs))
-    n = 0
     complete = {}
     for cell, recs in cells.items():
         failed = any(r["status"] == "failed" and r["kind"] == "fit" for _, r in recs)
@@ -122,17 +121,17 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | N
     if only is not None:
         only = {Path(d).resolve() for d in only}
         complete = {cell: recs for cell, recs in complete.items() if cell.resolve() in only}
-    for cell, recs in complete.items():
-        for path, rec in recs:
-            body = encode(slim(rec, keep_maps=cell in with_maps))
-            dest = archive / path.relative_to(results)
+    entries = {path.relative_to(results).as_posix(): slim(rec, keep_maps=cell in with_maps)
+               for cell, recs in complete.items() for path, rec in recs}
+    if packed:
+        pack(suite, archive, entries)
+    else:
+        for rel, rec in entries.items():
+            body, dest = encode(rec), archive / rel
             if not dest.exists() or dest.read_bytes() != body:
                 atomic_write_bytes(dest, body)
-            n += 1
     _copy_tree(results / suite / "artifacts", archive / suite / "artifacts", overwrite=True)
-    if packed:
-        pack(suite, archive)
-    return n
+    return len(entries)
 
 
 def kept(archive: Path, suite: str) -> dict[str, dict]:
@@ -151,10 +150,11 @@ def kept(archive: Path, suite: str) -> dict[str, dict]:
     return out
 
 
-def pack(suite: str, archive: Path = ARCHIVE) -> int:
-    """Move the suite's loose kept records into its pack (written atomically first, then the
-    loose files removed); returns the number of records packed."""
-    entries = kept(archive, suite)
+def pack(suite: str, archive: Path = ARCHIVE, new: dict[str, dict] | None = None) -> int:
+    """Move the suite's loose kept records, and ``new`` ones (``{path: record}``, winning over
+    both), into its pack (written atomically first, then the loose files removed); returns the
+    number of records packed."""
+    entries = {**kept(archive, suite), **(new or {})}
     if not entries:
         return 0
     body = pack_bytes(entries)

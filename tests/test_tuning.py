@@ -90,7 +90,7 @@ def test_a_choice_among_fewer_configurations_than_the_space_says_so():
     cand = [{"values": {"p": 0.1}, "config_hash": "a", "score": 0.5, "per_seed": {0: 0.5}, "validity": "ok"}]
     choice = {"model": "m", "chosen": {"p": 0.1}, "chosen_config_hash": "a", "seeds": [0], "metric": "validation nll",
               "candidates": cand, "chosen_among_valid": True}
-    entry = tuning.summarize("r", "toy", "smoke", "mc_dropout", [choice])
+    entry = tuning.summarize("mc_dropout", [choice])
     assert "3 of 4 configurations have no records" in entry["choices"][0]["why"]
     full = {**choice, "candidates": cand * 4}
-    assert "why" not in tuning.summarize("r", "toy", "smoke", "mc_dropout", [full])["choices"][0]
+    assert "why" not in tuning.summarize("mc_dropout", [full])["choices"][0]
