@@ -14,7 +14,7 @@ import pytest
 from bench.errors import BenchError
 from bench.reporting import build_report
 from bench.reporting.data import prepare
-from bench.reporting.tables import format_mean_std, format_number, leaderboard
+from bench.reporting.tables import CHOSEN_MARK, format_mean_std, format_number, leaderboard
 from bench.store import ResultsStore, config_hash, load_records
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -255,8 +255,9 @@ def test_leaderboard_values_and_best(report):
     root, out, _ = report
     html = (out / "mnist_rotated" / "index.html").read_text()
     md = (out / "mnist_rotated" / "README.md").read_text()
-    h = html_table(html, "method", "ID acc ↑")
-    m = md_table(md, "ID acc ↑")
+    # the table of every quality metric (the ranked board above it is bench leaderboard's, tested there)
+    h = html_table(html, "method", "OOD fashion_mnist AUROC ↑")
+    m = md_table(md, "OOD fashion_mnist AUROC ↑")
     det, pbn = "deterministic", "pbn[r_bayes=0.01]"
     assert set(h) == {det, pbn, UNIFORM} and set(m) == {det, pbn, UNIFORM}
     # the uniform predictor's reference row: NLL ln K, Brier 1 - 1/K, accuracy 1/K
@@ -369,6 +370,9 @@ SWEEP_ID = {  # (r_bayes or "det", seed): accuracy, nll, brier
 SWEEP_AUROC = {("det", 0): 0.80, ("det", 1): 0.82, (0.01, 0): 0.88, (0.01, 1): 0.86,
                (0.1, 0): 0.91, (0.1, 1): 0.93}
 SWEEP_SEV = [60.0, 120.0]
+# validation NLL: validation prefers r = 0.1, while r = 0.01 is better on the test set
+SWEEP_VAL = {("det", 0): 0.12, ("det", 1): 0.13, (0.01, 0): 0.090, (0.01, 1): 0.094,
+             (0.1, 0): 0.070, (0.1, 1): 0.078}
 # layer distribution: (layer, type, numel) and per (r, seed) the selected counts
 LAYERS = [("1", "Linear", 235_500), ("4", "Linear", 30_100), ("7", "Linear", 1_010)]
 SELECTED = {(0.01, 0): (1200, 1200, 266), (0.01, 1): (1250, 1180, 236),
@@ -449,6 +453,9 @@ def write_sweep_synthetic(root: Path) -> None:
                                   "metrics": _sweep_shift(key, seed, sev), "diagnostics": None})
             store.write(run, {**base, "kind": "ood", "shift": "fashion_mnist", "severity": None, "n": 100,
                               "metrics": {"auroc": SWEEP_AUROC[(key, seed)], "aupr": 0.8}, "diagnostics": None})
+            store.write(run, {**base, "kind": "val", "shift": "validation", "severity": None, "n": 100,
+                              "metrics": {"accuracy": acc, "nll": SWEEP_VAL[(key, seed)], "brier": brier},
+                              "diagnostics": None})
 
 
 @pytest.fixture(scope="module")
@@ -537,19 +544,25 @@ def test_sweep_table_values(sweep_report):
     _, path = sweep_report
     html = path.read_text()
     t = html_table(html, "r_bayes", "ID acc ↑")
-    assert list(t) == ["0.01", "0.1"]  # option values, in order; no reference method rows
+    chosen = "0.1" + CHOSEN_MARK
+    assert list(t) == ["0.01", chosen]  # option values, in order; no reference method rows
     for r in SWEEP_R:
-        row = t[f"{r:g}"]
+        row = t[f"{r:g}" + (CHOSEN_MARK if r == 0.1 else "")]
         assert row["seeds"][1] == "2"
+        assert row["validation NLL (chooses) ↓"][1] == _ms([SWEEP_VAL[(r, s)] for s in (0, 1)])
         for i, col in enumerate(("ID acc ↑", "ID NLL ↓", "ID Brier ↓")):
             assert row[col][1] == _ms([SWEEP_ID[(r, s)][i] for s in (0, 1)])
         for metric, col in (("nll", "shift NLL ↓"), ("brier", "shift Brier ↓")):
             per_seed = [statistics.fmean(_sweep_shift(r, s, sev)[metric] for sev in SWEEP_SEV) for s in (0, 1)]
             assert row[col][1] == _ms(per_seed)
         assert row["OOD fashion_mnist AUROC ↑"][1] == _ms([SWEEP_AUROC[(r, s)] for s in (0, 1)])
-    # best within the sweep: r = 0.01 has the higher accuracy, r = 0.1 the higher AUROC
-    assert "best" in t["0.01"]["ID acc ↑"][0].split() and "best" not in t["0.1"]["ID acc ↑"][0].split()
-    assert "best" in t["0.1"]["OOD fashion_mnist AUROC ↑"][0].split()
+        # no test column points at a value: r = 0.01 is better on test, and nothing says so
+        for col, (cls, _) in row.items():
+            if col != "validation NLL (chooses) ↓":
+                assert "best" not in cls.split() and "tie" not in cls.split(), (r, col)
+    # the validation choice: r = 0.1 (lower validation NLL), marked in its row and its score
+    assert "best" in t[chosen]["validation NLL (chooses) ↓"][0].split()
+    assert "best" not in t["0.01"]["validation NLL (chooses) ↓"][0].split()
 
 
 def test_sweep_figures_embedded(sweep_report):
@@ -602,9 +615,12 @@ def test_cost_tables_split(sweep_report):
     assert {"parameters", "stochastic params", "state (MiB)", "own fit (s)", "predict (ms / example)",
             "MFLOPs / example", "train peak memory (MiB)", "predict peak memory (MiB)"} <= cols
     assert not any("_" in c for c in cols)                      # readable titles, no raw keys
-    specific = html_table(html, "method", "vi train time (s)")  # method-specific keys: their own table,
-    assert set(specific) == {"pbn[r_bayes=0.01]", "pbn[r_bayes=0.1]"}  # only the methods that record them
-    assert not any(c.endswith("_paper") or c.startswith(("variational_", "param_ratio")) for c in specific["pbn[r_bayes=0.1]"])
+    # method-specific keys: their own table, one row per method that records them, each quantity with its mean
+    specific = html_table(html, "method", "quantities recorded (mean over seeds)")
+    assert set(specific) == {"pbn[r_bayes=0.01]", "pbn[r_bayes=0.1]"}
+    text = specific["pbn[r_bayes=0.1]"]["quantities recorded (mean over seeds)"][1]
+    assert "vi train time (s): 3.5" in text                     # mean of 3.0 and 4.0 over the seeds
+    assert not any(k in text for k in ("paper", "variational", "param ratio"))
     paper = html_table(html, "method", "train_flops_paper")
     assert set(paper) == {"pbn[r_bayes=0.01]", "pbn[r_bayes=0.1]"}  # only methods with those keys
     k = [sum(SELECTED[(0.1, s)]) for s in (0, 1)]
@@ -744,3 +760,35 @@ def test_a_report_below_the_papers_budget_says_so_with_the_stand_in_and_the_map_
     if banner:
         assert "QUICK PROFILE" in md and "stand-in for ImageNet-C" in md
         assert "The MAP network reaches 11.0% clean accuracy (chance 0.5%)" in md
+
+
+def test_per_corruption_error_table_by_hand():
+    """Transposed CE table: a row per corruption, a column per method, the mean over seeds of the
+    unnormalised CE (mean error over severities), bold only among methods that pass their checks."""
+    from bench.reporting.tables import per_corruption_error_table
+
+    rows = []
+    # accuracies at severities 1-5 (errors 1 - a): mean error a/fog: seed 0 0.5, seed 1 0.6
+    acc = {("a", 0): {"fog": (0.7, 0.6, 0.5, 0.4, 0.3), "snow": (0.6,) * 5},
+           ("a", 1): {"fog": (0.6, 0.5, 0.4, 0.3, 0.2), "snow": (0.6,) * 5},
+           ("b", 0): {"fog": (0.9,) * 5, "snow": (0.9,) * 5}, ("b", 1): {"fog": (0.9,) * 5, "snow": (0.9,) * 5},
+           ("c", 0): {"fog": (0.8,) * 5, "snow": (0.6,) * 5}, ("c", 1): {"fog": (0.8,) * 5, "snow": (0.6,) * 5}}
+    for (lab, seed), cells in acc.items():
+        rows.append({"label": lab, "seed": seed, "kind": "id", "shift": None, "severity": 0.0, "status": "ok",
+                     "metrics.accuracy": 0.95, "validity.status": "fail" if lab == "b" else "ok"})
+        for corr, accs in cells.items():
+            for sev, a in zip((1.0, 2.0, 3.0, 4.0, 5.0), accs):
+                rows.append({"label": lab, "seed": seed, "kind": "shift", "shift": corr, "severity": sev,
+                             "status": "ok", "metrics.accuracy": a, "validity.status": "fail" if lab == "b" else "ok"})
+    df = pd.DataFrame(rows)
+    df["validity.reasons"] = [["constructed"] if lab == "b" else [] for lab in df["label"]]
+    t = per_corruption_error_table(df, None)
+    assert list(t.mean.index) == ["fog", "snow"]
+    titles = [c.title for c in t.columns]
+    assert titles[0] == "a" and titles[1].startswith("b") and "✗" in titles[1]
+    # a, fog: mean error 0.5 (seed 0) and 0.6 (seed 1): 0.55
+    assert t.cell_text("fog", "m0") == "0.550" and t.cell_text("snow", "m0") == "0.400"
+    assert t.cell_text("fog", "m2") == "0.200" and t.cell_text("snow", "m2") == "0.400"
+    # b has the lowest errors everywhere but fails its checks: never bold; c wins fog, a and c tie on snow
+    assert t.best_rows("m1") == set()
+    assert t.best_rows("m2") >= {"fog"} and "fog" not in t.best_rows("m0")

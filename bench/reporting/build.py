@@ -16,7 +16,7 @@ from .data import (CLASSIFICATION_METRICS, REGRESSION_METRICS, SectionData, Swee
                    severity_axis_label, shift_families, slugify, split_sections, sweep_order)
 from .document import Banner, Bullets, Definitions, Document, Figure, KeyValues, Paragraph, Section
 from .render import to_html, to_markdown
-from .tables import (corruption_error_table, cost_table, method_cost_table, criteria_overlap_table, failed_table, layer_distribution_frame, layer_distribution_table,
+from .tables import (corruption_error_table, per_corruption_error_table, cost_table, method_cost_table, criteria_overlap_table, failed_table, layer_distribution_frame, layer_distribution_table,
                      leaderboard, methods_table, uncertainty_table, paper_cost_table, regression_tables, sweep_metrics_per_seed,
                      sweep_table)
 
@@ -85,10 +85,14 @@ def build_report(results_dir, out_dir="reports", suites=None) -> list[Path]:
             raise BenchError(f"no records for suite(s) {', '.join(missing)} under {str(results_dir)!r}; "
                              f"suites with records: {', '.join(available)}")
     generated_at = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    from bench.tuning import rejected_configs
+
+    rejected = rejected_configs([results_dir])
     written = []
     for suite in chosen:
         doc = suite_document(df[df["suite"] == suite], suite, generated_at,
-                             artifacts_dir=ResultsStore(results_dir).checkpoint_dir(suite).parent / "artifacts")
+                             artifacts_dir=ResultsStore(results_dir).checkpoint_dir(suite).parent / "artifacts",
+                             rejected=rejected)
         written.append(write_report(doc, Path(out_dir) / str(suite)))
     return written
 
@@ -120,9 +124,12 @@ def write_report(doc: Document, dest: Path, html_name: str = "index.html", md_na
 # --------------------------------------------------------------------------- document
 
 
-def suite_document(df: pd.DataFrame, suite: str, generated_at: str, artifacts_dir: Path | None = None) -> Document:
+def suite_document(df: pd.DataFrame, suite: str, generated_at: str, artifacts_dir: Path | None = None,
+                   rejected: set | None = None) -> Document:
     """The report of one suite (``df``: its prepared records, ok and failed; ``artifacts_dir``:
-    the files the suite wrote at run time, see :func:`_data_section`)."""
+    the files the suite wrote at run time, see :func:`_data_section`; ``rejected``: the
+    ``(suite, profile, model, method, config_hash)`` that a stored tuning did not choose,
+    :func:`bench.tuning.rejected_configs`: shown apart from the ranked rows)."""
     smoke = "smoke" in distinct(df["profile"])
     doc = Document(title=f"Benchmark report: {suite}" + (" (SMOKE PROFILE: not results)" if smoke else ""))
     doc.sections.append(_overview(df, suite, generated_at))
@@ -130,7 +137,7 @@ def suite_document(df: pd.DataFrame, suite: str, generated_at: str, artifacts_di
     palette = plots.make_palette(labels_in_order(ok_records(df)))  # failed-only labels get no colour
     for sec in sections:
         if not sec.records.empty:
-            doc.sections.append(_model_section(sec, palette, artifacts_dir))
+            doc.sections.append(_model_section(sec, palette, artifacts_dir, rejected or set()))
     # the answer first: data description, failures and provenance after the results
     data = _data_section(artifacts_dir, distinct(df["profile"]))
     if data is not None:
@@ -140,7 +147,7 @@ def suite_document(df: pd.DataFrame, suite: str, generated_at: str, artifacts_di
         s = Section("Failed runs", anchor="failed-runs")
         s.add(failed)
         doc.sections.append(s)
-    doc.sections.append(_provenance(df))
+    doc.sections.append(_provenance(df, generated_at))
     doc.sections.append(_definitions(df))
     return doc
 
@@ -151,20 +158,10 @@ def _join(values, empty="–") -> str:
 
 
 def _overview(df: pd.DataFrame, suite: str, generated_at: str) -> Section:
+    """The banner (profile, stand-in, scale) and one line saying what the records are; the full
+    list (runs, dates, commits) is under Provenance, so that the ranked table is on the first screen."""
     ok, failed = ok_records(df), failed_records(df)
     seeds = sorted({int(s) for s in df["seed"].dropna()})
-    starts, ends = distinct(df["started_at"]), distinct(df["finished_at"])
-    items = [
-        ("suite", str(suite)),
-        ("task", _join(distinct(df["task"]))),
-        ("profile(s)", _join(distinct(df["profile"]))),
-        ("model(s)", _join(distinct(df["model"]))),
-        ("configurations", f"{len(labels_in_order(df))} (listed under Provenance)"),
-        ("seeds", _join(seeds)),
-        ("records", f"{len(ok)} evaluations, {len(failed)} failed run(s)"),
-        ("runs", f"{starts[0] if starts else '?'} … {ends[-1] if ends else '?'}"),
-        ("report generated", generated_at),
-    ]
     s = Section("Overview", anchor="overview")
     if "smoke" in distinct(df["profile"]):
         s.add(Banner("SMOKE PROFILE: these records come from tiny data subsets and a few training steps, run "
@@ -173,7 +170,10 @@ def _overview(df: pd.DataFrame, suite: str, generated_at: str) -> Section:
     banner = _regime_banner(df, suite)
     if banner is not None:
         s.add(banner)
-    s.add(KeyValues(items))
+    s.add(Paragraph(f"{suite} ({_join(distinct(df['task']))}), profile {_join(distinct(df['profile']))}, "
+                    f"model {_join(distinct(df['model']))}: {len(labels_in_order(df))} configurations x seeds "
+                    f"{_join(seeds)}; {len(ok)} evaluation records, {len(failed)} failed run(s). Runs, commits, "
+                    f"versions and every configuration: Provenance."))
     absent = _unsupported_methods(distinct(df["task"]))
     if absent:
         s.add(Paragraph("Methods that do not support this task (not run):"))
@@ -216,10 +216,19 @@ def _regime_banner(df: pd.DataFrame, suite: str) -> Banner | None:
                          "table: they measure the set-up, not the method.")
 
 
-def _provenance(df: pd.DataFrame) -> Section:
-    """Package versions and the full method configurations (after the results)."""
+def _provenance(df: pd.DataFrame, generated_at: str = "") -> Section:
+    """What the records are, package versions and the full method configurations (after the results)."""
+    ok, failed = ok_records(df), failed_records(df)
+    starts, ends = distinct(df["started_at"]), distinct(df["finished_at"])
     s = Section("Provenance", anchor="provenance")
-    s.add(KeyValues([("configurations", _join(labels_in_order(df))),
+    s.add(KeyValues([("task", _join(distinct(df["task"]))),
+                     ("profile(s)", _join(distinct(df["profile"]))),
+                     ("model(s)", _join(distinct(df["model"]))),
+                     ("seeds", _join(sorted({int(x) for x in df["seed"].dropna()}))),
+                     ("records", f"{len(ok)} evaluations, {len(failed)} failed run(s)"),
+                     ("runs", f"{starts[0] if starts else '?'} … {ends[-1] if ends else '?'}"),
+                     ("report generated", generated_at),
+                     ("configurations", _join(labels_in_order(df))),
                      ("device(s)", _join(distinct(df["device"]))),
                      ("git commit(s)", _join(distinct(df["git_commit"])))]))
     notes = distinct(df["eval_note"])
@@ -257,13 +266,14 @@ def _unsupported_methods(tasks) -> list[str]:
     return out
 
 
-def _model_section(sec: SectionData, palette: dict, artifacts_dir: Path | None = None) -> Section:
+def _model_section(sec: SectionData, palette: dict, artifacts_dir: Path | None = None,
+                   rejected: set | None = None) -> Section:
     df = sec.records
     smoke = " — SMOKE PROFILE, not results" if "smoke" in distinct(df["profile"]) else ""
     s = Section(f"Model: {sec.title}{smoke}", anchor=f"model-{sec.slug}")
     labels = labels_in_order(df)
     pal = {lab: palette[lab] for lab in labels}
-    _glance_block(s, sec)
+    _glance_block(s, sec, rejected or set())
     if sec.task == "regression":
         _regression_blocks(s, sec, pal)
     else:
@@ -288,28 +298,57 @@ def _model_section(sec: SectionData, palette: dict, artifacts_dir: Path | None =
     return s
 
 
-def _glance_block(parent: Section, sec: SectionData) -> None:
+def _glance_block(parent: Section, sec: SectionData, rejected: set) -> None:
     """"At a glance": sentences computed from the numbers (the ranking, ties, MAP comparisons, the
-    cheapest of the top) and the cost-quality Pareto figure, from ``bench.leaderboard``."""
+    cheapest of the top), the ranked table with its cost columns (``bench leaderboard``'s, so that
+    the report's first screen answers "which method, at what cost"), its validity notes and the
+    cost-quality Pareto figure. Sweep members that a stored tuning rejected are not ranked: they
+    follow in a table of their own."""
     from bench.leaderboard.board import build_ranked_board
+    from bench.leaderboard.output import board_table, validity_notes
     from bench.leaderboard.pareto import pareto_figure
     from bench.leaderboard.summary import summary_lines
 
     df = sec.records
     profile = str((distinct(df["profile"]) or ["?"])[0])
+    suite = str(df["suite"].iloc[0])
+    key = pd.Series(list(zip(df["suite"], df["profile"], df["model"], df["method"], df["config_hash"])),
+                    index=df.index)
+    out = key.isin(rejected) if rejected else pd.Series(False, index=df.index)
     try:
-        board = build_ranked_board(df, str(df["suite"].iloc[0]), sec.model, profile, "shift.nll")
+        board = build_ranked_board(df[~out], suite, sec.model, profile, "shift.nll")
     except BenchError:
         return
     g = Section("At a glance")
+    g.add(board_table(board))
+    notes = validity_notes(board) + board.notes
+    if notes:
+        g.add(Bullets(notes))
+    g.add(Paragraph("What the table shows:"))
     g.add(Bullets(summary_lines(board)))
     png = pareto_figure(board)
     if png is not None:
         g.add(Figure(f"{sec.slug}-pareto", png,
                      f"Cost against quality ({board.column(board.metric).title}, mean ± std over seeds); dashed: the "
                      f"Pareto front; numbers: rank. Best = better than every other configuration beyond the seed "
-                     f"noise (paired t-test over seeds, 5 %); `python -m bench leaderboard` gives the full table "
+                     f"noise (paired t-test over seeds, 5 %); `python -m bench leaderboard` gives the same table "
                      f"across runs.", alt="Pareto view"))
+    if out.any():
+        try:
+            others = build_ranked_board(df[out], suite, sec.model, profile, "shift.nll")
+        except BenchError:
+            others = None
+        if others is not None:
+            r = Section("Sweep members that validation rejected (not ranked)")
+            r.add(Paragraph("Configurations that the stored tuning (python -m bench tune) compared on the "
+                            "validation split and did not choose; listed for reference, in the same columns, "
+                            "unmarked: they are not candidates of the ranking above."))
+            t = board_table(others)
+            t.name = f"rejected-{t.name}"
+            t.marks = {k: (set(), set()) for k in t.marks}
+            t.caption = "Not ranked: validation chose another value of the same options (see the tuning table)."
+            r.add(t)
+            g.add(r)
     parent.add(g)
 
 
@@ -531,7 +570,7 @@ def _classification_blocks(s: Section, sec: SectionData, pal: dict) -> None:
     df = sec.records
     board = leaderboard(df)
     if board is not None:
-        lb = Section("Leaderboard")
+        lb = Section("Every quality metric, per configuration")
         lb.add(board)
         lb.add(uncertainty_table(df))
         s.add(lb)
@@ -543,6 +582,7 @@ def _classification_blocks(s: Section, sec: SectionData, pal: dict) -> None:
         if ce is not None:
             m = Section("Mean corruption error")
             m.add(ce)
+            m.add(per_corruption_error_table(df, None if reference == "none" else reference))
             s.add(m)
     _figure_section(s, "Out-of-distribution detection", f"{sec.slug}-ood-entropy", plots.entropy_histograms(df, pal),
                     "Predictive entropy on the clean test set vs each OOD set, per method (densities, "

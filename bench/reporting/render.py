@@ -22,17 +22,20 @@ h2 { border-bottom: 1px solid #ccc; padding-bottom: .15em; margin-top: 2em; }
 h3 { margin-top: 1.6em; }
 table { border-collapse: collapse; margin: .8em 0; font-size: 0.88em; }
 th, td { border: 1px solid #d0d0d0; padding: .3em .6em; vertical-align: top; }
+thead th { overflow-wrap: anywhere; min-width: 4.5em; }
 thead th { background: #f0f0f0; }
 tbody tr:nth-child(even) { background: #fafafa; }
 th[scope=row] { text-align: left; font-weight: 600; min-width: 9em; max-width: 22em; }
-td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.wide { font-size: .76em; }
+table.wide th, table.wide td { padding: .25em .35em; }
 table[class^="leaderboard"] { font-size: .8em; }
-table[class^="leaderboard"] td.num { white-space: normal; }
 table[class^="leaderboard"] th { font-size: .95em; }
 td.best { font-weight: 700; background: #e3f4e1; }
 td.tie { font-style: italic; background: #f4f1dc; }
 td.code { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: .92em;
-          white-space: pre-wrap; word-break: break-word; max-width: 60em; }
+          white-space: pre-wrap; overflow-wrap: anywhere; min-width: 24em; }
+td.label { max-width: 22em; overflow-wrap: anywhere; }
 caption { caption-side: bottom; text-align: left; color: #555; font-size: .9em; padding-top: .4em; }
 figure { margin: 1.2em 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
@@ -41,7 +44,7 @@ dl.kv { display: grid; grid-template-columns: max-content auto; gap: .2em 1em; }
 dl.kv dt { font-weight: 600; }
 dl.kv dd { margin: 0; }
 dl.defs dt { font-weight: 600; margin-top: .5em; }
-nav ul { columns: 2; }
+nav ul { display: flex; flex-wrap: wrap; gap: .2em 1.6em; list-style: none; padding: 0; margin: .4em 0; }
 .scroll { overflow-x: auto; }
 """
 
@@ -59,8 +62,8 @@ def png_data_uri(png: bytes) -> str:
 def _html_table(t: Table) -> str:
     best = {c.key: t.best_rows(c.key) for c in t.columns}
     tied = {c.key: t.tied_rows(c.key) for c in t.columns}
-    head = "".join(f"<th>{_e(c.title)}</th>" for c in t.columns)
-    out = [f'<div class="scroll"><table class="{_e(_slug(t.name))}">']
+    head = "".join(f"<th>{_breakable_title(c.title)}</th>" for c in t.columns)
+    out = [f'<div class="scroll"><table class="{_table_class(t.name, len(t.columns) + 1)}">']
     if t.caption:
         out.append(f"<caption>{_e(t.caption)}</caption>")
     out.append(f"<thead><tr><th>{_e(t.index_title)}</th>{head}</tr></thead><tbody>")
@@ -81,16 +84,34 @@ def _breakable(label) -> str:
     return re.sub(r"([,\[])", r"\1<wbr>", _e(label))
 
 
+#: tables with more columns than this get the compact style (smaller type, tighter cells)
+WIDE_COLUMNS = 12
+
+
+def _table_class(name: str, columns: int) -> str:
+    return _e(_slug(name)) + (" wide" if columns > WIDE_COLUMNS else "")
+
+
+def _breakable_title(title) -> str:
+    """A column title that may wrap after underscores and dots (``train_flops_per_example_step``)."""
+    return re.sub(r"([_.])", r"\1<wbr>", _e(title))
+
+
 def _html_text_table(t: TextTable) -> str:
-    out = [f'<div class="scroll"><table class="{_e(_slug(t.name))}">']
+    out = [f'<div class="scroll"><table class="{_table_class(t.name, len(t.columns))}">']
     if t.caption:
         out.append(f"<caption>{_e(t.caption)}</caption>")
-    out.append("<thead><tr>" + "".join(f"<th>{_e(c)}</th>" for c in t.columns) + "</tr></thead><tbody>")
+    out.append("<thead><tr>" + "".join(f"<th>{_breakable_title(c)}</th>" for c in t.columns)
+               + "</tr></thead><tbody>")
     for row in t.rows:
         cells = []
         for i, v in enumerate(row):
-            cls = ' class="code"' if i in t.code_columns else ""
-            cells.append(f"<td{cls}>{_e(v)}</td>")
+            if i in t.code_columns:
+                cells.append(f'<td class="code">{_e(v)}</td>')
+            elif i == 0:  # the row's label (a method configuration): may wrap after commas and brackets
+                cells.append(f'<td class="label">{_breakable(v)}</td>')
+            else:
+                cells.append(f"<td>{_e(v)}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table></div>")
     return "\n".join(out)

@@ -308,7 +308,7 @@ def corruption_error_table(df: pd.DataFrame, reference: str | None) -> Table | N
     columns = [Column("mce", "mCE ↓" if normalised else "mean corruption error ↓", "min"),
                Column("relative_mce", "relative mCE ↓" if normalised else "mean error increase ↓", "min"),
                Column("n_corruptions", "corruptions", integers=True)]
-    columns += [Column(c, f"CE {c[3:]}", "min") for c in corr]
+    # each corruption's CE: per_corruption_error_table (transposed, so that it fits the page)
     if normalised:
         caption = ("Corruption errors (Hendrycks & Dietterich 2019): per corruption, CE = the top-1 error summed over "
                    "severities 1-5 divided by AlexNet's published errors; relative CE uses the errors minus the clean "
@@ -320,6 +320,45 @@ def corruption_error_table(df: pd.DataFrame, reference: str | None) -> Table | N
                    "error. Lower is better.")
     return _assemble("Corruption errors", [per_seed[[c.key for c in columns]]], columns,
                      labels_in_order(df), caption, seeds_from=df)
+
+
+def per_corruption_error_table(df: pd.DataFrame, reference: str | None) -> Table | None:
+    """Each corruption's CE (see :func:`corruption_error_table`), transposed: one row per corruption,
+    one column per method, the mean over seeds only (their spread is in the summary table), lowest
+    per row in bold, so that nineteen corruptions fit the page."""
+    from bench.mce import corruption_error_frame
+
+    per_seed = corruption_error_frame(df, reference)
+    corr = [c for c in per_seed.columns if c.startswith("ce.")]
+    if per_seed.empty or not corr:
+        return None
+    labels = [lab for lab in labels_in_order(df) if lab in per_seed.index.get_level_values(0)]
+    mean = per_seed[corr].astype(float).groupby(level=0, sort=False).mean().reindex(labels).T
+    mean.index = [c[3:] for c in mean.index]
+    keys = [f"m{i}" for i in range(len(labels))]
+    mean.columns = keys
+    validity = {}
+    if "validity.status" in df.columns:
+        from bench.validity import row_validity
+
+        validity = row_validity(df, labels)
+    from bench.validity import OK, marked_label
+
+    status = {k: validity.get(lab, (OK,))[0] for k, lab in zip(keys, labels)}
+    columns = [Column(k, marked_label(str(lab), status[k]), None) for k, lab in zip(keys, labels)]
+    texts = {(r, k): "–" if pd.isna(mean.at[r, k]) else f"{mean.at[r, k]:.3f}" for r in mean.index for k in keys}
+    evidence = [k for k in keys if status[k] == OK]
+    marks = {k: (set(), set()) for k in keys}
+    if len(evidence) >= 2:   # the lowest of each row among the columns that are method evidence
+        best = mean[evidence].idxmin(axis=1, skipna=True)
+        for r, k in best.dropna().items():
+            marks[k][0].add(r)
+    table = Table("Corruption errors per corruption", columns, mean, mean * np.nan, mean.notna().astype(int),
+                  index_title="corruption", texts=texts, marks=marks,
+                  caption="CE per corruption (as above), mean over seeds (the spread over seeds is in the summary "
+                          "table); bold: the lowest of its row among the methods that pass their validity checks "
+                          "(✗ / ? in a column title: not method evidence, never bold).")
+    return table
 
 
 def regression_tables(df: pd.DataFrame) -> list[Table]:
@@ -427,17 +466,36 @@ def cost_table(df: pd.DataFrame) -> Table | None:
     return _means_table("Cost", per_run, COST_ORDER, COST_TITLES, labels_in_order(df), caption)
 
 
-def method_cost_table(df: pd.DataFrame) -> Table | None:
+def method_cost_table(df: pd.DataFrame) -> TextTable | None:
     """The cost keys only some methods record (e.g. a Laplace's curvature time, SSVI's sparse
-    FLOPs), readable titles, empty columns dropped; the paper-formula keys excluded."""
+    FLOPs), the paper-formula keys excluded: one row per method listing the quantities it recorded
+    (``title: mean over seeds``), so that a table of twenty mostly empty columns stays one page wide."""
+    from bench.leaderboard.stats import format_value
+
     cols = [c for c in cost_columns(df) if c.split(".", 1)[1] not in COST_TITLES
             and not is_paper_cost_key(c.split(".", 1)[1])]
     if not cols:
         return None
     per_run = _per_run_cost(df, cols)
-    return _means_table("Method-specific cost", per_run, list(per_run.columns), {}, labels_in_order(df),
-                        "Cost quantities that only some methods record, mean over seeds (three significant "
-                        "digits); '–' = not recorded by that method.")
+    mean = per_run.groupby(level=0, sort=False).mean()
+    rows = []
+    for lab in labels_in_order(df):
+        if lab not in mean.index:
+            continue
+        items = []
+        for k in mean.columns:
+            v = mean.at[lab, k]
+            if pd.isna(v):
+                continue
+            counts = k.endswith(("params", "_bytes", "subnet_size")) or k.startswith("n_")
+            items.append(f"{readable_cost_title(k)}: {'0' if v == 0 else format_value(v, None, 1.0, integers=counts)}")
+        if items:
+            rows.append([str(lab), " · ".join(items)])
+    if not rows:
+        return None
+    return TextTable("Method-specific cost", ["method", "quantities recorded (mean over seeds)"], rows,
+                     caption="Cost quantities that only some methods record, mean over seeds (three significant "
+                             "digits); a method that records none has no row.")
 
 
 PAPER_COST_ORDER = ["mean_params", "variational_params", "param_ratio_vs_deterministic",
@@ -518,8 +576,16 @@ def format_option(value) -> str:
     return value if isinstance(value, str) else f"{float(value):g}"
 
 
+#: marks the row of a sweep table that the validation protocol (bench.selection) chooses
+CHOSEN_MARK = " ◂ validation's choice"
+
+
 def sweep_table(df: pd.DataFrame, sweep: Sweep, task: str = "classification") -> Table | None:
-    """Swept option value -> the sweep metrics (mean ± std over seeds), in value order."""
+    """Swept option value -> the validation NLL the protocol chooses by, then the sweep's test metrics
+    (mean ± std over seeds), in value order. The row the protocol chooses (lowest mean validation NLL
+    over the common seeds among the values whose fits pass their validity checks,
+    :func:`bench.selection.choose_on_validation`) is marked; no test column is marked, so that the
+    table never points at a value chosen on test data."""
     sub = df[df["label"].isin(sweep.labels)]
     ps = sweep_metrics_per_seed(sub, task)
     if ps.empty or not len(ps.columns):
@@ -527,17 +593,57 @@ def sweep_table(df: pd.DataFrame, sweep: Sweep, task: str = "classification") ->
     rows = {lab: format_option(v) for lab, v in sweep.values.items()}
     if sweep.numeric and len(set(rows.values())) < len(rows):  # values that only differ beyond 6 digits
         rows = {lab: repr(float(v)) for lab, v in sweep.values.items()}
+    chosen, among_valid = _validation_choice(sub, sweep)
+    if chosen is not None:
+        rows[chosen] += CHOSEN_MARK
     ps = ps.rename(index=rows, level=0)
+    val = sub[(sub["kind"] == "val") & (sub["status"] == "ok")] if "kind" in sub.columns else sub.iloc[:0]
+    per_seed = [ps]
+    columns = [scoped_column(c) for c in ps.columns]
+    if not val.empty and "metrics.nll" in val.columns:
+        v = per_seed_mean(val, ["metrics.nll"]).rename(index=rows, level=0)
+        v.columns = ["val.nll"]
+        per_seed.insert(0, v)
+        columns.insert(0, Column("val.nll", "validation NLL (chooses) ↓", None))
     seeds = sub.assign(label=sub["label"].map(rows))
+    if chosen is None:
+        choice = ("No validation records: nothing is chosen." if val.empty else
+                  "The values share no seed with validation records: nothing is chosen.")
+    else:
+        choice = (f"{CHOSEN_MARK.strip()}: the lowest mean validation NLL over the seeds every value has"
+                  + (" among the values whose fits pass their validity checks (bench select's rule)." if among_valid
+                     else "; no value passes its validity checks, so the choice is not method evidence."))
     caption = (f"{sweep.method}: metrics against {sweep.option}, every other option fixed "
-               f"({', '.join(f'{v} = {lab}' for lab, v in rows.items())}). Mean ± std over seeds; ID: clean "
-               "test set; shift: per seed the mean over every shifted test set; OOD: detection from "
-               "predictive entropy. Best per column in bold.")
-    table = _assemble(f"Sweep {sweep.method} {sweep.option}", [ps], [scoped_column(c) for c in ps.columns],
-                      list(rows.values()), caption, seeds_from=seeds)
+               f"({', '.join(f'{v} = {lab}' for lab, v in rows.items())}). Mean ± std over seeds; validation "
+               "NLL: the held-out validation split the tuning protocol chooses on; ID: clean test set; shift: per "
+               "seed the mean over every shifted test set; OOD: detection from predictive entropy. "
+               + choice + " Test columns are not marked: a value chosen by them would be chosen on test data.")
+    table = _assemble(f"Sweep {sweep.method} {sweep.option}", per_seed, columns, list(rows.values()), caption,
+                      seeds_from=seeds)
     if table is not None:
         table.index_title = sweep.option
+        table.marks = {c.key: (set(), set()) for c in table.columns}
+        if chosen is not None and "val.nll" in table.mean.columns:
+            table.marks["val.nll"] = ({rows[chosen]}, set())
     return table
+
+
+def _validation_choice(sub: pd.DataFrame, sweep: Sweep) -> tuple[str | None, bool]:
+    """The label of the sweep's value that :func:`bench.selection.choose_on_validation` chooses, and
+    whether it was chosen among valid fits; ``(None, False)`` without validation records."""
+    from bench.errors import BenchError
+    from bench.selection import choose_on_validation
+
+    if "kind" not in sub.columns or not ((sub["kind"] == "val") & (sub["status"] == "ok")).any():
+        return None, False
+    try:
+        choices = choose_on_validation(sub, sweep.method, (sweep.option,))
+    except BenchError:
+        return None, False
+    if len(choices) != 1:
+        return None, False
+    by_hash = dict(zip(sub["config_hash"], sub["label"]))
+    return by_hash.get(choices[0]["chosen_config_hash"]), bool(choices[0].get("chosen_among_valid"))
 
 
 def layer_distribution_frame(runs: list) -> pd.DataFrame:
