@@ -129,6 +129,14 @@ def test_camvid_smoke_run_on_the_published_layout(tmp_path, capsys):
     assert code == 0, text
     figure = tmp_path / "rep" / "camvid" / "figures" / "unet_small-smoke-uncertainty-maps.png"
     assert figure.exists()
+    # the report defines the per-pixel metrics it shows, and its captions speak of this suite
+    html = (tmp_path / "rep" / "camvid" / "index.html").read_text()
+    from bench.segmentation_metrics import DEFINITIONS
+
+    assert "<dt>mIoU</dt>" in html and "<dt>Error AUROC (entropy)</dt>" in html
+    assert DEFINITIONS["miou"][1:40] in html
+    assert "CIFAR-10-C" not in html and "mean entropy on the OOD set" not in html   # no OOD set here
+    assert "<dt>AUROC / AUPR</dt>" not in html       # the classification OOD definitions do not apply
     # the records kept in git (scripts/keep_records.py: curves dropped but for the first seed's maps,
     # the images beside them in artifacts/) draw the same figure on a machine without results/
     import importlib.util

@@ -50,6 +50,24 @@ CLASSIFICATION_DEFINITIONS = [
                       "and severities > 0); the table shows mean ± std of that over seeds."),
 ]
 
+def segmentation_definitions() -> list[tuple[str, str]]:
+    """The per-pixel metrics of a segmentation report, in the words of ``bench.segmentation_metrics``
+    (one source for the code and the report)."""
+    from bench.segmentation_metrics import DEFINITIONS
+
+    names = [("miou", "mIoU"), ("iou_per_class", "IoU per class"), ("pixel_accuracy", "Pixel accuracy"),
+             ("mean_class_accuracy", "Mean class accuracy"), ("nll", "NLL (per pixel)"),
+             ("brier", "Brier score (per pixel)"), ("ece", "ECE (per pixel)"),
+             ("entropy", "Predictive entropy"), ("mutual_information", "Mutual information"),
+             ("error_auroc", "Error AUROC (entropy)"), ("error_aupr", "Error AUPR (entropy)"),
+             ("error_auroc_mi", "Error AUROC (MI)"), ("n_pixels", "Valid pixels")]
+    out = [(title, DEFINITIONS[key][:1].upper() + DEFINITIONS[key][1:] + ".") for key, title in names
+           if key in DEFINITIONS]
+    out.append(("Shift average", "For each seed, the mean of a metric over every corrupted test set (all "
+                                 "corruptions and severities > 0); the table shows mean ± std of that over seeds."))
+    return out
+
+
 REGRESSION_DEFINITIONS = [
     ("RMSE", "√((1/N) Σ_i (μ(x_i) − y_i)²) of the predictive mean μ."),
     ("NLL", "Gaussian negative log-likelihood −(1/N) Σ_i log N(y_i; μ(x_i), σ²(x_i)), with σ² the "
@@ -524,13 +542,15 @@ def _corruption_blocks(parent: Section, sec: SectionData, pal: dict) -> None:
     c = Section("Per shift family and by correctness")
     if heat is not None:
         c.add(Figure(f"{sec.slug}-shift-heatmap", heat,
-                     "Method x shift family (for CIFAR-10-C: corruption): each cell is the metric averaged over "
-                     "the family's severities and the seeds.", alt="per-corruption heat map"))
+                     "Method x shift family (a corruption, a rotation, a noise type): each cell is the metric "
+                     "averaged over the family's severities and the seeds.", alt="per-corruption heat map"))
     if ent is not None:
+        ood = ("Dotted: mean entropy on the OOD set. " if (sec.records["kind"] == "ood").any() else "")
+        unit = "pixels" if sec.task == "segmentation" else "test examples"
         c.add(Figure(f"{sec.slug}-entropy-correctness", ent,
-                     "One panel per method, shared axes: mean predictive entropy of correctly (solid) and wrongly "
-                     "(dashed) classified test examples against severity (PBN paper Fig. 5, bottom right); at each severity the mean over shift "
-                     "families and seeds, severity 0 = clean test set. Dotted: mean entropy on the OOD set. "
+                     f"One panel per method, shared axes: mean predictive entropy of correctly (solid) and wrongly "
+                     f"(dashed) classified {unit} against severity (PBN paper Fig. 5, bottom right); at each "
+                     f"severity the mean over shift families and seeds, severity 0 = clean test set. {ood}"
                      "A method whose uncertainty tracks its errors keeps the dashed line well above the solid one.",
                      alt="entropy of correct vs incorrect predictions"))
     parent.add(c)
@@ -623,16 +643,22 @@ def _segmentation_maps_block(parent: Section, sec: SectionData, artifacts_dir: P
         path = Path(artifacts_dir) / str(profile) / SEG_MAPS_ARTIFACT
         if not path.exists():
             continue
+        from bench.suites import SUITES
+
+        suite = str(sec.records["suite"].iloc[0])
+        classes = list(getattr(SUITES.get(suite), "CLASSES", ()) or []) if suite in SUITES.names() else []
         with np.load(path) as inputs:
-            png = plots.segmentation_maps(sec.records[sec.records["profile"] == profile], dict(inputs))
+            png = plots.segmentation_maps(sec.records[sec.records["profile"] == profile], dict(inputs), classes)
         if png is not None:
             m = Section(f"Uncertainty maps ({profile} profile)")
             m.add(Figure(f"{sec.slug}-{profile}-uncertainty-maps", png,
                          "The first test image, clean and under the suite's first corruption at severities 1 / 3 / 5 "
-                         "(columns): input, ground truth (white: ignored), then per method its prediction, predictive "
-                         "entropy and, for sampling methods, mutual information (0 to log K, dark to bright), every "
-                         "second pixel, first seed. Uncertainty that finds errors is bright where the prediction "
-                         "differs from the ground truth.", alt="uncertainty maps"))
+                         "(columns): input, ground truth (white: ignored; class colours in the legend), then per "
+                         "method its prediction, predictive entropy and, for sampling methods, mutual information, "
+                         "every second pixel, first seed. Each entropy and MI row has its own colour scale, from 0 "
+                         "to the row's largest value (colour bar in nats; the maps are stored at a resolution of "
+                         "log K / 255), so compare rows by their bars, not their brightness. Uncertainty that finds "
+                         "errors is bright where the prediction differs from the ground truth.", alt="uncertainty maps"))
             parent.add(m)
 
 
@@ -667,7 +693,9 @@ def _regression_blocks(s: Section, sec: SectionData, pal: dict) -> None:
 def _definitions(df: pd.DataFrame) -> Section:
     s = Section("Metric definitions", anchor="metric-definitions")
     tasks = set(distinct(df["task"])) or {"classification"}
-    if tasks - {"regression"}:
+    if "segmentation" in tasks:
+        s.add(Definitions(segmentation_definitions()))
+    if tasks - {"regression", "segmentation"}:
         s.add(Definitions(CLASSIFICATION_DEFINITIONS))
     if "regression" in tasks:
         s.add(Definitions(REGRESSION_DEFINITIONS))

@@ -734,12 +734,18 @@ __all__ = ["make_palette", "to_png", "shift_lines", "shift_boxes", "entropy_hist
            "sigma_image", "layer_distribution_figure", "scoped_axis_title"]
 
 
-def segmentation_maps(df: pd.DataFrame, inputs: dict) -> bytes | None:
+def segmentation_maps(df: pd.DataFrame, inputs: dict, class_names=None) -> bytes | None:
     """Uncertainty maps of the first test image, clean and under one corruption at increasing
     severity (columns): the input and its ground truth, then per method its prediction, predictive
     entropy and (sampling methods) mutual information, from the maps the harness keeps in the
     records (``curves.maps``, first seed of each method). ``inputs``: the suite's
-    ``segmentation_maps_inputs.npz`` (names, set images, labels)."""
+    ``segmentation_maps_inputs.npz`` (names, set images, labels); ``class_names``: the legend of
+    the class colours.
+
+    Entropy and MI are stored quantised to 0-255 over [0, log K]; each row has its own colour
+    scale, from 0 to the largest value of its panels, with a colour bar in nats, so that a method
+    whose MI is a hundredth of another's is still visible. A row whose every value is below the
+    stored resolution (log K / 255) says so instead of showing a black panel."""
     names = [str(n) for n in inputs["names"]]
     recs = df[df["kind"].isin(["id", "shift"])]
     by_label: dict = {}
@@ -759,11 +765,22 @@ def segmentation_maps(df: pd.DataFrame, inputs: dict) -> bytes | None:
             rows.append((label, "mi"))
     n_classes = int(max(int(np.max(inputs["labels"][inputs["labels"] != 255], initial=0)),
                         *[int(np.max(m["pred"])) for s in by_label.values() for m in s.values()])) + 1
+    if class_names:
+        n_classes = max(n_classes, len(class_names))
+    log_k = float(np.log(max(n_classes, 2)))
     cmap = matplotlib.colormaps["tab20"].resampled(max(n_classes, 2))
-    fig = Figure(figsize=(2.2 * len(names), 1.7 * len(rows)))
-    axes = fig.subplots(len(rows), len(names), squeeze=False)
-    for j, name in enumerate(names):
-        for i, (label, what) in enumerate(rows):
+    fig = Figure(figsize=(3.3 * len(names) + 1.6, 2.25 * len(rows) + 0.6))
+    # one column per set, and a narrow last one for each row's colour bar
+    grid = fig.subplots(len(rows), len(names) + 1, squeeze=False,
+                        gridspec_kw={"width_ratios": [1.0] * len(names) + [0.05]})
+    axes, bars = grid[:, :-1], grid[:, -1]
+    for i, (label, what) in enumerate(rows):
+        row_max = 0
+        if what in ("entropy", "mi"):   # the row's own scale: 0 .. its largest stored value
+            row_max = max((int(np.max(m[what])) for m in by_label[label].values() if m.get(what) is not None),
+                          default=0)
+        image = None
+        for j, name in enumerate(names):
             ax = axes[i, j]
             ax.set_xticks([]), ax.set_yticks([])
             if what is None and label == "input":
@@ -779,13 +796,32 @@ def segmentation_maps(df: pd.DataFrame, inputs: dict) -> bytes | None:
                 a = np.asarray(m[what])
                 if what == "pred":
                     ax.imshow(a, cmap=cmap, vmin=0, vmax=max(n_classes, 2) - 1, interpolation="nearest")
-                else:  # quantised 0-255 over [0, log K]
-                    ax.imshow(a, cmap="magma", vmin=0, vmax=255, interpolation="nearest")
+                elif row_max == 0:
+                    ax.set_facecolor("#f2f2f2")
+                    ax.text(0.5, 0.5, f"every pixel below\n{log_k / 255:.3g} nats (the stored\nresolution, log K / 255)",
+                            ha="center", va="center", fontsize=8, transform=ax.transAxes)
+                else:  # stored 0-255 over [0, log K], shown in nats on the row's scale
+                    image = ax.imshow(a.astype(float) * log_k / 255, cmap="magma", vmin=0,
+                                      vmax=row_max * log_k / 255, interpolation="nearest")
             if i == 0:
-                ax.set_title(name, fontsize=8)
+                ax.set_title(name, fontsize=10)
             if j == 0:
-                kind = {"pred": "prediction", "entropy": "entropy", "mi": "MI"}.get(what, "")
-                wrapped = wrap_label(label, 24)
-                ax.set_ylabel(f"{wrapped}\n{kind}" if kind else label, fontsize=6)
-    fig.tight_layout()
+                kind = {"pred": "prediction", "entropy": "entropy", "mi": "mutual information"}.get(what, "")
+                wrapped = wrap_label(label, 22)
+                ax.set_ylabel(f"{wrapped}\n{kind}" if kind else label, fontsize=8)
+        if image is not None:
+            bar = fig.colorbar(image, cax=bars[i])
+            bar.ax.tick_params(labelsize=7)
+            bar.set_label("nats", fontsize=7)
+        else:
+            bars[i].axis("off")
+    if class_names:
+        from matplotlib.patches import Patch
+
+        handles = [Patch(facecolor=cmap(c), edgecolor="none", label=str(n)) for c, n in enumerate(class_names)]
+        fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 8), fontsize=8, frameon=False,
+                   title="classes (white in the ground truth: ignored)", title_fontsize=8)
+    fig.subplots_adjust(left=0.07, right=0.93, top=1 - 0.3 / (2.25 * len(rows) + 0.6),
+                        bottom=(0.8 if class_names else 0.1) / (2.25 * len(rows) + 0.6),
+                        wspace=0.04, hspace=0.08)
     return to_png(fig)
