@@ -5,6 +5,7 @@ import ctypes
 import ctypes.util
 import functools
 import gc
+import os
 import threading
 import time
 
@@ -14,6 +15,32 @@ import torch
 # above an untrimmed starting level: an underestimate when earlier cells of the process had freed
 # memory that the allocator kept).
 CPU_MEMORY_PROBE = "rss-above-trimmed-start"
+
+
+#: other work beyond the fit's own threads, in runnable threads (1-minute load average), from which a
+#: timing counts as measured on a shared machine (bench.leaderboard.board.shared_machine_notes): an
+#: upper bound, not a speed
+SHARED_LOAD = 0.5
+
+
+#: the cost keys host_context adds (not costs of a method: kept out of the cost tables)
+HOST_KEYS = ("host_load_1m", "torch_threads", "host_cpus", "timed_on")
+
+
+def host_load() -> float | None:
+    """The machine's 1-minute load average (runnable threads), or None where the OS has none."""
+    try:
+        return float(os.getloadavg()[0])
+    except (OSError, AttributeError):
+        return None
+
+
+def host_context(load_start: float | None, load_end: float | None, device) -> dict:
+    """What a timing needs beside it: the 1-minute load average at the start and the end of the
+    measured work (the larger counts), the process's torch threads and the machine's CPUs."""
+    loads = [x for x in (load_start, load_end) if x is not None]
+    return {"host_load_1m": max(loads) if loads else None, "torch_threads": torch.get_num_threads(),
+            "host_cpus": os.cpu_count(), "timed_on": str(getattr(device, "type", device))}
 
 
 def release_free_memory() -> bool:

@@ -20,7 +20,7 @@ from bench import metrics as M
 from bench import validity
 from bench.checkpoints import MapCache, load_or_set_aside, save_torch
 from bench.config import RunPlan, method_label
-from bench.cost import PeakMemory, Timer, flops_per_example, memory_probe
+from bench.cost import HOST_KEYS, PeakMemory, Timer, flops_per_example, host_context, host_load, memory_probe
 from bench.data import EvalSet, SuiteData, TensorLoader, batches
 from bench.errors import DivergedError, MethodFailedError
 from bench.events import log_event
@@ -392,8 +392,10 @@ class Harness:
                 loader = TensorLoader(self.data.train_x, self.data.train_y, self.plan.train.batch_size,
                                       shuffle=True, seed=fit_seed, device=self.device, augment=self.data.augment)
                 n_before, n_requested = len(map_cache.trained_now), len(map_cache.requested)
+                load_start = host_load()
                 with PeakMemory(self.device) as mem, Timer(self.device) as timer, earlier_training_time() as earlier:
                     method.fit(loader, (self.data.val_x, self.data.val_y))
+                host = host_context(load_start, host_load(), self.device)
                 # MAP networks trained inside this fit are not fit time; every MAP network the fit
                 # used counts as upstream training time (added by measure_cost, from the cache)
                 map_in_fit = sum(map_cache.in_process_s.get(s, 0.0) for s in map_cache.trained_now[n_before:])
@@ -401,7 +403,7 @@ class Harness:
                 # processes ran count (NaN: a checkpoint too old to say how long they took)
                 fit_cost = {"fit_time_s": timer.seconds - map_in_fit + earlier[0], "fit_resumed_s": earlier[0],
                             "fit_peak_memory_mb": mem.peak_mb, "memory_probe": memory_probe(self.device),
-                            "upstream_seeds": sorted(set(map_cache.requested[n_requested:]))}
+                            "upstream_seeds": sorted(set(map_cache.requested[n_requested:])), **host}
                 save_torch({"method": method.state_dict(), "fit_cost": fit_cost}, ckpt)
                 self.summary.fitted += 1
                 log_event(map_cache.events_path, "fitted", model=model_name, method=method_name, config_hash=fhash,
@@ -466,6 +468,8 @@ class Harness:
                 "predict_peak_memory_mb": mem.peak_mb, "flops_per_example": flops,
                 # how the train peak was measured (a checkpoint fitted by older code: untrimmed start)
                 "peak_memory_probe": fit_cost.get("memory_probe", memory_probe(self.device, legacy=True)),
+                # the machine's load while the fit ran (bench.cost.shared_machine): absent in older checkpoints
+                **{k: fit_cost[k] for k in HOST_KEYS if k in fit_cost},
                 **extra}
 
     def evaluate(self, method, run_dir, base, cost, pending, started, tag, seed):

@@ -29,6 +29,13 @@ def test_toy_run_writes_records_and_resumes(tmp_path):
                 "cost.total_params", "cost.flops_per_example", "cost.train_time_s", "metrics.nll"):
         assert col in df.columns and df[col].notna().all(), col
     assert (df["cost.peak_memory_probe"] == "rss-above-trimmed-start").all()  # how the train peak was taken
+    # beside every timing: the machine's load while the fit ran, the fit's threads and the CPUs
+    import os
+
+    import torch
+
+    assert (df["cost.torch_threads"] == torch.get_num_threads()).all() and (df["cost.host_cpus"] == os.cpu_count()).all()
+    assert (df["cost.timed_on"] == "cpu").all() and (df["cost.host_load_1m"] >= 0).all()
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("records/**/*.json")}
 
     # a second run finds every cell finished and rewrites nothing

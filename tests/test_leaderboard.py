@@ -260,3 +260,25 @@ def test_train_peaks_measured_above_an_untrimmed_start_are_named(tmp_path):
     from bench.leaderboard.board import LEGACY_CPU_PROBE
 
     assert LEGACY_CPU_PROBE == memory_probe("cpu", legacy=True)  # the board's spelling of the harness's name
+
+
+def test_shared_machine_notes_mark_timings_taken_beside_other_work():
+    """bench.harness records the 1-minute load average around each fit with the fit's threads: a
+    load at least SHARED_LOAD above the threads in one seed marks the row's train time as an upper
+    bound; records without the load are named apart; GPU timings are not judged by CPU load."""
+    import pandas as pd
+
+    from bench.leaderboard.board import SHARED_LOAD, shared_machine_notes
+
+    rows = []
+    for lab, seed, load, threads, device in (
+            ("quiet", 0, 2.2, 2, "cpu:x86_64:2threads"), ("quiet", 1, 2.0 + SHARED_LOAD - 0.01, 2, "cpu:x86_64:2threads"),
+            ("busy", 0, 1.0, 1, "cpu:x86_64:1threads"), ("busy", 1, 1.0 + SHARED_LOAD, 1, "cpu:x86_64:1threads"),
+            ("old", 0, None, None, "cpu:x86_64:1threads"), ("gpu", 0, 9.0, 1, "cuda:NVIDIA H200")):
+        rows.append({"label": lab, "seed": seed, "kind": "id", "device": device, "cost.train_time_s": 10.0,
+                     "cost.host_load_1m": load, "cost.torch_threads": threads})
+    notes = shared_machine_notes(pd.DataFrame(rows))
+    assert len(notes) == 2
+    assert notes[0].startswith("train s of busy:") and "upper bounds" in notes[0]
+    assert notes[1].startswith("train s of old:") and "do not say" in notes[1]
+    assert not any("quiet" in n or "gpu" in n for n in notes)

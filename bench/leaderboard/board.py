@@ -37,6 +37,8 @@ MAP_LABEL = "deterministic"
 #: bench.cost.memory_probe("cpu", legacy=True), spelled out: importing bench.cost would load torch,
 #: which the leaderboard does not need
 LEGACY_CPU_PROBE = "rss-above-start"
+#: bench.cost.SHARED_LOAD, spelled out for the same reason
+SHARED_LOAD = 0.5
 
 
 @dataclass
@@ -137,7 +139,7 @@ def build_board(df: pd.DataFrame, suite: str, model: str, profile: str, metric: 
     task = (distinct(df["task"]) or ["classification"])[0]
     per_seed, columns, notes = _quality(df, task)
     cost = _cost(df)
-    notes += _untrimmed_peak_notes(df)
+    notes += _untrimmed_peak_notes(df) + shared_machine_notes(df)
     per_seed = per_seed.join(cost, how="outer") if not cost.empty else per_seed
     columns += [Column(f"cost.{k}", t, None, s, i) for k, t, s, i in COST if f"cost.{k}" in per_seed.columns]
     if metric not in per_seed.columns:
@@ -273,6 +275,35 @@ def _untrimmed_peak_notes(df: pd.DataFrame) -> list[str]:
     return [f"train peak MiB of {', '.join(labels)}: measured above an untrimmed start (records made "
             f"before the probe released freed memory first): it can read low when an earlier cell of "
             f"the same process freed memory its fit then reused"]
+
+
+def shared_machine_notes(df: pd.DataFrame) -> list[str]:
+    """A note naming the configurations whose CPU fits ran while other work loaded the machine
+    (bench.cost.shared_machine: the 1-minute load average beyond the fit's own threads reached
+    SHARED_LOAD in at least one seed), and one naming those whose records do not say: their train
+    times are upper bounds, not speeds; ``python -m bench perf`` gives controlled ratios."""
+    cols = [c for c in ("cost.host_load_1m", "cost.torch_threads", "cost.timed_on", "device") if c in df.columns]
+    if "cost.train_time_s" not in df.columns:
+        return []
+    runs = per_run_first(df, ["cost.train_time_s"] + cols)
+    shared, unknown = set(), set()
+    for (lab, _), r in runs.iterrows():
+        if not str(r.get("device", "cpu")).startswith("cpu"):
+            continue
+        load, threads = r.get("cost.host_load_1m"), r.get("cost.torch_threads")
+        if load is None or threads is None or load != load or threads != threads:
+            unknown.add(str(lab))
+        elif float(load) - float(threads) >= SHARED_LOAD:
+            shared.add(str(lab))
+    notes = []
+    if shared:
+        notes.append(f"train s of {', '.join(sorted(shared, key=natural_key))}: fitted while other work loaded "
+                     f"the machine (1-minute load average at least {SHARED_LOAD:g} above the fit's threads in a "
+                     f"seed): upper bounds, not speeds; python -m bench perf gives controlled ratios")
+    if unknown:
+        notes.append(f"train s of {', '.join(sorted(unknown, key=natural_key))}: the records do not say how loaded "
+                     f"the machine was (made before the load was recorded): compare them as upper bounds")
+    return notes
 
 
 # --------------------------------------------------------------------------- provenance

@@ -306,8 +306,13 @@ def _model_section(sec: SectionData, palette: dict, artifacts_dir: Path | None =
     cost = cost_table(df)
     paper = paper_cost_table(df)
     if cost is not None or paper is not None:
+        from bench.leaderboard.board import shared_machine_notes
+
         c = Section("Cost")
         c.add(cost)
+        load = shared_machine_notes(df)
+        if load:
+            c.add(Bullets(load))
         c.add(method_cost_table(df))
         if paper is not None:
             c.add(Paragraph("Paper cost formulas (PBN Appendix B/C):"))

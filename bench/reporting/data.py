@@ -38,7 +38,9 @@ def natural_key(text) -> tuple:
 
 
 #: cost fields that name how a figure was measured (text, not numbers)
-_TEXT_COST_COLUMNS = ("cost.peak_memory_probe",)
+_TEXT_COST_COLUMNS = ("cost.peak_memory_probe", "cost.timed_on")
+#: what bench.cost.host_context records beside a timing: the machine's state, not a cost of the method
+_HOST_COST_COLUMNS = ("cost.host_load_1m", "cost.torch_threads", "cost.host_cpus", "cost.timed_on")
 
 
 def prepare(df: pd.DataFrame) -> pd.DataFrame:
@@ -106,8 +108,10 @@ def metric_columns(df: pd.DataFrame, names) -> list[str]:
 
 
 def cost_columns(df: pd.DataFrame) -> list[str]:
-    """The numeric cost columns with a value (not the text naming how one was measured)."""
-    return [c for c in df.columns if c.startswith("cost.") and c not in _TEXT_COST_COLUMNS and df[c].notna().any()]
+    """The numeric cost columns with a value (not the text naming how one was measured, nor the
+    machine's load beside the timing)."""
+    return [c for c in df.columns if c.startswith("cost.") and c not in _TEXT_COST_COLUMNS
+            and c not in _HOST_COST_COLUMNS and df[c].notna().any()]
 
 
 def distinct(values) -> list:
