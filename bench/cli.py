@@ -79,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--suite", required=True, help="suite name (see `list`)")
     r.add_argument("--methods", type=_csv, default=None, help="comma-separated method names (default: the suite's)")
     r.add_argument("--seeds", type=_seeds, default=None, help="comma-separated seeds (default: the profile's)")
-    r.add_argument("--profile", default="quick", help="smoke | quick | paper (default: quick)")
+    r.add_argument("--profile", default="quick",
+                   help="smoke | quick | paper, or a suite's own (mnist_rotated: tour, the 20-minute main job; "
+                        "python -m bench list) (default: quick)")
     r.add_argument("--data-root", default=None, help="dataset root (default: $BENCH_DATA_ROOT or ./data)")
     r.add_argument("--out", default="results", help="results directory: records and checkpoints (default: results)")
     r.add_argument("--report-dir", default=None,
@@ -209,13 +211,13 @@ def cmd_list(_args) -> int:
     for cname in CHECKS.names():
         print(f"  {cname}: {CHECKS.get(cname).description}")
     print(f"\nmodels: {', '.join(MODELS.names())}")
-    print(f"profiles: {', '.join(PROFILES)}")
+    print(f"profiles: {', '.join(PROFILES)} (every suite), and a suite's own where it lists one")
     print("\nsuites:")
     for name in SUITES.names():
         suite = SUITES.get(name)()
         print(f"  {name}: {suite.description}")
         print(f"    task: {suite.task.kind}; default methods: {', '.join(suite.default_methods)}")
-        for prof in PROFILES:
+        for prof in [*PROFILES, *(p for p in suite.profiles if p not in PROFILES)]:
             pc = suite.profiles[prof]
             print(f"    {prof}: models {','.join(pc['models'])}; seeds {','.join(map(str, pc['seeds']))}; "
                   f"epochs {pc['train']['epochs']}")

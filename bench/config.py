@@ -78,10 +78,9 @@ class RunPlan:
 
 def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
                  seeds: list[int] | None = None, method_registry=None) -> RunPlan:
-    from bench.suites import PROFILES
-
     if profile not in suite.profiles:
-        raise BenchError(f"unknown profile {profile!r}; valid profiles: {', '.join(PROFILES)}")
+        raise BenchError(f"unknown profile {profile!r} for suite {suite.name!r}; valid profiles: "
+                         f"{', '.join(suite.profiles)}")
     prof = suite.profiles[profile]
     train = dict(prof["train"])
     data = dict(prof.get("data", {}))

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.reporting.build import write_report
+from bench.reporting.write import write_report
 from bench.reporting.render import markdown_table
 from bench.reporting.document import Banner, Bullets, Document, Figure, KeyValues, Paragraph, Section
 from bench.reporting.tables import Column as TableColumn

@@ -1,26 +1,24 @@
 """``build_report``: records -> one HTML + markdown report per suite."""
 from __future__ import annotations
 
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.store import ResultsStore, atomic_write_bytes, load_records
+from bench.store import ResultsStore, load_records
 
 from . import plots
 from .data import (CLASSIFICATION_METRICS, REGRESSION_METRICS, SectionData, Sweep, diagnostics_by_label,
                    distinct, failed_records, find_ablations, find_sweeps, labels_in_order, ok_records, prepare,
                    severity_axis_label, shift_families, slugify, split_sections, sweep_order)
 from .document import Banner, Bullets, Definitions, Document, Figure, KeyValues, Paragraph, Section
-from .render import to_html, to_markdown
+from .write import write_report
 from .tables import (corruption_error_table, per_corruption_error_table, cost_table, method_cost_table, criteria_overlap_table, failed_table, layer_distribution_frame, layer_distribution_table,
                      leaderboard, methods_table, uncertainty_table, paper_cost_table, regression_tables, sweep_metrics_per_seed,
                      sweep_table)
 
-FIGURES_DIR = "figures"
 
 CLASSIFICATION_DEFINITIONS = [
     ("Accuracy", "Fraction of examples whose most probable class (argmax of the predictive "
@@ -113,30 +111,6 @@ def build_report(results_dir, out_dir="reports", suites=None) -> list[Path]:
                              rejected=rejected)
         written.append(write_report(doc, Path(out_dir) / str(suite)))
     return written
-
-
-def write_report(doc: Document, dest: Path, html_name: str = "index.html", md_name: str = "README.md") -> Path:
-    """Write figures, README.md and index.html (each atomically; other names with ``html_name`` and
-    ``md_name``); returns the HTML file's path.
-
-    PNGs left in ``figures/`` by an earlier report that this one does not contain are removed.
-    """
-    dest = Path(dest)
-    fig_dir = dest / FIGURES_DIR
-    figures = doc.figures()
-    names = [f"{f.name}.png" for f in figures]
-    if len(set(names)) != len(names):
-        raise ValueError(f"duplicate figure names in report: {names}")
-    for fig in figures:
-        atomic_write_bytes(fig_dir / f"{fig.name}.png", fig.png)
-    if fig_dir.is_dir():
-        for old in fig_dir.glob("*.png"):
-            if old.name not in names:
-                os.unlink(old)
-    atomic_write_bytes(dest / md_name, to_markdown(doc, FIGURES_DIR).encode("utf-8"))
-    index = dest / html_name
-    atomic_write_bytes(index, to_html(doc).encode("utf-8"))
-    return index
 
 
 # --------------------------------------------------------------------------- document
