@@ -32,8 +32,11 @@ class MnistRotated(Suite):
             "note": "smoke profile: tiny subsets, one epoch; numbers are meaningless",
         },
         "quick": {
+            # 10 epochs: at 5 the MAP network of seed 1 still improved 2.2 % in its last epoch
+            # (map_converged fails it and every method built on it); at 10 all three seeds pass
+            # (docs/validity.md). The kept 5-epoch records (docs/records) keep their own identity.
             "models": ["lenet_300_100", "lenet5"], "seeds": [0, 1, 2],
-            "train": {"epochs": 5, "batch_size": 128, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-5,
+            "train": {"epochs": 10, "batch_size": 128, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-5,
                       "schedule": "cosine"},
             "data": {},
             # No per-method tuning here: a hyperparameter a method needs tuned is swept with --set
