@@ -12,8 +12,8 @@ Run from the repository root:
 """
 import argparse
 import math
-import statistics
 
+from bench.reporting.tables import mean_std_text as mean_std
 from bench.store import load_records
 from bench.validity import OK, attach_validity, marked_label, num_classes_of, runs_validity
 
@@ -22,11 +22,6 @@ ORDER = ["deterministic", "mc_dropout", "deep_ensemble", "pbn", "mfvi", "ssvi", 
 HEADER = ["method", "seeds", "clean acc", "clean NLL", "clean ECE", "corrupted acc", "corrupted NLL",
           "corrupted Brier", "corrupted ECE", "corrupted acc, severity 1 / 2 / 3 / 4 / 5", "stochastic params",
           "train time (s)"]
-
-
-def mean_std(values, fmt="{:.4f}"):
-    v = list(values)
-    return fmt.format(v[0]) if len(v) == 1 else f"{fmt.format(statistics.mean(v))} ± {fmt.format(statistics.stdev(v))}"
 
 
 def label(method: str, cfg: dict) -> str:

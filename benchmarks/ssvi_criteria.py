@@ -20,6 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.reporting.tables import mean_std_text  # noqa: E402
 from bench.subnet.ssvi import CRITERIA, CRITERION_LABELS  # noqa: E402
 from methods.mfvi import MFVI  # noqa: E402
 from methods.ssvi import SSVI  # noqa: E402
@@ -59,9 +60,7 @@ def _is_default(cfg: dict, defaults: dict, free: tuple[str, ...]) -> bool:
 
 
 def _ms(vals: list[float], fmt: str) -> str:
-    if len(vals) == 1:
-        return format(vals[0], fmt)
-    return f"{format(statistics.fmean(vals), fmt)} ± {format(statistics.stdev(vals), fmt)}"
+    return mean_std_text(vals, "{:" + fmt + "}")
 
 
 def density_table(runs: list[dict]) -> str:

@@ -50,6 +50,8 @@ if str(ROOT) not in sys.path:
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
+
+from bench.reporting.tables import mean_std_text as mean_std  # noqa: E402
 from torch import nn  # noqa: E402
 
 PRUNE_FRACTIONS = [0.0, 0.5, 0.8, 0.9, 0.95, 0.99]
@@ -61,15 +63,6 @@ def md_table(header: list[str], rows: list[list]) -> str:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(out)
-
-
-def mean_std(values, fmt="{:.3f}") -> str:
-    v = [float(x) for x in values if x is not None and not (isinstance(x, float) and math.isnan(x))]
-    if not v:
-        return "-"
-    if len(v) == 1:
-        return fmt.format(v[0])
-    return f"{fmt.format(statistics.mean(v))} ± {fmt.format(statistics.stdev(v))}"
 
 
 def update_doc(path: Path, name: str, text: str) -> None:

@@ -29,16 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pandas as pd  # noqa: E402
 
+from bench.reporting.tables import mean_std_text as ms  # noqa: E402
 from bench.selection import choose_on_validation  # noqa: E402
 from bench.store import load_records  # noqa: E402
 from methods import METHODS  # noqa: E402
-
-
-def ms(values, fmt="{:.4f}") -> str:
-    v = [float(x) for x in values if x is not None and float(x) == float(x)]  # NaN: no such metric (e.g. no OOD set)
-    if not v:
-        return "-"
-    return fmt.format(v[0]) if len(v) == 1 else f"{fmt.format(statistics.mean(v))} ± {fmt.format(statistics.stdev(v))}"
 
 
 def cfg_of(method: str, cfg: dict) -> dict:

@@ -133,6 +133,18 @@ def format_mean_std(mean, std=None, integers: bool = False) -> str:
     return f"{m} ± {format_number(std, integers)}"
 
 
+def mean_std_text(values, fmt: str = "{:.4f}", empty: str = "-") -> str:
+    """``mean ± std`` over seeds of raw values with a ``str.format`` pattern, as the experiment
+    scripts of ``benchmarks/`` print their tables: missing values (None, NaN) left out, one value
+    printed alone, none as ``empty``."""
+    import statistics
+
+    v = [float(x) for x in values if x is not None and float(x) == float(x)]
+    if not v:
+        return empty
+    return fmt.format(v[0]) if len(v) == 1 else f"{fmt.format(statistics.mean(v))} ± {fmt.format(statistics.stdev(v))}"
+
+
 def _metric_column(prefix_key: str, metric: str, scope: str) -> Column:
     title = f"{scope} {METRIC_TITLES.get(metric, metric)}".strip()
     if metric in HIGHER_IS_BETTER:
