@@ -147,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "one per flag, e.g. 'deterministic[lr=0.001,optimizer=adam,weight_decay=0]'; repeatable)")
     lb.add_argument("--chosen-only", action="store_true",
                     help="of a method tuned by bench tune, only the configuration it chose (the stored "
-                         "<results>/<suite>/tuning/<profile>.json); the rejected candidates are left out")
+                         "<results>/<suite>/tuning/<profile>.json); its other configurations (rejected candidates, an "
+                         "earlier space's sweep) are left out")
     lb.add_argument("--include-smoke", action="store_true",
                     help="also rank smoke-profile records (marked as such wherever shown)")
     lb.add_argument("--print-tables", action="store_true",
@@ -365,14 +366,13 @@ def cmd_leaderboard(args) -> int:
                      methods=args.method, commits=args.commit, include_smoke=args.include_smoke,
                      exclude_labels=args.exclude_label)
     if args.chosen_only:
-        from bench.tuning import rejected_configs
+        from bench.tuning import chosen_configs, not_chosen
 
-        rejected = rejected_configs(args.results)
-        if not rejected:
+        chosen = chosen_configs(args.results)
+        if not chosen:
             raise BenchError(f"--chosen-only: no stored tuning under {', '.join(args.results)} "
                              "(<results>/<suite>/tuning/<profile>.json: run python -m bench tune)")
-        key = list(zip(df["suite"], df["profile"], df["model"], df["method"], df["config_hash"]))
-        df = df[[k not in rejected for k in key]]
+        df = df[~not_chosen(df, chosen)]
     boards = build_boards(df, args.metric)
     paths = write_leaderboard(boards, args.out, args.results, filters, args.metric)
     if args.print_tables:

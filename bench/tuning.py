@@ -171,19 +171,30 @@ def tuning_markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def rejected_configs(results_dirs) -> set[tuple[str, str, str, str, str]]:
-    """``(suite, profile, model, method, config_hash)`` of every candidate that a stored tuning
-    (``<results>/<suite>/tuning/<profile>.json``) did not choose: the leaderboard's
-    ``--chosen-only`` leaves them out."""
+def chosen_configs(results_dirs) -> dict[tuple[str, str, str, str], str]:
+    """``(suite, profile, model, method) -> config_hash`` of every configuration a stored tuning
+    (``<results>/<suite>/tuning/<profile>.json``) chose."""
     import json
 
-    out = set()
+    out = {}
     for d in results_dirs:
         for path in sorted(Path(d).glob("*/tuning/*.json")):
             doc = json.loads(path.read_text())
             for method, entry in (doc.get("methods") or {}).items():
                 for c in entry.get("choices", []):
-                    for cand in c.get("candidates", []):
-                        if cand["config_hash"] != c["chosen_config_hash"]:
-                            out.add((doc["suite"], doc["profile"], c["model"], method, cand["config_hash"]))
+                    out[(doc["suite"], doc["profile"], c["model"], method)] = c["chosen_config_hash"]
     return out
+
+
+def not_chosen(df, chosen: dict):
+    """Boolean mask of the records ``--chosen-only`` leaves out: every configuration of a method
+    that a stored tuning covers (same suite, profile and model) other than the one it chose -- the
+    candidates it rejected, and configurations outside its space (an earlier space's sweep)."""
+    import pandas as pd
+
+    if not chosen or df.empty:
+        return pd.Series(False, index=df.index)
+    keys = zip(df["suite"], df["profile"], df["model"], df["method"], df["config_hash"])
+    return pd.Series([(s, p, m, meth) in chosen and chosen[(s, p, m, meth)] != h for s, p, m, meth, h in keys],
+                     index=df.index)
+

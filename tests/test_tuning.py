@@ -61,7 +61,10 @@ def test_tune_sweeps_the_space_and_chooses_the_lowest_validation_nll(tmp_path, c
                  "--select-only"]) == 0
     assert json.loads((out / "toy" / "tuning" / "smoke.json").read_text())["methods"] == doc["methods"]
     assert main(["tune", "--suite", "toy", "--profile", "smoke", "--out", str(out), "--markdown"]) == 0
-    # the leaderboard with --chosen-only ranks the chosen configuration alone of the four
+    # a configuration outside the space (an earlier sweep's): ranked by default, never with --chosen-only
+    assert main(["run", "--suite", "toy", "--profile", "smoke", "--methods", "mc_dropout", "--set", "mc_dropout.p=0.45",
+                 "--out", str(out), "--device", "cpu", "--threads", "1", "--quiet", "--no-report"]) == 0
+    # the leaderboard with --chosen-only ranks the chosen configuration alone of the five
     capsys.readouterr()
     assert main(["leaderboard", "--results", str(out), "--out", str(tmp_path / "lb"), "--include-smoke",
                  "--chosen-only", "--print-tables"]) == 0
@@ -70,7 +73,7 @@ def test_tune_sweeps_the_space_and_chooses_the_lowest_validation_nll(tmp_path, c
     assert len(rows) == 1, rows
     assert main(["leaderboard", "--results", str(out), "--out", str(tmp_path / "lb"), "--include-smoke",
                  "--print-tables"]) == 0
-    assert len([line for line in capsys.readouterr().out.splitlines() if line.startswith("| mc_dropout")]) == 4
+    assert len([line for line in capsys.readouterr().out.splitlines() if line.startswith("| mc_dropout")]) == 5
 
 
 @pytest.mark.parametrize("args, words", [

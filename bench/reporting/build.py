@@ -101,14 +101,14 @@ def build_report(results_dir, out_dir="reports", suites=None) -> list[Path]:
             raise BenchError(f"no records for suite(s) {', '.join(missing)} under {str(results_dir)!r}; "
                              f"suites with records: {', '.join(available)}")
     generated_at = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
-    from bench.tuning import rejected_configs
+    from bench.tuning import chosen_configs
 
-    rejected = rejected_configs([results_dir])
+    chosen = chosen_configs([results_dir])
     written = []
     for suite in chosen:
         doc = suite_document(df[df["suite"] == suite], suite, generated_at,
                              artifacts_dir=ResultsStore(results_dir).checkpoint_dir(suite).parent / "artifacts",
-                             rejected=rejected)
+                             chosen=chosen)
         written.append(write_report(doc, Path(out_dir) / str(suite)))
     return written
 
@@ -117,11 +117,11 @@ def build_report(results_dir, out_dir="reports", suites=None) -> list[Path]:
 
 
 def suite_document(df: pd.DataFrame, suite: str, generated_at: str, artifacts_dir: Path | None = None,
-                   rejected: set | None = None) -> Document:
+                   chosen: dict | None = None) -> Document:
     """The report of one suite (``df``: its prepared records, ok and failed; ``artifacts_dir``:
-    the files the suite wrote at run time, see :func:`_data_section`; ``rejected``: the
-    ``(suite, profile, model, method, config_hash)`` that a stored tuning did not choose,
-    :func:`bench.tuning.rejected_configs`: shown apart from the ranked rows)."""
+    the files the suite wrote at run time, see :func:`_data_section`; ``chosen``: the configuration
+    each stored tuning chose, :func:`bench.tuning.chosen_configs`: the other configurations of a
+    tuned method are shown apart from the ranked rows)."""
     smoke = "smoke" in distinct(df["profile"])
     doc = Document(title=f"Benchmark report: {suite}" + (" (SMOKE PROFILE: not results)" if smoke else ""))
     doc.sections.append(_overview(df, suite, generated_at))
@@ -129,7 +129,7 @@ def suite_document(df: pd.DataFrame, suite: str, generated_at: str, artifacts_di
     palette = plots.make_palette(labels_in_order(ok_records(df)))  # failed-only labels get no colour
     for sec in sections:
         if not sec.records.empty:
-            doc.sections.append(_model_section(sec, palette, artifacts_dir, rejected or set()))
+            doc.sections.append(_model_section(sec, palette, artifacts_dir, chosen or {}))
     # the answer first: data description, failures and provenance after the results
     data = _data_section(artifacts_dir, distinct(df["profile"]))
     if data is not None:
@@ -259,13 +259,13 @@ def _unsupported_methods(tasks) -> list[str]:
 
 
 def _model_section(sec: SectionData, palette: dict, artifacts_dir: Path | None = None,
-                   rejected: set | None = None) -> Section:
+                   chosen: dict | None = None) -> Section:
     df = sec.records
     smoke = " — SMOKE PROFILE, not results" if "smoke" in distinct(df["profile"]) else ""
     s = Section(f"Model: {sec.title}{smoke}", anchor=f"model-{sec.slug}")
     labels = labels_in_order(df)
     pal = {lab: palette[lab] for lab in labels}
-    _glance_block(s, sec, rejected or set())
+    _glance_block(s, sec, chosen or {})
     if sec.task == "regression":
         _regression_blocks(s, sec, pal)
     else:
@@ -295,12 +295,12 @@ def _model_section(sec: SectionData, palette: dict, artifacts_dir: Path | None =
     return s
 
 
-def _glance_block(parent: Section, sec: SectionData, rejected: set) -> None:
+def _glance_block(parent: Section, sec: SectionData, chosen: dict) -> None:
     """"At a glance": sentences computed from the numbers (the ranking, ties, MAP comparisons, the
     cheapest of the top), the ranked table with its cost columns (``bench leaderboard``'s, so that
     the report's first screen answers "which method, at what cost"), its validity notes and the
-    cost-quality Pareto figure. Sweep members that a stored tuning rejected are not ranked: they
-    follow in a table of their own."""
+    cost-quality Pareto figure. The configurations of a tuned method other than the one its stored
+    tuning chose are not ranked: they follow in a table of their own."""
     from bench.leaderboard.board import build_ranked_board
     from bench.leaderboard.output import board_table, validity_notes
     from bench.leaderboard.pareto import pareto_figure
@@ -309,9 +309,9 @@ def _glance_block(parent: Section, sec: SectionData, rejected: set) -> None:
     df = sec.records
     profile = str((distinct(df["profile"]) or ["?"])[0])
     suite = str(df["suite"].iloc[0])
-    key = pd.Series(list(zip(df["suite"], df["profile"], df["model"], df["method"], df["config_hash"])),
-                    index=df.index)
-    out = key.isin(rejected) if rejected else pd.Series(False, index=df.index)
+    from bench.tuning import not_chosen
+
+    out = not_chosen(df, chosen)
     try:
         board = build_ranked_board(df[~out], suite, sec.model, profile, "shift.nll")
     except BenchError:
@@ -336,14 +336,15 @@ def _glance_block(parent: Section, sec: SectionData, rejected: set) -> None:
         except BenchError:
             others = None
         if others is not None:
-            r = Section("Sweep members that validation rejected (not ranked)")
-            r.add(Paragraph("Configurations that the stored tuning (python -m bench tune) compared on the "
-                            "validation split and did not choose; listed for reference, in the same columns, "
-                            "unmarked: they are not candidates of the ranking above."))
+            r = Section("Configurations the tuning did not choose (not ranked)")
+            r.add(Paragraph("Configurations of the tuned methods other than the one the stored tuning (python -m "
+                            "bench tune) chose on the validation split: its rejected candidates and any earlier "
+                            "sweep's; listed for reference, in the same columns, unmarked: they are not candidates "
+                            "of the ranking above."))
             t = board_table(others)
             t.name = f"rejected-{t.name}"
             t.marks = {k: (set(), set()) for k in t.marks}
-            t.caption = "Not ranked: validation chose another value of the same options (see the tuning table)."
+            t.caption = "Not ranked: the tuning chose another configuration of the same method (see its table)."
             r.add(t)
             g.add(r)
     parent.add(g)
