@@ -74,6 +74,17 @@ def test_tune_sweeps_the_space_and_chooses_the_lowest_validation_nll(tmp_path, c
     assert main(["leaderboard", "--results", str(out), "--out", str(tmp_path / "lb"), "--include-smoke",
                  "--print-tables"]) == 0
     assert len([line for line in capsys.readouterr().out.splitlines() if line.startswith("| mc_dropout")]) == 5
+    # the report ranks the chosen configuration and lists the other four apart, unranked
+    from bench.reporting import build_report
+
+    (page,) = build_report(out, tmp_path / "rep")
+    md = page.with_name("README.md").read_text()
+    ranked, _, apart = md.partition("Configurations the tuning did not choose (not ranked)")
+    assert apart, "no table of the configurations the tuning did not choose"
+    first_board = ranked.split("What the table shows")[0]
+    assert len([x for x in first_board.splitlines() if x.startswith("| mc_dropout")]) == 1
+    apart_table = apart.split("\n\n#")[0]
+    assert len([x for x in apart_table.splitlines() if x.startswith("| mc_dropout")]) == 4
 
 
 @pytest.mark.parametrize("args, words", [

@@ -103,12 +103,12 @@ def build_report(results_dir, out_dir="reports", suites=None) -> list[Path]:
     generated_at = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
     from bench.tuning import chosen_configs
 
-    chosen = chosen_configs([results_dir])
+    tuned = chosen_configs([results_dir])
     written = []
     for suite in chosen:
         doc = suite_document(df[df["suite"] == suite], suite, generated_at,
                              artifacts_dir=ResultsStore(results_dir).checkpoint_dir(suite).parent / "artifacts",
-                             chosen=chosen)
+                             chosen=tuned)
         written.append(write_report(doc, Path(out_dir) / str(suite)))
     return written
 
@@ -515,7 +515,8 @@ def _shift_blocks(parent: Section, sec: SectionData, pal: dict, metrics: list[st
 
 def _corruption_blocks(parent: Section, sec: SectionData, pal: dict) -> None:
     """Per-shift-family heat maps and the entropy of correct vs wrong predictions per severity."""
-    heat = plots.shift_heatmap(sec.records, ["accuracy", "nll"], pal)
+    heat = plots.shift_heatmap(sec.records, ["miou", "nll"] if sec.task == "segmentation" else ["accuracy", "nll"],
+                               pal)
     ent = plots.entropy_by_correctness(sec.records, pal)
     if heat is None and ent is None:
         return

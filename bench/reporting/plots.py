@@ -28,6 +28,7 @@ DPI = 100
 METRIC_AXIS = {
     "accuracy": "accuracy", "nll": "NLL", "brier": "Brier score", "ece": "ECE",
     "rmse": "RMSE", "mean_std": "mean predictive std", "coverage_3sigma": "3σ coverage",
+    "miou": "mIoU", "pixel_accuracy": "pixel accuracy", "error_auroc": "error AUROC (entropy)",
 }
 
 
@@ -77,13 +78,19 @@ def to_png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
+#: legend and tick labels wrap after commas at about this many characters, so that a long
+#: configuration label (laplace_diag[glm_sampler=jvp,...]) does not widen the figure past its panels
+LABEL_WIDTH = 40
+
+
 def _legend(fig: Figure, labels, palette, kind: str = "line", title: str | None = None) -> None:
     if kind == "patch":
-        handles = [Patch(facecolor=palette[lab], edgecolor="#333", label=lab) for lab in labels]
+        handles = [Patch(facecolor=palette[lab], edgecolor="#333", label=wrap_label(lab, LABEL_WIDTH))
+                   for lab in labels]
     else:
         styles = make_styles(list(palette))
         handles = [Line2D([0], [0], color=palette[lab], marker=styles[lab]["marker"], linestyle=styles[lab]["linestyle"],
-                          markeredgecolor="#333", label=lab) for lab in labels]
+                          markeredgecolor="#333", label=wrap_label(lab, LABEL_WIDTH)) for lab in labels]
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 4), frameon=False,
                bbox_to_anchor=(0.5, -0.01), title=title)
 
@@ -248,8 +255,9 @@ def shift_heatmap(df: pd.DataFrame, metrics: list[str], palette: dict) -> bytes 
         per_seed = sub.groupby(["label", "seed", "shift"])[col].mean()
         table = per_seed.groupby(level=["label", "shift"]).mean().unstack("shift")
         table = table.reindex(index=[lab for lab in labels if lab in table.index], columns=families)
+        table.index = [wrap_label(lab, LABEL_WIDTH) for lab in table.index]
         name = col.split(".", 1)[1]
-        higher_better = name in ("accuracy",)
+        higher_better = name in ("accuracy", "miou", "pixel_accuracy")
         sns.heatmap(table, annot=len(families) * len(labels) <= 400, fmt=".2f", annot_kws={"fontsize": 7},
                     cmap="viridis" if higher_better else "viridis_r", linewidths=0.3, ax=ax,
                     cbar_kws={"label": METRIC_AXIS.get(name, name), "shrink": 0.8})
@@ -257,6 +265,9 @@ def shift_heatmap(df: pd.DataFrame, metrics: list[str], palette: dict) -> bytes 
         ax.set_ylabel("")
         ax.set_title(f"{METRIC_AXIS.get(name, name)}, mean over severities 1-5 and seeds", fontsize=10)
         ax.tick_params(axis="x", labelrotation=60, labelsize=8)
+        for t in ax.get_xticklabels():   # anchored at their tick: long names do not run into each other
+            t.set_horizontalalignment("right")
+            t.set_rotation_mode("anchor")
         ax.tick_params(axis="y", labelrotation=0, labelsize=8)
     fig.tight_layout()
     return to_png(fig)
