@@ -441,8 +441,16 @@ def cmd_tune(args) -> int:
             for s in [*tuning.sweep_sets(m), *args.sets]:
                 argv += ["--set", s]
             cmd_run(build_parser().parse_args(argv))  # a failing cell is recorded, the sweep goes on
+        # the candidates are the configurations of this sweep, at this profile: records of an earlier
+        # space or of other fixed options (an earlier sweep in the same results) are not
+        from bench.config import parse_sets, resolve_plan
+        from methods import METHODS
+
+        swept = resolve_plan(suite, args.profile, [m], parse_sets([*tuning.sweep_sets(m), *args.sets]),
+                             method_registry=METHODS).methods.get(m, [])
         try:
-            choices = select(args.out, args.suite, m, list(tuning.SPACES[m]))
+            choices = select(args.out, args.suite, m, list(tuning.SPACES[m]), configs=swept, profile=args.profile,
+                             later=getattr(METHODS.get(m), "LATER_OPTIONS", {}))
         except BenchError as exc:
             failed[m] = str(exc)
             continue

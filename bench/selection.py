@@ -30,9 +30,32 @@ def _key(cfg: dict, tuned: tuple[str, ...]) -> str:
     return json.dumps({k: v for k, v in sorted((cfg or {}).items()) if k not in tuned}, sort_keys=True, default=str)
 
 
+def _matches(cfg, configs: list[dict], later: dict | None = None) -> bool:
+    """Whether a record's method configuration is one of ``configs``: every option of it, with its
+    value as the sweep writes it (compared as JSON, so an earlier sweep's ``prior_scale=1`` is not
+    this one's default ``1.0``; a record made before an option existed does not name it): an
+    earlier sweep's records are not candidates of this one. ``later``: the method's options added
+    after records were made (``Method.LATER_OPTIONS``: option -> the behaviour before it); a record
+    without such an option matches a configuration that sets it to that value."""
+    cfg, later = cfg or {}, later or {}
+
+    def same(a, b):
+        return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+    def has(k, v):
+        return same(cfg[k], v) if k in cfg else (k in later and same(later[k], v))
+
+    return any(all(has(k, v) for k, v in c.items()) for c in configs)
+
+
 def choose_on_validation(df: pd.DataFrame, method: str, tuned: tuple[str, ...] | list[str], *,
-                         model: str | None = None, metric: str = SELECTION_METRIC) -> list[dict]:
-    """One choice per (model, configuration of the untuned options) of ``method``.
+                         model: str | None = None, metric: str = SELECTION_METRIC,
+                         configs: list[dict] | None = None, profile: str | None = None,
+                         later: dict | None = None) -> list[dict]:
+    """One choice per (model, configuration of the untuned options) of ``method``; with ``configs``
+    (full method configurations) and ``profile`` only the records of those configurations and that
+    profile are candidates (``bench tune``: the space it swept, not an earlier sweep's records;
+    ``later``: see :func:`_matches`).
 
     Each choice: ``{"model", "method", "tuned", "chosen": {option: value}, "chosen_config_hash",
     "metric", "seeds", "candidates": [{"values", "config_hash", "score", "per_seed"}]}``.
@@ -43,6 +66,10 @@ def choose_on_validation(df: pd.DataFrame, method: str, tuned: tuple[str, ...] |
     d = df[(df.get("kind") == "val") & (df.get("status") == "ok") & (df.get("method") == method)]
     if model is not None:
         d = d[d["model"] == model]
+    if profile is not None:
+        d = d[d["profile"] == profile]
+    if configs is not None:
+        d = d[[_matches(c, configs, later) for c in d["method_config"]]]
     if d.empty:
         raise BenchError(f"no validation records for method {method!r}"
                          + (f" on model {model!r}" if model else "") + "; run the sweep first")
@@ -88,17 +115,19 @@ def write_selection(results: str | Path, suite: str, choice: dict) -> Path:
 
 
 def choose_from_store(results: str | Path, suite: str, method: str, tuned: list[str],
-                      model: str | None = None) -> list[dict]:
-    """:func:`choose_on_validation` over the records stored under ``results`` (nothing written)."""
+                      model: str | None = None, **only) -> list[dict]:
+    """:func:`choose_on_validation` over the records stored under ``results`` (nothing written);
+    ``only``: its ``configs`` / ``profile`` restriction."""
     df = load_records(results, suite)
     if df.empty:
         raise BenchError(f"no records for suite {suite!r} under {results}")
-    return choose_on_validation(attach_validity(df), method, tuned, model=model)
+    return choose_on_validation(attach_validity(df), method, tuned, model=model, **only)
 
 
-def select(results: str | Path, suite: str, method: str, tuned: list[str], model: str | None = None) -> list[dict]:
+def select(results: str | Path, suite: str, method: str, tuned: list[str], model: str | None = None,
+           **only) -> list[dict]:
     """Choose on validation from the stored records and write the choices; returns them."""
-    choices = choose_from_store(results, suite, method, tuned, model=model)
+    choices = choose_from_store(results, suite, method, tuned, model=model, **only)
     for c in choices:
         c["path"] = str(write_selection(results, suite, c))
     return choices

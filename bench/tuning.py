@@ -120,12 +120,25 @@ def tuning_path(results: str | Path, suite: str, profile: str) -> Path:
 
 def write_tuning(results: str | Path, suite: str, profile: str, entries: dict, failed: dict,
                  sets: list[str] = ()) -> Path:
+    """Store this run's choices in ``<results>/<suite>/tuning/<profile>.json``, beside the entries of
+    methods an earlier run tuned (a suite's methods are often tuned one run at a time); each entry
+    keeps the ``--set`` options its sweep ran with."""
+    import json
+
     path = tuning_path(results, suite, profile)
+    kept, kept_failed = {}, {}
+    if path.is_file():
+        old = json.loads(path.read_text())
+        for m, e in (old.get("methods") or {}).items():
+            if m not in entries and m not in failed:
+                kept[m] = {**e, "sets": e.get("sets", old.get("sets", []))}
+        kept_failed = {m: why for m, why in (old.get("not_chosen") or {}).items()
+                       if m not in entries and m not in failed}
+    methods = {**kept, **{m: {**e, "sets": list(sets)} for m, e in entries.items()}}
     atomic_write_json(path, {"suite": suite, "profile": profile, "configs_per_method": CONFIGS_PER_METHOD,
-                             "sets": list(sets),
                              "protocol": "lowest mean validation NLL over the shared seeds, among candidates "
                                          "whose validity verdict is ok (bench.selection)",
-                             "methods": entries, "not_chosen": failed,
+                             "methods": dict(sorted(methods.items())), "not_chosen": {**kept_failed, **failed},
                              "tuned_inside_the_fit": {m: tuned_inside(m) for m in sorted(TUNED_INSIDE)}})
     return path
 

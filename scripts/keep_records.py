@@ -130,7 +130,8 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | N
             body, dest = encode(rec), archive / rel
             if not dest.exists() or dest.read_bytes() != body:
                 atomic_write_bytes(dest, body)
-    _copy_tree(results / suite / "artifacts", archive / suite / "artifacts", overwrite=True)
+    for tree in SMALL_TREES:
+        _copy_tree(results / suite / tree, archive / suite / tree, overwrite=True)
     return len(entries)
 
 
@@ -171,8 +172,14 @@ def pack(suite: str, archive: Path = ARCHIVE, new: dict[str, dict] | None = None
     return len(entries)
 
 
+#: a suite's small files kept beside its records, copied as they are: the artifacts (data summary,
+#: the maps' images), the stored tuning (``bench tune``: the choices --chosen-only reads) and the
+#: selections (``bench select``)
+SMALL_TREES = ("artifacts", "tuning", "selections")
+
+
 def _copy_tree(src: Path, dest: Path, overwrite: bool) -> None:
-    """The suite's artifacts (data summary, the maps' images): small files, copied as they are."""
+    """Small files, copied as they are."""
     if not src.is_dir():
         return
     for path in sorted(p for p in src.rglob("*") if p.is_file()):
@@ -192,7 +199,8 @@ def restore(results: Path, suite: str, archive: Path = ARCHIVE) -> int:
         if not dest.exists():
             atomic_write_bytes(dest, encode(rec))
             n += 1
-    _copy_tree(archive / suite / "artifacts", results / suite / "artifacts", overwrite=False)
+    for tree in SMALL_TREES:
+        _copy_tree(archive / suite / tree, results / suite / tree, overwrite=False)
     return n
 
 

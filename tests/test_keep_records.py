@@ -41,6 +41,21 @@ def test_save_drops_the_curves_and_restore_keeps_existing_records(tmp_path):
     assert sorted(df["metrics.accuracy"]) == [0.25, 0.75]
 
 
+def test_the_stored_tuning_and_selections_travel_with_the_records(tmp_path):
+    """--chosen-only and the report read <suite>/tuning/<profile>.json: kept and restored with the records."""
+    results, archive, fresh = tmp_path / "results", tmp_path / "kept", tmp_path / "fresh"
+    store = ResultsStore(results)
+    store.write(store.run_dir("toy", "mlp", "deterministic", "abc", 0), record("noise", 0.5))
+    for rel in ("toy/tuning/quick.json", "toy/selections/mlp/pbn-beta_start.json"):
+        (results / rel).parent.mkdir(parents=True, exist_ok=True)
+        (results / rel).write_text(json.dumps({"file": rel}))
+    keep.save(results, "toy", archive)
+    keep.restore(fresh, "toy", archive)
+    for rel in ("toy/tuning/quick.json", "toy/selections/mlp/pbn-beta_start.json"):
+        assert json.loads((archive / rel).read_text()) == {"file": rel}
+        assert json.loads((fresh / rel).read_text()) == {"file": rel}
+
+
 def test_a_cell_still_being_evaluated_is_not_kept(tmp_path):
     """A cell with fewer records than the others on the same data is kept whole later, never in
     part (its fit is not kept: a later machine refits and evaluates every set from one fit)."""

@@ -108,3 +108,46 @@ def test_a_choice_among_fewer_configurations_than_the_space_says_so():
     assert "3 of 4 configurations have no records" in entry["choices"][0]["why"]
     full = {**choice, "candidates": cand * 4}
     assert "why" not in tuning.summarize("mc_dropout", [full])["choices"][0]
+
+
+def test_candidates_are_this_sweeps_configurations_only():
+    """bench tune chooses among the configurations its sweep wrote: an earlier sweep's records in the
+    same results (another fixed option, the same value spelled 1 instead of 1.0) are not candidates;
+    a record made before a later option existed matches that option's earlier behaviour."""
+    import pandas as pd
+
+    from bench.selection import choose_on_validation
+
+    rows = []
+    space = [{"beta_start": b, "rho_lr": 0.05, "prior_scale": 1.0, "kl_scale": "dataset"} for b in (0.01, 0.2)]
+    cfgs = {"new-a": space[0], "new-b": space[1],
+            "old-int": {"beta_start": 0.2, "rho_lr": 0.05, "prior_scale": 1, "kl_scale": "dataset"},  # earlier sweep
+            "old-prior": {"beta_start": 0.01, "rho_lr": 0.05, "prior_scale": 0.1, "kl_scale": "dataset"},
+            "before-kl-scale": {"beta_start": 0.2, "rho_lr": 0.05, "prior_scale": 1.0}}
+    nll = {"new-a": 0.30, "new-b": 0.20, "old-int": 0.01, "old-prior": 0.02, "before-kl-scale": 0.25}
+    for h, cfg in cfgs.items():
+        for seed in (0, 1):
+            rows.append({"kind": "val", "status": "ok", "method": "pbn", "model": "m", "profile": "quick",
+                         "config_hash": h, "method_config": cfg, "seed": seed, "metrics.nll": nll[h]})
+    df = pd.DataFrame(rows)
+    (c,) = choose_on_validation(df, "pbn", ("beta_start",), configs=space, profile="quick")
+    assert {r["config_hash"] for r in c["candidates"]} == {"new-a", "new-b"} and c["chosen_config_hash"] == "new-b"
+    # the record without kl_scale is this sweep's configuration when kl_scale's earlier behaviour is "dataset"
+    choices = choose_on_validation(df, "pbn", ("beta_start",), configs=space, profile="quick",
+                                   later={"kl_scale": "dataset"})
+    assert {r["config_hash"] for c in choices for r in c["candidates"]} == {"new-a", "new-b", "before-kl-scale"}
+    # without the restriction every group is a choice (the earlier behaviour)
+    assert len(choose_on_validation(df, "pbn", ("beta_start",))) > 1
+    with pytest.raises(BenchError, match="no validation records"):   # another profile's sweep: none
+        choose_on_validation(df, "pbn", ("beta_start",), configs=space, profile="smoke")
+
+
+def test_tuning_one_method_keeps_the_others_entries(tmp_path):
+    from bench.tuning import write_tuning
+
+    write_tuning(tmp_path, "toy", "smoke", {"mc_dropout": {"choices": []}, "vdp": {"choices": []}}, {}, ["a=1"])
+    path = write_tuning(tmp_path, "toy", "smoke", {"vdp": {"choices": [1]}}, {"pbn": "no records"}, ["b=2"])
+    doc = json.loads(path.read_text())
+    assert doc["methods"]["mc_dropout"] == {"choices": [], "sets": ["a=1"]}      # kept, with its own --set
+    assert doc["methods"]["vdp"] == {"choices": [1], "sets": ["b=2"]}            # replaced by this run's
+    assert doc["not_chosen"] == {"pbn": "no records"}

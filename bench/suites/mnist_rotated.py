@@ -56,7 +56,9 @@ class MnistRotated(Suite):
             "train": {"epochs": 25, "batch_size": 128, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-5,
                       "schedule": "cosine"},
             "data": {"n_train": 10_000, "n_val": 5_000},
-            "methods": {},
+            # docs/tuning/mnist_rotated/tuning/quick.json (the other tuned methods chose their defaults)
+            "methods": {"pbn": {"beta_start": 0.01, "rho_lr": 0.05}, "mfvi": {"beta_start": 0.01, "rho_lr": 0.05},
+                        "vdp": {"kl_weight": 0.01}},
             "note": ("tour profile: the 20-minute main job; 10,000 training images (a fixed subset), "
                      "5,000 validation images, complete test and OOD sets"),
         },
