@@ -169,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     tu.add_argument("--select-only", action="store_true", help="no training: choose from the records there are")
     tu.add_argument("--markdown", action="store_true",
                     help="print the stored tuning of --suite/--profile as a markdown table and write nothing")
+    tu.add_argument("--candidates", metavar="METHOD", default=None,
+                    help="with --markdown: METHOD's candidates instead (per-seed validation NLL, verdict, choice)")
     tu.add_argument("--quiet", action="store_true", help="no progress output from the sweeps")
     tu.add_argument("--spaces", action="store_true", help="print every method's space as markdown and exit")
 
@@ -416,8 +418,24 @@ def cmd_tune(args) -> int:
         if not path.is_file():
             raise BenchError(f"no stored tuning at {path}; run python -m bench tune --suite {args.suite} "
                              f"--profile {args.profile} first")
-        print(tuning.tuning_markdown(json.loads(path.read_text())))
+        doc = json.loads(path.read_text())
+        if args.candidates:
+            entry = (doc.get("methods") or {}).get(args.candidates)
+            if entry is None:
+                raise BenchError(f"no stored choice for {args.candidates!r} in {path}; tuned there: "
+                                 f"{', '.join(doc.get('methods') or {}) or 'none'}")
+            from bench.selection import selection_markdown
+
+            def stored(c):  # JSON keeps the seeds of per_seed as strings
+                cands = [{**r, "per_seed": {int(k): v for k, v in r["per_seed"].items()}} for r in c["candidates"]]
+                return {**c, "candidates": cands, "method": args.candidates, "tuned": list(entry["space"])}
+
+            print(selection_markdown([stored(c) for c in entry["choices"]]))
+            return 0
+        print(tuning.tuning_markdown(doc))
         return 0
+    if args.candidates:
+        raise BenchError("--candidates goes with --markdown (it prints a stored tuning)")
     suite = SUITES.get(args.suite)()
     if args.profile not in suite.profiles:
         raise BenchError(f"suite {args.suite} has no profile {args.profile!r}; valid: {', '.join(suite.profiles)}")

@@ -61,6 +61,12 @@ def test_tune_sweeps_the_space_and_chooses_the_lowest_validation_nll(tmp_path, c
                  "--select-only"]) == 0
     assert json.loads((out / "toy" / "tuning" / "smoke.json").read_text())["methods"] == doc["methods"]
     assert main(["tune", "--suite", "toy", "--profile", "smoke", "--out", str(out), "--markdown"]) == 0
+    capsys.readouterr()
+    assert main(["tune", "--suite", "toy", "--profile", "smoke", "--out", str(out), "--markdown",
+                 "--candidates", "mc_dropout"]) == 0
+    cands = capsys.readouterr().out
+    assert cands.count("**chosen**") == 1 and len([x for x in cands.splitlines() if x.startswith("| 0.")]) == 4
+    assert f"| {choice['chosen']['p']} |" in next(x for x in cands.splitlines() if "**chosen**" in x)
     # a configuration outside the space (an earlier sweep's): ranked by default, never with --chosen-only
     assert main(["run", "--suite", "toy", "--profile", "smoke", "--methods", "mc_dropout", "--set", "mc_dropout.p=0.45",
                  "--out", str(out), "--device", "cpu", "--threads", "1", "--quiet", "--no-report"]) == 0
@@ -92,6 +98,7 @@ def test_tune_sweeps_the_space_and_chooses_the_lowest_validation_nll(tmp_path, c
     (["--profile", "nope"], "valid: smoke, quick, paper"),
     (["--set", "mc_dropout.p=0.5"], "sweeps these options itself"),
     (["--markdown"], "no stored tuning"),
+    (["--candidates", "mc_dropout"], "goes with --markdown"),
 ])
 def test_bad_input_exits_2_and_writes_nothing(args, words, tmp_path, capsys):
     out = tmp_path / "results"
