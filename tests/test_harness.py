@@ -571,3 +571,30 @@ def test_a_fit_resumed_after_a_kill_records_the_whole_training_time(tmp_path, mo
 
     fitted = [e for e in read_events(out / "toy" / "events.jsonl") if e["event"] == "fitted"]
     assert len(fitted) == 1 and fitted[0]["resumed_seconds"] == resumed and fitted[0]["seconds"] >= resumed
+
+
+def test_readme_main_job_runs_at_smoke_scale(fake_mnist, tmp_path):
+    """The README's main job, exactly its suite and profile (tour), shrunk by --set to a fixture
+    and two epochs: the command a new user types runs, writes records of its profile and a report."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    line = next(x for x in readme.splitlines() if "# the main job" in x)
+    args = shlex.split(line.split("#", 1)[0])
+    assert args[:3] == ["bash", "scripts/bench.sh", "run"], line
+    args = args[2:]
+    assert "--profile" in args and args[args.index("--profile") + 1] == "tour", line
+    args[args.index("--data-root") + 1] = str(fake_mnist)
+    out, rep = tmp_path / "results", tmp_path / "reports"
+    small = ["--set", "data.n_val=100", "--set", "data.n_train=300", "--set", "data.n_test=100",
+             "--set", "data.n_ood=100", "--set", "train.epochs=2", "--seeds", "0", "--quiet",
+             "--methods", "deterministic,pbn,subnet_laplace", "--set", "subnet_laplace.swag_n_snapshots=4",
+             "--out", str(out), "--report-dir", str(rep)]
+    assert main(args + small) == 0
+    df = load_records(out)
+    assert set(df["profile"]) == {"tour"} and (df["status"] == "ok").all()
+    html = (rep / "mnist_rotated" / "index.html").read_text()
+    assert "TOUR PROFILE" in html and re.search(r'<table class="leaderboard-', html)
+    assert "trained 2 epochs on 300 training images (a subset)" in html    # the banner says the scale

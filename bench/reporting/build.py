@@ -186,8 +186,13 @@ def _regime_banner(df: pd.DataFrame, suite: str) -> Banner | None:
     mine = ok[ok["profile"].isin(profiles)]
     epochs = sorted({int(c["epochs"]) for c in mine.get("train_config", pd.Series(dtype=object))
                      if isinstance(c, dict) and c.get("epochs") is not None})
+    n_train = sorted({int(c["n_train"]) for c in mine.get("data_config", pd.Series(dtype=object))
+                      if isinstance(c, dict) and c.get("n_train") is not None})
     text = (f"{' / '.join(p.upper() for p in profiles)} PROFILE: a reduced budget"
-            + (f" (networks trained {', '.join(map(str, epochs))} epochs)" if epochs else "")
+            + (f" (networks trained {', '.join(map(str, epochs))} epochs" if epochs else "")
+            + (f"{' on ' if epochs else ' ('}{' / '.join(f'{n:,}' for n in n_train)} training images (a subset)"
+               if n_train else "")
+            + (")" if epochs or n_train else "")
             + " for a machine without a GPU, not the papers' budgets (profile 'paper').")
     cls = SUITES.get(suite) if suite in SUITES.names() else None
     stand_in = cls.stands_in_for if cls is not None else None
