@@ -188,11 +188,11 @@ def _regime_banner(df: pd.DataFrame, suite: str) -> Banner | None:
                      if isinstance(c, dict) and c.get("epochs") is not None})
     n_train = sorted({int(c["n_train"]) for c in mine.get("data_config", pd.Series(dtype=object))
                       if isinstance(c, dict) and c.get("n_train") is not None})
+    scale = " on ".join(filter(None, [
+        f"networks trained {', '.join(map(str, epochs))} epochs" if epochs else "",
+        f"{' / '.join(f'{n:,}' for n in n_train)} training images (a subset)" if n_train else ""]))
     text = (f"{' / '.join(p.upper() for p in profiles)} PROFILE: a reduced budget"
-            + (f" (networks trained {', '.join(map(str, epochs))} epochs" if epochs else "")
-            + (f"{' on ' if epochs else ' ('}{' / '.join(f'{n:,}' for n in n_train)} training images (a subset)"
-               if n_train else "")
-            + (")" if epochs or n_train else "")
+            + (f" ({scale})" if scale else "")
             + " for a machine without a GPU, not the papers' budgets (profile 'paper').")
     cls = SUITES.get(suite) if suite in SUITES.names() else None
     stand_in = cls.stands_in_for if cls is not None else None

@@ -435,6 +435,11 @@ def readable_cost_title(key: str) -> str:
     return key.replace("_", " ")
 
 
+def _is_count(key: str) -> bool:
+    """A cost key that counts things (parameters, bytes, subnetwork entries): printed as an integer."""
+    return key.endswith(("params", "_bytes", "subnet_size")) or key.startswith("n_")
+
+
 def _means_table(name, per_run: pd.DataFrame, keys: list[str], titles: dict, labels, caption) -> Table | None:
     """Means over seeds, three significant digits, counts as integers, columns empty for every
     row dropped, rows without any value dropped."""
@@ -449,7 +454,7 @@ def _means_table(name, per_run: pd.DataFrame, keys: list[str], titles: dict, lab
     texts, columns = {}, []
     for k in keys:
         title, scale = titles.get(k, (readable_cost_title(k), 1.0))
-        counts = k.endswith(("params", "_bytes", "subnet_size")) or k.startswith("n_")
+        counts = _is_count(k)
         columns.append(Column(k, title, integers=counts))
         for lab in rows:
             v = mean.at[lab, k]
@@ -499,7 +504,7 @@ def method_cost_table(df: pd.DataFrame) -> TextTable | None:
             v = mean.at[lab, k]
             if pd.isna(v):
                 continue
-            counts = k.endswith(("params", "_bytes", "subnet_size")) or k.startswith("n_")
+            counts = _is_count(k)
             items.append(f"{readable_cost_title(k)}: {'0' if v == 0 else format_value(v, None, 1.0, integers=counts)}")
         if items:
             rows.append([str(lab), " · ".join(items)])
