@@ -15,10 +15,24 @@ action=${1:-start}
 node=$(hostname -s)
 conf=/etc/slurm/slurm.conf
 
+# The daemons this script started, by the PID files they write (never by name: another user's
+# munged or slurmd on a shared machine is not ours to stop).
+run=${SLURM_LOCALHOST_RUN_DIR:-/run}  # where the PID files live (a test points it elsewhere)
+pidfiles="$run/slurmd.pid:slurmd $run/slurmctld.pid:slurmctld $run/munge/munged.pid:munged"
+
 stop() {
-  pkill -x slurmd 2>/dev/null || true
-  pkill -x slurmctld 2>/dev/null || true
-  pkill -x munged 2>/dev/null || true
+  local entry file name pid
+  for entry in $pidfiles; do
+    file=${entry%%:*}; name=${entry##*:}
+    [ -s "$file" ] || continue
+    pid=$(tr -dc 0-9 < "$file")
+    # only the process the PID file names, and only while it is still that daemon
+    if [ -n "$pid" ] && [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = "$name" ]; then
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 20); do [ -d /proc/"$pid" ] || break; sleep 0.25; done
+    fi
+    rm -f "$file"
+  done
 }
 
 if [ "$action" = stop ]; then stop; exit 0; fi
@@ -28,9 +42,9 @@ command -v slurmctld >/dev/null && command -v munged >/dev/null || {
 
 cpus=$(nproc)
 mem=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) * 8 / 10 / 1024 ))
-mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge /var/lib/munge /var/log/munge
+mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge "$run/munge" /var/lib/munge /var/log/munge
 chown slurm:slurm /var/spool/slurmctld /var/log/slurm
-chown munge:munge /run/munge /var/lib/munge /var/log/munge
+chown munge:munge /run/munge "$run/munge" /var/lib/munge /var/log/munge
 [ -s /etc/munge/munge.key ] || { dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none; }
 chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
 
@@ -51,15 +65,15 @@ StateSaveLocation=/var/spool/slurmctld
 SlurmdSpoolDir=/var/spool/slurmd
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd.log
-SlurmctldPidFile=/run/slurmctld.pid
-SlurmdPidFile=/run/slurmd.pid
+SlurmctldPidFile=$run/slurmctld.pid
+SlurmdPidFile=$run/slurmd.pid
 NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
 PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
 CONF
 
 stop
 sleep 1
-runuser -u munge -- /usr/sbin/munged
+runuser -u munge -- /usr/sbin/munged --pid-file="$run/munge/munged.pid"
 slurmctld
 slurmd
 for _ in $(seq 30); do
