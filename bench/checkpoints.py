@@ -88,7 +88,7 @@ class MapCache:
             return model.to(self.device).eval()
         path = self.path(seed)
         failed = self.failure_path(seed)
-        if failed.exists() and not (self.refresh and seed not in self.retried):
+        if failed.exists() and not (self.refresh and seed not in self.retried) and self.failed_on_this_data(failed):
             # trained once and diverged: every method built on it fails the same way, without retraining
             err = json.loads(failed.read_text()).get("error", "?")
             raise DivergedError(f"the MAP network of seed {seed} failed to train earlier ({err}; {failed}); "
@@ -117,7 +117,7 @@ class MapCache:
                                       progress=self.progress, resume_path=path.with_suffix(".partial"),
                                       epoch_stats=stats)
         except DivergedError as exc:
-            atomic_write_json(failed, {"seed": seed, "error": str(exc), "key": self.key})
+            atomic_write_json(failed, {"seed": seed, "error": str(exc), "key": self.key, "data_hash": self.data_hash()})
             raise
         failed.unlink(missing_ok=True)
         self.in_process_s[seed] = time.perf_counter() - t0  # inside a fit's timer: not the fit's time
@@ -130,6 +130,23 @@ class MapCache:
         self.trained_now.append(seed)
         self.train_time_s[seed] = elapsed
         return model.eval()
+
+    def data_hash(self) -> str:
+        """A hash of the data the networks train on (:func:`bench.data.data_digest`), computed once."""
+        if getattr(self, "_data_hash", None) is None:
+            from bench.data import data_digest
+
+            self._data_hash = data_digest(self.train_x, self.train_y, *(self.val or ()))
+        return self._data_hash
+
+    def failed_on_this_data(self, failed: Path) -> bool:
+        """Whether the failure record ``failed`` was written on the data this cache trains on: one
+        written on other data (or by code that did not record which) is retried, as the data may
+        have been fixed since."""
+        try:
+            return json.loads(failed.read_text()).get("data_hash") == self.data_hash()
+        except (OSError, ValueError, AttributeError):
+            return False
 
     def training_log(self, seed: int) -> dict | None:
         """``{"epoch_loss", "val_nll"}`` per epoch of the MAP network of ``seed`` (None: a pretrained

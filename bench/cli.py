@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from bench.errors import BenchError
+from bench.executors import BATCH_EXECUTORS, EXECUTORS
 
 EPILOG_RUN = """examples:
   python -m bench run --suite mnist_rotated --profile quick --data-root data
@@ -18,6 +19,9 @@ EPILOG_RUN = """examples:
   train.<field>       epochs, batch_size, optimizer, lr, momentum, weight_decay, schedule, ...
   data.<field>        suite data options (e.g. data.n_train=5000)
   models=a,b / seeds=0,1
+
+exit codes: 0 the grid ran (a failed cell is recorded and listed, the others go on); 1 every cell of
+the grid failed; 2 bad input or bad data (nothing run); 130 interrupted (run again to resume)
 """
 
 
@@ -93,30 +97,45 @@ def build_parser() -> argparse.ArgumentParser:
                         "in each process that evaluates; 0 reads them in that process; never changes a number "
                         "(default: auto = CPU cores - 1, at most 8, for --executor local; 0 on a cluster)")
     ex = r.add_argument_group("executors (where the cells run; see README 'Scale out')")
-    ex.add_argument("--executor", choices=("local", "dask", "slurm"), default="local",
+    ex.add_argument("--executor", choices=EXECUTORS, default="local",
                     help="local: cell after cell in this process (default); dask: cells as tasks on a Dask "
-                         "cluster (--scheduler, else a LocalCluster on 127.0.0.1); slurm: Dask workers as "
-                         "SLURM jobs (dask-jobqueue)")
+                         "cluster (--scheduler / --scheduler-file, else a LocalCluster on 127.0.0.1); slurm, pbs, "
+                         "lsf: Dask workers as batch jobs (dask-jobqueue), resubmitted when they reach their wall "
+                         "time")
     ex.add_argument("--scheduler", default=None, metavar="ADDRESS",
                     help="dask: an existing scheduler, e.g. tcp://10.0.0.5:8786 (default: start a LocalCluster)")
+    ex.add_argument("--scheduler-file", default=None, metavar="PATH",
+                    help="dask: an existing scheduler's file (dask scheduler --scheduler-file PATH)")
     ex.add_argument("--workers", type=_positive, default=None,
                     help="dask: worker processes of the LocalCluster (default: CPU cores, or GPUs on CUDA, one GPU "
-                         "each); slurm: SLURM jobs, one worker each (default: 1)")
+                         "each); slurm/pbs/lsf: batch jobs kept running, one worker each (default: 1)")
     ex.add_argument("--threads", type=_positive, default=None,
                     help="torch threads per process (default: local: $OMP_NUM_THREADS if set, else the CPU cores of "
                          "the affinity mask; dask: those cores divided by the workers, at least 1)")
     ex.add_argument("--retries", type=_nonneg, default=2,
-                    help="dask/slurm: times a task whose worker died or that raised is retried before its cell is "
-                         "recorded as failed (default: 2)")
-    ex.add_argument("--slurm-partition", default=None, help="slurm: partition (default: the cluster's)")
-    ex.add_argument("--slurm-account", default=None, help="slurm: account to charge")
-    ex.add_argument("--slurm-time", default="04:00:00", help="slurm: wall time per job (default: 04:00:00)")
-    ex.add_argument("--slurm-memory", default="16GB", help="slurm: memory per job (default: 16GB)")
-    ex.add_argument("--slurm-gpus", type=_nonneg, default=0, help="slurm: GPUs per job (--gres=gpu:N; default: 0)")
-    ex.add_argument("--slurm-scheduler-host", default=None,
-                    help="slurm: address the Dask scheduler (in this process) listens on, reachable from the nodes "
+                    help="dask and batch executors: times a task whose worker died or that raised is retried "
+                         "before its cell is recorded as failed (default: 2)")
+    jq = r.add_argument_group(
+        "batch jobs (--executor slurm, pbs, lsf): an option given here overrides the site's jobqueue.yaml; one "
+        "not given leaves it alone (docs/scaleout.md)")
+    jq.add_argument("--job-queue", "--slurm-partition", dest="job_queue", default=None,
+                    help="partition / queue (default: jobqueue.yaml's, else the cluster's)")
+    jq.add_argument("--job-account", "--slurm-account", dest="job_account", default=None, help="account to charge")
+    jq.add_argument("--job-time", "--slurm-time", dest="job_time", default=None, metavar="HH:MM:SS",
+                    help="wall time per job (default: jobqueue.yaml's); workers retire shortly before it and new "
+                         "jobs replace them")
+    jq.add_argument("--job-memory", "--slurm-memory", dest="job_memory", default=None, metavar="SIZE",
+                    help="memory per job, e.g. 8GB (default: jobqueue.yaml's; required when it has none)")
+    jq.add_argument("--job-gpus", "--slurm-gpus", dest="job_gpus", type=_nonneg, default=0,
+                    help="GPUs per job (slurm: --gres=gpu:N; default: 0)")
+    jq.add_argument("--scheduler-host", "--slurm-scheduler-host", dest="scheduler_host", default=None,
+                    help="address the Dask scheduler (in this process) listens on, reachable from the nodes "
                          "(default: dask-jobqueue's)")
-    ex.add_argument("--slurm-log-dir", default=None, help="slurm: where the jobs' output goes (default: the cwd)")
+    jq.add_argument("--job-log-dir", "--slurm-log-dir", dest="job_log_dir", default=None,
+                    help="where the jobs' output goes (default: jobqueue.yaml's, else the cwd)")
+    jq.add_argument("--dry-run", action="store_true",
+                    help="print the job script the batch executor would submit and exit (nothing submitted, "
+                         "nothing written)")
     r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE[,VALUE...]",
                    help="override or sweep a setting (repeatable; see below)")
     r.add_argument("--force", action="store_true", help="redo finished cells instead of resuming")
@@ -264,23 +283,41 @@ def check_executor_args(args, device) -> tuple[int, int | None]:
     returns (workers, torch threads per worker process). On ``local`` torch gets its threads here."""
     from bench.threads import apply_threads, available_cores, default_workers, threads_per_worker
 
+    batch = args.executor in BATCH_EXECUTORS
+    if args.dry_run and not batch:
+        raise BenchError(f"--dry-run prints a batch job script: it is for --executor {', '.join(BATCH_EXECUTORS)}")
+    if not batch:
+        given = [opt for opt, val in (("--job-queue", args.job_queue), ("--job-account", args.job_account),
+                                      ("--job-time", args.job_time), ("--job-memory", args.job_memory),
+                                      ("--job-gpus", args.job_gpus), ("--scheduler-host", args.scheduler_host),
+                                      ("--job-log-dir", args.job_log_dir)) if val]
+        if given:
+            raise BenchError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for --executor "
+                             f"{', '.join(BATCH_EXECUTORS)} (batch jobs)")
+    if args.scheduler and args.scheduler_file:
+        raise BenchError("--scheduler and --scheduler-file name the same thing: give one")
     if args.executor == "local":
-        for opt, val in (("--scheduler", args.scheduler), ("--workers", args.workers)):
+        for opt, val in (("--scheduler", args.scheduler), ("--scheduler-file", args.scheduler_file),
+                         ("--workers", args.workers)):
             if val is not None:
-                raise BenchError(f"{opt} is for --executor dask or slurm (the loader processes of a local run are "
-                                 f"--loader-workers)")
+                raise BenchError(f"{opt} is for --executor dask or a batch executor (the loader processes of a "
+                                 f"local run are --loader-workers)")
         if args.loader_workers < 0:
             args.loader_workers = default_workers()
         threads = args.threads or _env_threads() or available_cores()
         apply_threads(threads)
         return 1, threads
-    if args.executor == "slurm" and args.scheduler:
-        raise BenchError("--scheduler is for --executor dask; --executor slurm starts its own scheduler")
+    if batch and (args.scheduler or args.scheduler_file):
+        raise BenchError(f"--scheduler / --scheduler-file are for --executor dask; --executor {args.executor} starts "
+                         f"its own scheduler")
+    if args.scheduler_file and not Path(args.scheduler_file).is_file():
+        raise BenchError(f"--scheduler-file {args.scheduler_file}: no such file (dask scheduler --scheduler-file "
+                         f"PATH writes it)")
     if args.loader_workers < 0:
         args.loader_workers = 0
-    if args.executor == "slurm":
+    if batch:
         return args.workers or 1, args.threads or 1
-    if args.scheduler:  # an existing cluster: its workers' cores / task slots, unless --threads
+    if args.scheduler or args.scheduler_file:  # an existing cluster: its workers' cores / task slots
         if args.workers is not None:
             raise BenchError("--workers starts a LocalCluster's processes; with --scheduler the cluster has its own")
         return 0, args.threads
@@ -291,13 +328,17 @@ def check_executor_args(args, device) -> tuple[int, int | None]:
     return workers, args.threads or threads_per_worker(workers)
 
 
+#: the exit code of a ``bench run`` whose every cell failed (2 is bad input, 130 an interrupt)
+EXIT_ALL_FAILED = 1
+
+
 def cmd_run(args) -> int:
     import torch
 
     from bench.config import parse_sets, resolve_plan
     from bench.harness import Harness
     from bench.provenance import resolve_device
-    from bench.store import ResultsStore
+    from bench.store import STALE_TEMP_S, ResultsStore, remove_stale_temp_files
     from bench.suites import SUITES
     from datasets.roots import resolve_data_root
     from methods import METHODS
@@ -309,10 +350,21 @@ def cmd_run(args) -> int:
     plan = resolve_plan(suite, args.profile, methods, parse_sets(args.sets), seeds=args.seeds, method_registry=METHODS)
     report_dir = args.report_dir if args.report_dir is not None else default_report_dir(args.out)
     check_writable(args.out, "results directory (--out)")
+    for sub in ("", "records", "checkpoints", "locks", "artifacts"):  # <out>/<suite>/...: folders, writable
+        check_writable(Path(args.out) / suite.name / sub, f"results folder of suite {suite.name}")
     if not args.no_report:
         check_writable(report_dir, "report directory (--report-dir)")
+        check_writable(Path(report_dir) / suite.name, f"report folder of suite {suite.name}")
+    from bench.locks import check_locking
+
+    check_locking(Path(args.out) / suite.name / "locks")  # cells and MAP networks are locked there
     device = resolve_device(args.device)
     workers, threads = check_executor_args(args, device)
+    if args.dry_run:  # before any data is read or anything written
+        from bench.executors.launch import job_script
+
+        print(job_script(args, threads))
+        return 0
     data_root = resolve_data_root(args.data_root)
     if not args.quiet:
         print(f"[{suite.name}] profile {plan.profile}: models {plan.models}, methods {methods}, seeds {plan.seeds}, "
@@ -324,6 +376,10 @@ def cmd_run(args) -> int:
                   if getattr(suite, "pretrained_map", False) else None)
     data = suite.load(data_root, plan.data, download=not args.no_download)
     store = ResultsStore(args.out)
+    stale = remove_stale_temp_files(Path(args.out) / suite.name)  # left by writes killed in earlier runs
+    if stale:
+        print(f"[{suite.name}] removed {len(stale)} temporary file(s) that killed writes left (older than "
+              f"{STALE_TEMP_S / 3600:g} h), e.g. {stale[0]}", file=sys.stderr)
     if args.executor == "local":
         harness = Harness(suite, plan, data, store, device, METHODS, force=args.force, progress=not args.quiet,
                           quiet=args.quiet, workers=args.loader_workers, pretrained=pretrained)
@@ -334,18 +390,27 @@ def cmd_run(args) -> int:
         artifacts = Harness(suite, plan, data, store, device, METHODS, quiet=True)
         del data
         summary = run_distributed(args, suite, plan, data_root, device, pretrained, store, METHODS, workers, threads,
-                                  on_connect=artifacts.write_artifacts)  # nothing written before the cluster answers
+                                  on_connect=artifacts.write_artifacts,  # nothing written before the cluster answers
+                                  finished=lambda cell: artifacts.finished(artifacts.cell_identity(*cell)))
+    from bench.executors.grid import grid_cells
+
+    # every cell of the grid failed in this run: the run made no result, and says so in its exit code
+    # (a grid with some failed cells exits 0: its failed records sit beside the results)
+    all_failed = bool(summary.failed) and len(summary.failed) >= len(grid_cells(plan))
+    verdict = f"; every cell failed (exit code {EXIT_ALL_FAILED})" if all_failed else ""
     if not args.quiet:
         print(f"[{suite.name}] done: {summary.fitted} fitted, {summary.loaded} loaded, {summary.skipped} skipped, "
-              f"{len(summary.failed)} failed, {summary.records} records written", file=sys.stderr)
+              f"{len(summary.failed)} failed, {summary.records} records written{verdict}", file=sys.stderr)
         for f in summary.failed:
             print(f"  failed: {f}", file=sys.stderr)
+    elif all_failed:
+        print(f"[{suite.name}] {len(summary.failed)} failed{verdict}; the first: {summary.failed[0]}", file=sys.stderr)
     if not args.no_report:
         from bench.reporting import build_report
 
         for path in build_report(args.out, report_dir, suites=[suite.name]):
             print(f"report: {path}")
-    return 0
+    return EXIT_ALL_FAILED if all_failed else 0
 
 
 def cmd_report(args) -> int:
@@ -404,8 +469,6 @@ def cmd_select(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    import json
-
     from bench import tuning
     from bench.selection import select
     from bench.suites import SUITES
@@ -418,7 +481,7 @@ def cmd_tune(args) -> int:
         if not path.is_file():
             raise BenchError(f"no stored tuning at {path}; run python -m bench tune --suite {args.suite} "
                              f"--profile {args.profile} first")
-        doc = json.loads(path.read_text())
+        doc = tuning.read_tuning(path)
         if args.candidates:
             entry = (doc.get("methods") or {}).get(args.candidates)
             if entry is None:
@@ -474,7 +537,7 @@ def cmd_tune(args) -> int:
             continue
         entries[m] = tuning.summarize(m, choices)
     path = tuning.write_tuning(args.out, args.suite, args.profile, entries, failed, args.sets)
-    print(tuning.tuning_markdown(json.loads(path.read_text())))
+    print(tuning.tuning_markdown(tuning.read_tuning(path)))
     print(f"tuning: {path}")
     return 0 if not failed else 1
 

@@ -113,6 +113,11 @@ def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
         raise BenchError("no seed to run (--seeds / --set seeds= is empty)")
     if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in plan_seeds):
         raise BenchError(f"--seeds / --set seeds= expects non-negative integers, got {plan_seeds}")
+    for what, values in (("--seeds / --set seeds=", plan_seeds), ("--set models=", models), ("--methods", methods)):
+        twice = sorted({str(v) for v in values if values.count(v) > 1})
+        if twice:  # a cell twice would run once and be counted twice (e.g. a seed's mean and std)
+            raise BenchError(f"{what} names {', '.join(twice)} more than once ({','.join(map(str, values))}); "
+                             "give each once")
     for m in models:
         MODELS.get(m)
     if not methods:

@@ -155,3 +155,40 @@ class SuiteData:
 
     def id_set(self) -> EvalSet:
         return next(e for e in self.eval_sets if e.kind == "id")
+
+
+def data_digest(*sources, stat: bool = True) -> str:
+    """A hash of what ``sources`` hold: tensors (and uint8-backed image sets) by their contents,
+    file-backed sources by their files' paths (``stat``: and sizes and modification times), other
+    sources by their type and length, strings and None as they are. Failure records carry it
+    (``data_hash``): one written under other data is retried, not skipped (the data was fixed)."""
+    import hashlib
+    import os
+
+    h = hashlib.blake2b(digest_size=8)
+    for obj in sources:
+        raw = getattr(obj, "raw", None)
+        obj = raw if isinstance(raw, torch.Tensor) else obj
+        if obj is None or isinstance(obj, (str, int, float)):
+            h.update(f"{type(obj).__name__}:{obj!r}\0".encode())
+        elif isinstance(obj, torch.Tensor):
+            t = obj.detach().cpu().contiguous()
+            h.update(f"tensor:{t.dtype}:{tuple(t.shape)}\0".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().data)
+        elif getattr(obj, "paths", None) is not None or getattr(obj, "path", None) is not None:
+            paths = list(getattr(obj, "paths", None) or [obj.path])
+            h.update(f"files:{type(obj).__name__}:{len(obj)}\0".encode())
+            rows = getattr(obj, "rows", None)
+            if rows is not None:
+                h.update(rows.tobytes() if hasattr(rows, "tobytes") else repr(rows).encode())
+            for p in paths:
+                h.update(str(p).encode() + b"\0")
+                if stat:
+                    try:
+                        st = os.stat(p)
+                        h.update(f"{st.st_size}:{st.st_mtime_ns}\0".encode())
+                    except OSError:
+                        h.update(b"missing\0")
+        else:
+            h.update(f"{type(obj).__name__}:{len(obj) if hasattr(obj, '__len__') else '?'}\0".encode())
+    return h.hexdigest()

@@ -22,3 +22,9 @@ class MethodFailedError(BenchError):
     """A method cannot produce a posterior on this data (e.g. a degenerate subnetwork); the
     harness records the cell as failed and goes on with the grid. Outside the harness it is a
     user-facing error like any other :class:`BenchError`."""
+
+
+class InvalidPredictiveError(RuntimeError):
+    """A method's ``predict`` returned a predictive that cannot be scored as it is: a wrong shape
+    (batch, class axis, pixels, targets), probabilities outside [0, 1] or rows not summing to 1,
+    a negative variance (``bench.harness.check_predictive``); the harness records the cell as failed."""

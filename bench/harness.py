@@ -21,8 +21,8 @@ from bench import validity
 from bench.checkpoints import MapCache, load_or_set_aside, save_torch
 from bench.config import RunPlan, method_label
 from bench.cost import HOST_KEYS, PeakMemory, Timer, flops_per_example, host_context, host_load, memory_probe
-from bench.data import EvalSet, SuiteData, TensorLoader, batches
-from bench.errors import DivergedError, MethodFailedError
+from bench.data import EvalSet, SuiteData, TensorLoader, batches, data_digest
+from bench.errors import BenchError, DivergedError, InvalidPredictiveError, MethodFailedError
 from bench.events import log_event
 from bench.locks import file_lock
 from bench.models import build_model
@@ -144,6 +144,8 @@ def score_segmentation(method, e: EvalSet, task, batch_size: int, device, worker
         for xb, yb in zip(batches(e.x, batch_size, device, workers), batches(e.y, batch_size, "cpu", workers)):
             pred = method.predict(xb)
             check_finite(pred, f"{e.kind} set {e.shift} severity {e.severity}")
+            check_predictive(task, pred, len(yb), f"{e.kind} set {e.shift} severity {e.severity}",
+                             pixels=tuple(yb.shape[-2:]))
             acc.update(pred.probs, yb.reshape(-1).to(pred.probs.device), pred.sample_probs)
             for i in range(max(0, min(e.keep_maps - seen, len(xb)))):
                 maps.append(uncertainty_maps(pred, i, xb.shape[-2:], task.num_outputs))
@@ -187,6 +189,82 @@ def check_finite(pred, where: str) -> None:
         t = getattr(pred, name, None)
         if t is not None and not bool(torch.isfinite(t).all()):
             raise DivergedError(f"non-finite predictive {name} on the {where}")
+
+
+#: how far a row of class probabilities may sum from 1 (relative), and a probability lie outside
+#: [0, 1]: float32 rounding of a softmax over thousands of classes stays orders of magnitude below
+PROB_TOLERANCE = 1e-3
+
+
+def check_predictive(task, pred, n: int, where: str, *, targets: torch.Tensor | None = None,
+                     pixels: tuple[int, int] | None = None) -> None:
+    """Raise :class:`InvalidPredictiveError` unless ``pred`` can be scored as a predictive of ``n``
+    examples of ``task``. Classification: ``probs`` (n, K) with K the task's classes (segmentation:
+    a row per pixel of the ``pixels`` = (H, W) label maps, n H W rows), ``sample_probs`` (S, rows, K),
+    ``variance`` (rows,) >= 0; probabilities in [0, 1], every row summing to 1 (within
+    :data:`PROB_TOLERANCE`). Regression: ``mean`` and ``var`` shaped as the ``targets`` (else (n,)),
+    variances >= 0, per-sample means and variances (S, ...) alike. Broadcasting would otherwise
+    score a wrong shape, and an unnormalised predictive would be ranked, as if they were right."""
+    def fail(msg: str):
+        raise InvalidPredictiveError(f"{msg} on the {where}")
+
+    def tensor(name: str) -> torch.Tensor | None:
+        t = getattr(pred, name, None)
+        if t is not None and not isinstance(t, torch.Tensor):
+            fail(f"predictive {name} is a {type(t).__name__}, not a tensor")
+        return t
+
+    def nonnegative(name: str, t: torch.Tensor) -> None:
+        if t.numel() and t.min().item() < 0:
+            fail(f"predictive {name} has {int((t < 0).sum())} negative value(s) (min {t.min().item():.4g}); "
+                 f"variances must be >= 0")
+
+    if task.per_class:
+        k = int(task.num_outputs)
+        rows = n if pixels is None else n * int(pixels[0]) * int(pixels[1])
+        what = (f"{n} examples x {k} classes" if pixels is None else
+                f"{n} label maps of {int(pixels[0])} x {int(pixels[1])} = {rows} pixels x {k} classes")
+        probs = tensor("probs")
+        if probs is None:
+            fail(f"predictive is a {type(pred).__name__} without class probabilities (probs)")
+        if tuple(probs.shape) != (rows, k):
+            fail(f"predictive probs has shape {tuple(probs.shape)}, expected ({rows}, {k}) ({what})")
+        sample_probs = tensor("sample_probs")
+        if sample_probs is not None and (sample_probs.dim() != 3 or tuple(sample_probs.shape[1:]) != (rows, k)):
+            fail(f"predictive sample_probs has shape {tuple(sample_probs.shape)}, expected (S, {rows}, {k}) ({what})")
+        for name, p in (("probs", probs), ("sample_probs", sample_probs)):
+            if p is None or not p.numel():
+                continue
+            sums = p.sum(-1, dtype=torch.float64)
+            off = (sums - 1).abs()
+            if off.max().item() > PROB_TOLERANCE:
+                worst = sums.reshape(-1)[off.reshape(-1).argmax()].item()
+                fail(f"predictive {name} rows sum to {worst:.4g}, not 1 ({int((off > PROB_TOLERANCE).sum())} of "
+                     f"{off.numel()} rows off by more than {PROB_TOLERANCE:g})")
+            lo, hi = p.min().item(), p.max().item()
+            if lo < -PROB_TOLERANCE or hi > 1 + PROB_TOLERANCE:
+                fail(f"predictive {name} outside [0, 1] (min {lo:.4g}, max {hi:.4g})")
+        variance = tensor("variance")
+        if variance is not None:
+            if tuple(variance.shape) != (rows,):
+                fail(f"predictive variance has shape {tuple(variance.shape)}, expected ({rows},)")
+            nonnegative("variance", variance)
+        return
+    shape = tuple(targets.shape) if targets is not None else (n,)
+    whose = "the targets'" if targets is not None else f"one per example of {n}"
+    for name in ("mean", "var"):
+        t = tensor(name)
+        if t is None:
+            fail(f"predictive is a {type(pred).__name__} without a {name}")
+        if tuple(t.shape) != shape:
+            fail(f"predictive {name} has shape {tuple(t.shape)}, expected {shape} ({whose})")
+    nonnegative("var", pred.var)
+    for name in ("sample_means", "sample_vars"):
+        t = tensor(name)
+        if t is not None and (t.dim() != len(shape) + 1 or tuple(t.shape[1:]) != shape):
+            fail(f"predictive {name} has shape {tuple(t.shape)}, expected (S, {', '.join(map(str, shape))})")
+    if tensor("sample_vars") is not None:
+        nonnegative("sample_vars", pred.sample_vars)
 
 
 @dataclass
@@ -247,6 +325,32 @@ def num_observations(suite, plan: RunPlan, data: SuiteData) -> int:
     return n
 
 
+def check_labels(suite, data: SuiteData) -> None:
+    """A :class:`BenchError` (exit 2) when a label held in memory lies outside the task's classes
+    [0, K) (segmentation: and is not its ignore label). Loaders check the files they read and name
+    them (``datasets.labels``); this stops any other suite before every fit of the grid meets it."""
+    from datasets.labels import label_problem
+
+    if not suite.task.per_class:
+        return
+    sets = [("training", data.train_y), ("validation", data.val_y)]
+    sets += [(f"{e.kind} set {e.shift}" + ("" if e.severity is None else f" severity {e.severity:g}"), e.y)
+             for e in data.eval_sets]
+    for what, y in sets:
+        if isinstance(y, torch.Tensor) and y.numel():
+            problem = label_problem(y, suite.task.num_outputs, suite.task.ignore_index)
+            if problem:
+                raise BenchError(f"{suite.name}: {what} labels: {problem}")
+
+
+def data_hash(data: SuiteData) -> str:
+    """What the cells of a run see (:func:`bench.data.data_digest`): the training and validation
+    sets, and every evaluation set's name, fingerprint, labels and inputs (files by their paths)."""
+    evals = [v for e in data.eval_sets for v in (f"{e.kind}/{e.shift}/{e.severity}/{e.fingerprint}", e.y)]
+    return data_digest(data_digest(data.train_x, data.train_y, data.val_x, data.val_y, *evals),
+                       data_digest(*(e.x for e in data.eval_sets), stat=False))
+
+
 class Harness:
     def __init__(self, suite, plan: RunPlan, data: SuiteData, store: ResultsStore, device: torch.device,
                  methods_registry, *, force: bool = False, progress: bool = False, quiet: bool = False,
@@ -260,7 +364,12 @@ class Harness:
         self.grid_progress: GridProgress | None = None  # set when the grid starts (run)
         self.eval_batch_size = eval_batch_size(suite, plan)
         self.map_refresh = map_refresh  # None: retrain cached MAP networks when ``force`` (see MapCache)
+        # a cell locked by another process: skipped (concurrent local runs share the work), or waited
+        # for (a cluster worker: the driver sent it this cell, which must end with its records)
+        self.wait_for_locks = False
         self._map_caches: dict[str, MapCache] = {}
+        check_labels(suite, data)  # a label outside the classes: exit 2 before any cell
+        self._data_hash: str | None = None  # data_hash(data), when a failure record needs it
         # The held-out validation split is scored like every evaluation set (kind "val"): the
         # one tuning protocol of the suite (bench/selection.py) chooses hyperparameters on it,
         # never on the test sets.
@@ -322,7 +431,7 @@ class Harness:
 
     def run_cell(self, model_name, method_name, cfg, seed):
         cid = self.cell_identity(model_name, method_name, cfg, seed)
-        with file_lock(cid.lock, wait=False) as held:
+        with file_lock(cid.lock, wait=self.wait_for_locks) as held:
             if not held:  # a concurrent run on this results directory is doing this cell
                 self.say(f"{cid.tag}: being run by another process, skipped")
                 self.summary.skipped += 1
@@ -333,11 +442,16 @@ class Harness:
         cls, label, identity, chash, run_dir, tag = cid.cls, cid.label, cid.identity, cid.chash, cid.run_dir, cid.tag
         build = map_cache.build_model
         base = dict(cid.base)
-        failure = None if self.force else self.store.read(run_dir, "fit", "fit", None)
-        if failure is not None and not failure.get("executor_failure"):
-            self.say(f"{tag}: recorded as failed earlier, skipped (use --force to retry)")
+        why = self.finished(cid)
+        if why:
+            self.say(f"{tag}: {why}, skipped")
             self.summary.skipped += 1
             return
+        failure = None if self.force else self.store.read(run_dir, "fit", "fit", None)
+        if failure is not None and not failure.get("executor_failure"):
+            # made from other data (or by code that did not record which): the data may have been fixed
+            self.say(f"{tag}: recorded as failed on other data (data_hash {failure.get('data_hash')}, now "
+                     f"{self.data_hash()}), retried")
         pending, stale = [], 0
         for e in self.data.eval_sets:
             rec = None if self.force else self.store.read(run_dir, e.kind, e.shift, e.severity)
@@ -348,10 +462,6 @@ class Harness:
         if stale:
             self.say(f"{tag}: {stale} record(s) were made from other data (e.g. another corruption generator "
                      f"version); they are redone")
-        if not pending:
-            self.say(f"{tag}: all {len(self.data.eval_sets)} evaluation records exist, skipped")
-            self.summary.skipped += 1
-            return
         started = now()
         ctx_cls = sys.modules["methods.base"].MethodContext
         # options that only change prediction (cls.PREDICT_OPTIONS) do not change the fit: the fit's
@@ -410,7 +520,7 @@ class Harness:
                           seed=seed, seconds=timer.seconds + earlier[0], resumed_seconds=earlier[0])
                 resumed = f" ({earlier[0]:.1f} s of it before a resume)" if earlier[0] else ""
                 self.say(f"{tag}: fitted in {timer.seconds + earlier[0]:.1f} s{resumed}")
-        except Exception as exc:  # noqa: BLE001 - any error of a method is its cell's, not the grid's
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - a method's error, sys.exit too (not Ctrl-C), is its cell's
             self.record_failure(run_dir, base, started, exc, tag)
             return
         if self.store.remove(run_dir, "fit", "fit", None):  # a retry (--force) succeeded
@@ -418,11 +528,34 @@ class Harness:
         try:
             cost = self.measure_cost(method, fit_cost, map_cache)
             self.evaluate(method, run_dir, base, cost, pending, started, tag, seed)
-        except Exception as exc:  # noqa: BLE001 - e.g. a non-finite predictive: the fitted method is unusable
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - e.g. a non-finite predictive: the fitted method is unusable
             self.record_failure(run_dir, base, started, exc, tag)
 
     def num_observations(self) -> int:
         return num_observations(self.suite, self.plan, self.data)
+
+    def data_hash(self) -> str:
+        """:func:`data_hash` of this run's data (computed once, when a failure record needs it)."""
+        if self._data_hash is None:
+            self._data_hash = data_hash(self.data)
+        return self._data_hash
+
+    def finished(self, cid: CellIdentity) -> str | None:
+        """Why the cell ``cid`` needs no work, or None when it does (always None with ``force``):
+        it failed earlier on the data held now (kept until ``--force``; an executor failure or a
+        failure on other data is retried), or every evaluation record exists, made from that data.
+        Read-only: the driver of a distributed run asks it before sending a cell anywhere."""
+        if self.force:
+            return None
+        failure = self.store.read(cid.run_dir, "fit", "fit", None)
+        if (failure is not None and not failure.get("executor_failure")
+                and failure.get("data_hash") == self.data_hash()):
+            return "recorded as failed earlier (use --force to retry)"
+        for e in self.data.eval_sets:
+            rec = self.store.read(cid.run_dir, e.kind, e.shift, e.severity)
+            if rec is None or not self.made_from(rec, e):
+                return None
+        return f"all {len(self.data.eval_sets)} evaluation records exist"
 
     def made_from(self, record: dict, e: EvalSet) -> bool:
         """Whether ``record`` was made from the data ``e`` holds now (same fingerprint)."""
@@ -435,7 +568,7 @@ class Harness:
         msg = f"{type(exc).__name__}: {exc}"
         self.store.write(run_dir, {**base, "status": "failed", "kind": "fit", "shift": "fit", "severity": None,
                                    "error": msg, "expected": isinstance(exc, EXPECTED_FAILURES),
-                                   "traceback": traceback.format_exc(limit=-12),
+                                   "traceback": traceback.format_exc(limit=-12), "data_hash": self.data_hash(),
                                    "started_at": started, "finished_at": now()})
         self.summary.failed.append(f"{tag}: {msg}")
         self.summary.records += 1
@@ -482,6 +615,8 @@ class Harness:
         if needs_id and id_set not in order:
             seed_everything(derive_seed("eval", seed, id_set.kind, id_set.shift, id_set.severity))
             id_pred, _ = predict_all(method, id_set.x, self.eval_batch_size, self.device, self.workers)
+            check_predictive(self.suite.task, id_pred, id_set.n,
+                             f"{id_set.kind} set {id_set.shift} (for the OOD scores)")
         from tqdm.auto import tqdm
 
         from bench.training import progress_enabled
@@ -501,6 +636,8 @@ class Harness:
             else:
                 pred, secs = predict_all(method, e.x, self.eval_batch_size, self.device, self.workers)
                 check_finite(pred, f"{e.kind} set {e.shift} severity {e.severity}")
+                check_predictive(self.suite.task, pred, e.n, f"{e.kind} set {e.shift} severity {e.severity}",
+                                 targets=e.y if kind == "regression" else None)
                 if e is id_set:
                     id_pred = pred
                 scores, curves = score_set(kind, pred, e, id_pred)
@@ -541,6 +678,7 @@ class Harness:
     def band_curve(self, method) -> dict:
         ex = self.data.extras
         pred, _ = predict_all(method, ex["band_x"], self.eval_batch_size, self.device)
+        check_predictive(self.suite.task, pred, len(ex["band_x"]), "band grid")
         s = ex.get("band_scale", 1.0)
         return {"x": ex["band_x"].squeeze(1).tolist(), "mean": (pred.mean * s).tolist(),
                 "std": (pred.var.sqrt() * s).tolist(), "truth": (ex["band_truth"] * s).tolist(),

@@ -67,10 +67,48 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+#: batch schedulers' job-id variables, in the order they are looked for (a record names its job)
+JOB_ID_VARIABLES = {"SLURM_JOB_ID": "slurm", "PBS_JOBID": "pbs", "LSB_JOBID": "lsf", "JOB_ID": "sge"}
+
+
+def batch_job() -> str | None:
+    """``<scheduler>:<job id>`` of the batch job this process runs in (SLURM, PBS, LSF, SGE), or None."""
+    for var, kind in JOB_ID_VARIABLES.items():
+        if os.environ.get(var):
+            return f"{kind}:{os.environ[var]}"
+    return None
+
+
+#: the folders whose Python files are the benchmark's code (plugins elsewhere are added by name)
+CODE_PACKAGES = ("bench", "methods", "datasets")
+
+
+def code_fingerprint(extra_files=()) -> str:
+    """A hash of the code a process runs: every ``.py`` file of :data:`CODE_PACKAGES` under this
+    checkout (path and contents) plus ``extra_files`` (plugin sources outside them). Two processes
+    with the same commit but edited files, or another checkout, differ; the driver of a distributed
+    run compares its own with every worker's before sending work. Computed once per process (the
+    code it imported at its start, not files edited while it runs)."""
+    return _code_fingerprint(tuple(sorted(str(x) for x in extra_files)))
+
+
+@functools.lru_cache(maxsize=8)
+def _code_fingerprint(extra_files: tuple) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    files = sorted(f for pkg in CODE_PACKAGES for f in (REPO / pkg).rglob("*.py") if "__pycache__" not in f.parts)
+    for f in files:
+        h.update(str(f.relative_to(REPO)).encode() + b"\0" + f.read_bytes() + b"\0")
+    for f in sorted(set(Path(x).resolve() for x in extra_files) - set(files)):
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")  # its folder may differ between hosts
+    return h.hexdigest()[:16]
+
+
 def worker_identity() -> dict:
-    """The host and worker this code runs on: ``{"host", "worker", "pid"}``. Inside a Dask worker
-    the worker is its name and address (``dask:<name>@<address>``), else ``local``."""
-    import os
+    """The host and worker this code runs on: ``{"host", "worker", "pid"}``, and ``"job"`` (e.g.
+    ``slurm:123456``) inside a batch job. Inside a Dask worker the worker is its name and address
+    (``dask:<name>@<address>``), else ``local``."""
     import socket
 
     worker = "local"
@@ -81,4 +119,8 @@ def worker_identity() -> dict:
         worker = f"dask:{w.name}@{w.address}"
     except (ImportError, ValueError):  # not inside a Dask worker
         pass
-    return {"host": socket.gethostname(), "worker": worker, "pid": os.getpid()}
+    out = {"host": socket.gethostname(), "worker": worker, "pid": os.getpid()}
+    job = batch_job()
+    if job:
+        out["job"] = job
+    return out

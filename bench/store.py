@@ -39,9 +39,18 @@ REQUIRED_FIELDS = {"record_version": int, "suite": str, "method": str, "model": 
 STATUSES = ("ok", "failed")
 
 
+#: record fields that reach file names (figure names, report and artifact folders) besides suite,
+#: model and method: a value with a path separator or ``..`` makes the record damaged
+NAME_FIELDS = ("profile", "task", "kind", "shift", "config_hash", "fit_hash")
+
+
 def record_problem(rec: Any) -> str | None:
     """What is wrong with a decoded record (None: nothing). Names that become paths (suite,
-    model, method) must be plain names: a record cannot make a report write outside its folder."""
+    model, method) must be plain names, and the other fields that reach file names
+    (:data:`NAME_FIELDS`) must hold no path separator, NUL or ``..``: such a record is refused
+    (readers skip it with a warning naming it), never sanitised, so that a record cannot make a
+    report or leaderboard read or write outside its folders. Free text that reaches file names
+    (labels, option names) is slugified where the name is made."""
     if not isinstance(rec, dict):
         return f"not a JSON object but {type(rec).__name__}"
     missing = [k for k in REQUIRED_FIELDS if k not in rec]
@@ -57,6 +66,9 @@ def record_problem(rec: Any) -> str | None:
     for k in ("suite", "model", "method"):
         if _safe(rec[k]) != rec[k] or rec[k] in ("", ".", "..") or rec[k].startswith("."):
             return f"{k} {rec[k]!r} is not a plain name"
+    for k in NAME_FIELDS:
+        if rec.get(k) is not None and re.search(r"[/\\\x00]|\.\.", str(rec[k])):
+            return f"{k} {str(rec[k])!r} holds a path part (a separator or '..'), which file names cannot"
     return None
 
 
@@ -87,7 +99,8 @@ PACK_NAME = "records.jsonl.gz"
 
 def read_pack(path: Path) -> dict[str, Any]:
     """``{relative path: record}`` of a pack (paths relative to the store's root, posix); an
-    unreadable pack raises OSError / ValueError."""
+    unreadable pack, or one naming a path outside the store (absolute, ``..``), raises OSError /
+    ValueError."""
     out = {}
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
@@ -96,6 +109,8 @@ def read_pack(path: Path) -> dict[str, Any]:
             obj = json.loads(line)
             if not (isinstance(obj, dict) and isinstance(obj.get("path"), str) and "record" in obj):
                 raise ValueError(f"line {n} is not {{'path': ..., 'record': ...}}")
+            if obj["path"].startswith(("/", "\\")) or re.search(r"(^|[/\\])\.\.([/\\]|$)|\x00|^[A-Za-z]:", obj["path"]):
+                raise ValueError(f"line {n}: path {obj['path']!r} is outside the store")
             out[obj["path"]] = obj["record"]
     return out
 
@@ -126,6 +141,34 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+#: how old (last modified, seconds) a temporary file of :func:`atomic_write_bytes` must be to count
+#: as left by a killed write: a write in progress is seconds old (the largest checkpoints included)
+STALE_TEMP_S = 3600.0
+#: the names ``tempfile.mkstemp(prefix=".<name>.", suffix=".tmp")`` gives: ``.<name>.<8 random>.tmp``
+_TEMP_NAME = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
+
+
+def remove_stale_temp_files(directory: Path, older_than_s: float = STALE_TEMP_S) -> list[Path]:
+    """Delete the temporary files that killed atomic writes left under ``directory`` (named as
+    :func:`atomic_write_bytes` names them and older than ``older_than_s``; a concurrent run's write
+    in progress is younger, a user's file is named otherwise); returns the paths removed. Run at
+    the start of ``bench run`` on its suite's folder."""
+    import time
+
+    directory, out = Path(directory), []
+    if not directory.is_dir():
+        return out
+    cutoff = time.time() - older_than_s
+    for path in directory.rglob(".*.tmp"):
+        try:
+            if _TEMP_NAME.fullmatch(path.name) and path.is_file() and path.stat().st_mtime < cutoff:
+                path.unlink()
+                out.append(path)
+        except OSError:  # gone meanwhile, or not ours to remove: left alone
+            continue
+    return out
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

@@ -123,12 +123,10 @@ def write_tuning(results: str | Path, suite: str, profile: str, entries: dict, f
     """Store this run's choices in ``<results>/<suite>/tuning/<profile>.json``, beside the entries of
     methods an earlier run tuned (a suite's methods are often tuned one run at a time); each entry
     keeps the ``--set`` options its sweep ran with."""
-    import json
-
     path = tuning_path(results, suite, profile)
     kept, kept_failed = {}, {}
     if path.is_file():
-        old = json.loads(path.read_text())
+        old = read_tuning(path)
         for m, e in (old.get("methods") or {}).items():
             if m not in entries and m not in failed:
                 kept[m] = {**e, "sets": e.get("sets", old.get("sets", []))}
@@ -184,15 +182,34 @@ def tuning_markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def read_tuning(path: Path) -> dict:
+    """The stored tuning at ``path``; BenchError (exit 2) naming the file when it is not one."""
+    import json
+
+    from bench.errors import BenchError
+
+    try:
+        doc = json.loads(Path(path).read_text())
+        if not isinstance(doc, dict) or not isinstance(doc.get("methods") or {}, dict):
+            raise ValueError("not a JSON object with a 'methods' object")
+        for entry in (doc.get("methods") or {}).values():
+            for c in entry.get("choices", []):
+                c["model"], c["chosen_config_hash"]  # noqa: B018 - the fields every reader needs
+        if (doc.get("methods") or {}) and not (doc.get("suite") and doc.get("profile")):
+            raise ValueError("no suite or profile")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError, KeyError, TypeError) as exc:
+        raise BenchError(f"{path} is not a stored tuning ({type(exc).__name__}: {exc}); delete it or rerun "
+                         f"python -m bench tune to write it again") from None
+    return doc
+
+
 def chosen_configs(results_dirs) -> dict[tuple[str, str, str, str], str]:
     """``(suite, profile, model, method) -> config_hash`` of every configuration a stored tuning
     (``<results>/<suite>/tuning/<profile>.json``) chose."""
-    import json
-
     out = {}
     for d in results_dirs:
         for path in sorted(Path(d).glob("*/tuning/*.json")):
-            doc = json.loads(path.read_text())
+            doc = read_tuning(path)
             for method, entry in (doc.get("methods") or {}).items():
                 for c in entry.get("choices", []):
                     out[(doc["suite"], doc["profile"], c["model"], method)] = c["chosen_config_hash"]

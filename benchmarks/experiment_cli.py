@@ -83,8 +83,11 @@ def run_experiment(argv, *, description: str, method: str, compute: Callable[...
         data = suite.load(Path(a.data_root), plan.data, download=False)
     except BenchError as e:
         p.error(str(e))
-    out = {"suite": a.suite, "profile": a.profile, "model": model, "seed": a.seed,
-           **compute(a, suite, plan, model, data)}
+    try:  # e.g. a damaged or crafted checkpoint (bench.torch_files.DamagedCheckpointError): exit 2
+        computed = compute(a, suite, plan, model, data)
+    except BenchError as e:
+        p.error(str(e))
+    out = {"suite": a.suite, "profile": a.profile, "model": model, "seed": a.seed, **computed}
     if a.save:
         atomic_write_json(Path(a.save), out)
     print(table(out))

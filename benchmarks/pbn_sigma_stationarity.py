@@ -33,6 +33,7 @@ from bench.harness import model_builder, num_observations  # noqa: E402
 from bench.store import ResultsStore  # noqa: E402
 from bench.subnet.partial_vi import elbo_loss  # noqa: E402
 from bench.subnet.ssvi import softplus_inv  # noqa: E402
+from bench.torch_files import load_torch  # noqa: E402
 from experiment_cli import run_experiment  # noqa: E402
 from methods import METHODS, MethodContext  # noqa: E402
 
@@ -46,11 +47,12 @@ def fitted_pbn(results: Path, suite, plan, model: str, seed: int):
     ckpt = ResultsStore(results).fitted_checkpoint(rec)
     if not ckpt.exists():
         raise SystemExit(f"the fitted checkpoint {ckpt} is not there (checkpoints are not kept in git: rerun the cell)")
+    state = load_torch(ckpt)  # weights only: a crafted checkpoint is a DamagedCheckpointError, never run
     build = model_builder(suite, plan.data, model)
     ctx = MethodContext(task=suite.task, build_model=build, train=plan.train, device=torch.device("cpu"), seed=seed,
                         map_cache=None, num_train=0)
     method = METHODS.get("pbn")(ctx, **rec["method_config"])
-    method.load_state_dict(torch.load(ckpt, map_location="cpu", weights_only=False)["method"])
+    method.load_state_dict(state["method"])
     return method, rec, ckpt
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from datasets.errors import DatasetNotFoundError
+from datasets.safe_pickle import load_array_pickle
 
 CIFAR_DIR = "cifar-10-batches-py"
 TRAIN_BATCHES = [f"data_batch_{i}" for i in range(1, 6)]
@@ -36,23 +37,9 @@ HOW_SVHN = ("optional (the OOD set): copy the official test_32x32.mat of "
             "torchvision (needs network)")
 
 
-class _ArrayUnpickler(pickle.Unpickler):
-    """Unpickles the official batches (dicts of bytes, lists and numpy arrays) and nothing else:
-    a crafted file cannot make loading run code."""
-
-    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-               ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
-               ("numpy._core.multiarray", "scalar")}
-
-    def find_class(self, module, name):
-        if (module, name) in self.ALLOWED:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name} (not part of the CIFAR-10 format)")
-
-
 def _read_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     with open(path, "rb") as fh:
-        d = _ArrayUnpickler(fh, encoding="bytes").load()
+        d = load_array_pickle(fh, encoding="bytes")
     if not isinstance(d, dict):
         raise ValueError(f"{path.name}: a {type(d).__name__}, not the batch dict")
     data = d.get(b"data", d.get("data"))
@@ -110,8 +97,10 @@ def load_cifar10(root: Path, split: str, download: bool = False, layout: str = "
                                    reason=f"malformed ({type(exc).__name__}: {exc})") from None
     x = np.concatenate([p[0] for p in parts])
     y = np.concatenate([p[1] for p in parts])
-    if y.min() < 0 or y.max() > 9:
-        raise DatasetNotFoundError("CIFAR-10", paths, _layout(d), HOW_CIFAR, reason="malformed (labels outside 0..9)")
+    from datasets.labels import check_labels
+
+    for p, (_, labels) in zip(paths, parts):  # the batch file and the values of a label outside 0..9
+        check_labels("CIFAR-10", labels, 10, p, _layout(d), HOW_CIFAR)
     if layout == "nhwc":
         x = x.transpose(0, 2, 3, 1)
     return torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(y)

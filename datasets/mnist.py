@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import gzip
 import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from bench.errors import BenchError
 from datasets.errors import DatasetNotFoundError
 
 FILES = {
@@ -39,8 +41,11 @@ def read_idx(path: Path) -> np.ndarray:
     fh = _open(path)
     if fh is None:
         raise FileNotFoundError(path)
-    with fh:
-        data = fh.read()
+    try:
+        with fh:
+            data = fh.read()
+    except (OSError, EOFError, zlib.error) as exc:  # a damaged .gz: BadGzipFile, truncated stream, bad CRC
+        raise ValueError(f"{getattr(fh, 'name', path)}: unreadable ({type(exc).__name__}: {exc})") from None
     if len(data) < 4:
         raise ValueError(f"{path}: too short for an IDX file")
     zero, dtype_code, ndim = struct.unpack(">HBB", data[:4])
@@ -104,6 +109,10 @@ def load_mnist_like(root: Path, name: str, split: str, download: bool = False) -
     if images.ndim != 3 or images.shape[1:] != (28, 28) or len(images) != len(labels):
         raise DatasetNotFoundError(name, paths, layout, HOW[name],
                                    reason=f"malformed (images {images.shape}, labels {labels.shape})")
+    from datasets.labels import check_labels
+
+    found = next((p for p in (paths[1], paths[1].with_name(paths[1].name + ".gz")) if p.exists()), paths[1])
+    check_labels(name, labels, 10, found, layout, HOW[name])  # 10 classes, MNIST and FashionMNIST alike
     return torch.from_numpy(images.copy()).unsqueeze(1), torch.from_numpy(labels.astype(np.int64))
 
 
@@ -124,8 +133,9 @@ def load_mnist_splits(root: Path, cfg: dict, download: bool = False) -> dict[str
     te_x, te_y = load_mnist_like(root, "MNIST", "test", download)
     ood_x, _ = load_mnist_like(root, "FashionMNIST", "test", download)
     n_val = int(cfg["n_val"])
-    if n_val >= len(tr_x):
-        raise ValueError(f"n_val={n_val} leaves no training data ({len(tr_x)} images)")
+    if not 0 < n_val < len(tr_x):
+        raise BenchError(f"data.n_val={n_val} must be in 1..{len(tr_x) - 1}: the validation split is the last n_val "
+                         f"of the {len(tr_x)} MNIST training images, and the rest train")
     val_x, val_y = tr_x[-n_val:], tr_y[-n_val:]
     tr_x, tr_y = subset(tr_x[:-n_val], tr_y[:-n_val], cfg.get("n_train"), seed=1)
     te_x, te_y = subset(te_x, te_y, cfg.get("n_test"), seed=2)

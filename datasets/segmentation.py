@@ -111,7 +111,11 @@ class LabelFiles:
         from PIL import Image
 
         with Image.open(path) as im:
-            return self.to_train_ids(np.asarray(_resize(im, self.size, Image.NEAREST)))
+            raw = np.asarray(_resize(im, self.size, Image.NEAREST))
+        try:
+            return self.to_train_ids(raw)
+        except ValueError as exc:  # e.g. a CamVid value outside 0-11: say which file holds it
+            raise ValueError(f"{path}: {exc}") from None
 
     def __getitem__(self, idx) -> torch.Tensor:
         from datasets.sources import _rows

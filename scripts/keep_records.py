@@ -318,7 +318,12 @@ def main(argv=None) -> int:
         elif a.action == "pack":
             print(f"packed {pack(suite, archive)} record(s) of {suite} into {archive / suite / PACK_NAME}")
         else:
-            print(f"restored {restore(results, suite, archive)} record(s) of {suite} into {results}")
+            try:
+                n = restore(results, suite, archive)
+            except ValueError as exc:  # a pack naming a path outside the store: nothing restored from it
+                print(f"keep_records: {archive / suite}: {exc}", file=sys.stderr)
+                return 2
+            print(f"restored {n} record(s) of {suite} into {results}")
     return 0
 
 

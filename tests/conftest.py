@@ -55,3 +55,12 @@ def make_fake_mnist(root: Path, n_train: int = 600, n_test: int = 200, gz: bool 
 @pytest.fixture
 def fake_mnist(tmp_path):
     return make_fake_mnist(tmp_path / "data")
+
+
+def small_mnist_run(data_root, out, methods: str, *, n_train: int = 500, epochs: int = 2) -> list[str]:
+    """``bench run`` arguments of a quiet smoke run of rotated MNIST on the fake data at ``data_root``:
+    100 validation, test and OOD images, ``n_train`` training images, ``epochs`` epochs, no report."""
+    return ["run", "--suite", "mnist_rotated", "--profile", "smoke", "--quiet", "--no-report",
+            "--data-root", str(data_root), "--out", str(out), "--methods", methods,
+            "--set", "data.n_val=100", "--set", f"data.n_train={n_train}", "--set", "data.n_test=100",
+            "--set", "data.n_ood=100", "--set", f"train.epochs={epochs}"]

@@ -2,6 +2,7 @@
 .ci/run starts one when it can): the Dask workers are SLURM jobs, the records those of a local
 run. Skipped when no SLURM controller answers."""
 import shutil
+import time
 import subprocess
 
 import pytest
@@ -40,3 +41,26 @@ def test_slurm_jobs_run_the_grid_with_the_records_of_a_local_run(tmp_path):
     a, b = a.sort_values(key).reset_index(drop=True), b.sort_values(key).reset_index(drop=True)
     assert a[key].equals(b[key])
     assert a[cols].equals(b[cols])  # identical metrics: same seeds, one thread each
+    assert b["job"].str.startswith("slurm:").all()  # each record names its SLURM job
+
+
+def test_jobs_that_reach_their_wall_time_are_replaced_and_the_grid_finishes(tmp_path):
+    """A one-minute wall time and a grid longer than that: workers retire before SLURM kills them
+    (``--lifetime``), ``adapt`` submits new jobs, every cell ends ok and each MAP network is
+    trained once."""
+    pytest.importorskip("dask_jobqueue")
+    from bench.events import read_events
+
+    out = tmp_path / "r"
+    t0 = time.monotonic()
+    assert main(["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--threads", "1",
+                 "--methods", "pbn,deterministic,mc_dropout,deep_ensemble", "--seeds", "0,1,2", "--out", str(out),
+                 "--executor", "slurm", "--workers", "1", "--scheduler-host", "127.0.0.1", "--job-memory", "2GB",
+                 "--job-time", "00:01:00", "--job-log-dir", str(tmp_path / "logs")]) == 0
+    df = load_records(out)
+    assert (df["status"] == "ok").all() and len(df) == 4 * 3 * 3
+    jobs = set(df["job"])
+    if time.monotonic() - t0 > 60:  # the grid outlived a job: more than one job ran it
+        assert len(jobs) > 1, jobs
+    trained = read_events(out / "toy" / "events.jsonl", "map_trained")
+    assert sorted((e["model"], e["seed"]) for e in trained) == [("mlp_100", s) for s in range(9)]

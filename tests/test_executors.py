@@ -32,7 +32,7 @@ def _metrics(out):
 
 
 def _map_trainings(out):
-    events = [e for p in out.rglob("events.jsonl") for e in read_events(p, "map_trained")]
+    events = [e for p in out.iterdir() if p.is_dir() for e in read_events(p / "events.jsonl", "map_trained")]
     counts = {}
     for e in events:
         counts[(e["model"], e["seed"])] = counts.get((e["model"], e["seed"]), 0) + 1

@@ -84,7 +84,7 @@ def test_diverging_run_is_recorded_as_failed(tmp_path):
     args = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--out", str(out),
             "--methods", "mc_dropout,deterministic", "--set", "train.optimizer=sgd", "--set", "train.lr=1e30",
             "--set", "train.epochs=5"]
-    assert main(args) == 0  # the grid finishes
+    assert main(args) == 1  # the grid finishes; every cell failed: exit code 1
     df = load_records(out)
     assert (df["status"] == "failed").sum() == 2
     assert df.loc[df["status"] == "failed", "error"].str.contains("non-finite").all()
@@ -96,8 +96,8 @@ def test_diverging_run_is_recorded_as_failed(tmp_path):
 def test_the_summary_counts_failure_records_as_written(tmp_path, capsys):
     args = ["run", "--suite", "toy", "--profile", "smoke", "--no-report", "--out", str(tmp_path / "r"),
             "--methods", "mc_dropout,deterministic", "--set", "train.optimizer=sgd", "--set", "train.lr=1e30"]
-    assert main(args) == 0
-    assert "2 failed, 2 records written" in capsys.readouterr().err
+    assert main(args) == 1  # both cells failed
+    assert "2 failed, 2 records written; every cell failed (exit code 1)" in capsys.readouterr().err
 
 
 def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
@@ -230,7 +230,7 @@ def test_a_successful_retry_with_force_supersedes_the_failure_record(tmp_path, m
         raise FloatingPointError("boom")
 
     monkeypatch.setattr(Deterministic, "fit", failing)
-    assert main(_toy(out)) == 0
+    assert main(_toy(out)) == 1  # the grid's one cell failed
     assert list(load_records(out)["status"]) == ["failed"]
     monkeypatch.setattr(Deterministic, "fit", fit)
     assert main(_toy(out)) == 0  # without --force the failed cell is skipped
@@ -333,12 +333,12 @@ def test_a_diverged_map_network_is_trained_once_for_all_its_dependants(tmp_path,
     out = tmp_path / "r"
     args = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--out", str(out),
             "--methods", "deterministic,pbn", "--set", "train.optimizer=sgd", "--set", "train.lr=1e30"]
-    assert main(args) == 0
+    assert main(args) == 1  # every cell failed
     df = load_records(out)
     assert sorted(df["method"]) == ["deterministic", "pbn"] and (df["status"] == "failed").all()
     assert calls == ["MAP seed 0"]
     assert df["error"].str.contains("non-finite|failed to train earlier").all()
-    assert main(args + ["--force"]) == 0  # --force retries it, once
+    assert main(args + ["--force"]) == 1  # --force retries it, once (and it diverges again)
     assert calls == ["MAP seed 0"] * 2
 
 

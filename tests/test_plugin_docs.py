@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bench.cli import main
 from bench.store import load_records
+from conftest import small_mnist_run
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
 
@@ -27,10 +28,7 @@ def test_the_documented_plugin_runs_through_the_harness(fake_mnist, tmp_path, ca
 
     assert "temperature_scaling" in METHODS  # registered by its file in methods/, nothing else
     out = tmp_path / "results"
-    args = ["run", "--suite", "mnist_rotated", "--profile", "smoke", "--quiet", "--no-report",
-            "--data-root", str(fake_mnist), "--out", str(out), "--methods", "deterministic,temperature_scaling",
-            "--set", "data.n_val=100", "--set", "data.n_train=500", "--set", "data.n_test=100",
-            "--set", "data.n_ood=100", "--set", "train.epochs=2"]
+    args = small_mnist_run(fake_mnist, out, "deterministic,temperature_scaling")
     assert main(args) == 0
     df = load_records(out)
     assert (df["status"] == "ok").all() and set(df["method"]) == {"deterministic", "temperature_scaling"}

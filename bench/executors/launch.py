@@ -8,25 +8,43 @@ from bench.errors import BenchError
 from bench.executors.spec import RunSpec
 
 
+def batch_options(args, threads: int) -> dict:
+    """The batch-job options of ``args`` (only those given; the rest come from jobqueue.yaml)."""
+    return dict(threads=threads, queue=args.job_queue, account=args.job_account, walltime=args.job_time,
+                memory=args.job_memory, gpus=args.job_gpus, scheduler_host=args.scheduler_host,
+                log_dir=args.job_log_dir)
+
+
+def job_script(args, threads: int) -> str:
+    """The script ``--executor slurm|pbs|lsf`` would submit (``--dry-run``)."""
+    from bench.executors.driver import batch_cluster
+
+    opts = batch_options(args, threads)
+    opts["scheduler_host"] = opts["scheduler_host"] or "127.0.0.1"  # this throw-away scheduler listens nowhere else
+    with batch_cluster(args.executor, 1, retries=args.retries, dry_run=True, **opts) as script:
+        return (script.rstrip() + "\n# (--dry-run: the scheduler address above is this dry run's own; a run writes "
+                "its own; one such job per --workers, replaced when it reaches its wall time)")
+
+
 @contextlib.contextmanager
 def open_client(args, workers: int, threads: int):
-    """A ``distributed.Client`` for ``args``: ``--scheduler`` (an existing cluster), a SLURM
-    cluster, or a LocalCluster of ``workers`` processes on 127.0.0.1."""
-    from bench.executors.driver import local_cluster, slurm_cluster
+    """A ``distributed.Client`` for ``args``: ``--scheduler`` / ``--scheduler-file`` (an existing
+    cluster), batch jobs (slurm, pbs, lsf), or a LocalCluster of ``workers`` processes on 127.0.0.1."""
+    from bench.executors import BATCH_EXECUTORS
+    from bench.executors.driver import batch_cluster, local_cluster
 
-    if args.executor == "slurm":
-        with slurm_cluster(workers, threads=threads, retries=args.retries, partition=args.slurm_partition,
-                           walltime=args.slurm_time, memory=args.slurm_memory, gpus=args.slurm_gpus,
-                           scheduler_host=args.slurm_scheduler_host, account=args.slurm_account,
-                           log_dir=args.slurm_log_dir) as client:
+    if args.executor in BATCH_EXECUTORS:
+        with batch_cluster(args.executor, workers, retries=args.retries, **batch_options(args, threads)) as client:
             yield client
-    elif args.scheduler:
+    elif args.scheduler or args.scheduler_file:
         from distributed import Client
 
+        where = args.scheduler or f"the scheduler of --scheduler-file {args.scheduler_file}"
         try:
-            client = Client(args.scheduler, timeout="20s")
-        except (OSError, TimeoutError) as exc:
-            raise BenchError(f"--scheduler {args.scheduler}: no Dask scheduler answers there ({exc})") from None
+            client = (Client(args.scheduler, timeout="20s") if args.scheduler
+                      else Client(scheduler_file=args.scheduler_file, timeout="20s"))
+        except (OSError, TimeoutError, ValueError, KeyError) as exc:
+            raise BenchError(f"{where}: no Dask scheduler answers there ({exc})") from None
         with client:
             yield client
     else:
@@ -35,30 +53,41 @@ def open_client(args, workers: int, threads: int):
 
 
 def run_distributed(args, suite, plan, data_root, device, pretrained, store, registry, workers: int,
-                    threads: int | None, on_connect=None):
-    """Run the grid of ``plan`` on a Dask cluster; returns the :class:`bench.harness.RunSummary`."""
+                    threads: int | None, on_connect=None, finished=None):
+    """Run the grid of ``plan`` on a Dask cluster; returns the :class:`bench.harness.RunSummary`.
+    ``finished(cell)`` (the driver's harness) names the cells that need no work: not sent."""
     from bench.executors.driver import run_grid
 
     def say(msg):
         if not args.quiet:
             print(f"[{suite.name}] {msg}", file=sys.stderr, flush=True)
 
-    spec = RunSpec(suite=suite.name, plan=plan, data_root=str(data_root), out=str(args.out), device=str(args.device),
-                   force=args.force, loader_workers=args.loader_workers, threads=threads, pretrained=pretrained,
-                   download=False, quiet=args.quiet)
+    from pathlib import Path
+
+    from bench.executors.preflight import check_workers, plugin_files
+    from bench.provenance import code_fingerprint
+
+    # absolute paths: a worker's working directory is not the driver's
+    code = code_fingerprint(plugin_files(sorted(plan.methods), registry))
+    spec = RunSpec(suite=suite.name, plan=plan, data_root=str(Path(data_root).resolve()),
+                   out=str(Path(args.out).resolve()), device=str(args.device), force=args.force,
+                   loader_workers=args.loader_workers, threads=threads, pretrained=pretrained, download=False,
+                   quiet=args.quiet, tags={"code": code})
     with open_client(args, workers, threads or 1) as client:
+        check_workers(client, spec, registry, say=say)  # exit 2 before any work when a worker cannot run it
         if on_connect is not None:
             on_connect()
         info = client.scheduler_info()
         n = len(info.get("workers", {})) or workers
-        where = args.scheduler or ("SLURM jobs" if args.executor == "slurm" else "a LocalCluster on 127.0.0.1")
+        where = (args.scheduler or args.scheduler_file or
+                 (f"{args.executor.upper()} jobs" if args.executor != "dask" else "a LocalCluster on 127.0.0.1"))
         say(f"executor {args.executor}: {n} worker(s) on {where}, {threads or 'auto'} torch thread(s) each, "
             f"retries {args.retries}; scheduler {info.get('address')}")
         link = getattr(client, "dashboard_link", None)
         if link and _has_bokeh():
             say(f"Dask dashboard: {link}")
         return run_grid(client, spec, suite, store, registry, device, retries=args.retries, parallel=max(1, n),
-                        say=say)
+                        say=say, finished=finished)
 
 
 def _has_bokeh() -> bool:

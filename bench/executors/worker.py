@@ -65,6 +65,9 @@ def harness_for(spec: RunSpec):
     """The harness of ``spec`` in this process (built, with its data loaded, on first use)."""
     key = spec.key()
     if key not in _HARNESSES:
+        from bench.executors.preflight import check_task
+
+        check_task(spec)  # a worker that joined after the pre-flight runs the driver's code, or nothing
         from pathlib import Path
 
         from bench.harness import Harness
@@ -79,6 +82,7 @@ def harness_for(spec: RunSpec):
         h = Harness(suite, spec.plan, data, ResultsStore(spec.out), worker_device(spec.device), METHODS,
                     force=spec.force, progress=False, quiet=spec.quiet, workers=spec.loader_workers,
                     pretrained=spec.pretrained, map_refresh=False)
+        h.wait_for_locks = True  # a cell still locked by a dead node's process is waited for, then taken over
         h.write_artifacts()
         _HARNESSES.clear()  # one run at a time per worker: free the previous run's data
         _HARNESSES[key] = h

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from bench.reporting.write import write_report
+from bench.reporting.data import slugify
 from bench.reporting.render import markdown_table
 from bench.reporting.document import Banner, Bullets, Document, Figure, KeyValues, Paragraph, Section
 from bench.reporting.tables import Column as TableColumn
@@ -153,7 +154,7 @@ def board_section(board: Board, with_figure: bool = True) -> Section:
     if with_figure:
         png = pareto_figure(board)
         if png is not None:
-            s.add(Figure(f"pareto-{board.suite}-{board.model}-{board.profile}", png,
+            s.add(Figure(slugify(f"pareto-{board.suite}-{board.model}-{board.profile}"), png,
                          f"Cost against quality ({board.column(board.metric).title}, mean ± std over seeds): every "
                          f"configuration of the table; dashed: the Pareto front (no other configuration is both "
                          f"cheaper and better).{' SMOKE PROFILE.' if smoke else ''}",

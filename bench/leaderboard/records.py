@@ -45,6 +45,13 @@ def select_runs(df: pd.DataFrame, suites=None, models=None, profiles=None, metho
     otherwise leave it in). Smoke-profile records only with ``include_smoke`` or when ``profiles``
     names smoke. BenchError when nothing is left, naming what there is."""
     ok = df[(df["status"] == "ok") & (df["kind"] != "fit")]
+    failed = df[df["status"] == "failed"]
+    if ok.empty and not failed.empty:  # not "no records": every cell there failed, and that is what to say
+        first = failed.iloc[0]
+        raise BenchError(f"nothing to rank: the {len(failed)} record(s) are all failed cells, no evaluation "
+                         f"finished (the first: {first['suite']} / {first['model']} / {first['method_label']} seed "
+                         f"{first['seed']}: {first.get('error') or 'no error recorded'}); bench report lists each "
+                         f"failure, and bench run --force reruns them")
     keep = pd.Series(True, index=ok.index)
     filters = {"suite": suites, "model": models, "profile": profiles, "method": methods}
     for col, values in filters.items():

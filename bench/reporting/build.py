@@ -551,8 +551,8 @@ def _data_section(artifacts_dir: Path | None, profiles: list) -> Section | None:
 
     s = Section("Data", anchor="data")
     for profile in profiles:
-        d = Path(artifacts_dir) / str(profile)
-        if not d.is_dir():
+        d = _artifact_dir(artifacts_dir, profile)
+        if d is None or not d.is_dir():
             continue
         info = {}
         if (d / "data.json").exists():
@@ -570,6 +570,15 @@ def _data_section(artifacts_dir: Path | None, profiles: list) -> Section | None:
         if sub is not s and sub.blocks:
             s.add(sub)
     return s if s.blocks else None
+
+
+def _artifact_dir(artifacts_dir: Path, profile) -> Path | None:
+    """``<artifacts_dir>/<profile>``, or None when the profile (record content) is not a plain
+    folder name: a record cannot make the report read files outside its results directory."""
+    name = str(profile)
+    if name in ("", ".", "..") or slugify(name) != name:
+        return None
+    return Path(artifacts_dir) / name
 
 
 def _classification_blocks(s: Section, sec: SectionData, pal: dict) -> None:
@@ -626,8 +635,9 @@ def _segmentation_maps_block(parent: Section, sec: SectionData, artifacts_dir: P
     from bench.suites.segmentation import SEG_MAPS_ARTIFACT
 
     for profile in distinct(sec.records["profile"]):
-        path = Path(artifacts_dir) / str(profile) / SEG_MAPS_ARTIFACT
-        if not path.exists():
+        d = _artifact_dir(artifacts_dir, profile)
+        path = d / SEG_MAPS_ARTIFACT if d is not None else None
+        if path is None or not path.exists():
             continue
         from bench.suites import SUITES
 
@@ -637,7 +647,7 @@ def _segmentation_maps_block(parent: Section, sec: SectionData, artifacts_dir: P
             png = plots.segmentation_maps(sec.records[sec.records["profile"] == profile], dict(inputs), classes)
         if png is not None:
             m = Section(f"Uncertainty maps ({profile} profile)")
-            m.add(Figure(f"{sec.slug}-{profile}-uncertainty-maps", png,
+            m.add(Figure(slugify(f"{sec.slug}-{profile}-uncertainty-maps"), png,
                          "The first test image, clean and under the suite's first corruption at severities 1 / 3 / 5 "
                          "(columns): input, ground truth (white: ignored; class colours in the legend), then per "
                          "method its prediction, predictive entropy and, for sampling methods, mutual information, "

@@ -43,8 +43,84 @@ _TEXT_COST_COLUMNS = ("cost.peak_memory_probe", "cost.timed_on")
 _HOST_COST_COLUMNS = ("cost.host_load_1m", "cost.torch_threads", "cost.host_cpus", "cost.timed_on")
 
 
+def _numbers(v, n: int | None = None) -> bool:
+    return (isinstance(v, list) and (n is None or len(v) == n)
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v))
+
+
+def _grid(v) -> tuple | None:
+    """The shape of a 2-D numeric nested list, else None."""
+    try:
+        a = np.asarray(v, dtype=float)
+    except (TypeError, ValueError):
+        return None
+    return a.shape if a.ndim == 2 else None
+
+
+def curves_problem(curves) -> str | None:
+    """What in a record's ``curves`` the report's figures cannot read (None: nothing). Checked:
+    ``reliability`` (``edges`` B+1 numbers; ``count``, ``confidence_sum``, ``correct_sum`` B each),
+    ``entropy_hist`` (``edges`` B+1, ``counts`` B), ``band`` (``x``, ``mean``, ``std``, ``truth``
+    as many numbers; ``train_x``, ``train_y`` alike) and ``maps`` (a list of {``pred``,
+    ``entropy``, ``mi``}: 2-D grids of one shape). A part that is absent or null is fine."""
+    if curves is None or (isinstance(curves, float) and math.isnan(curves)):
+        return None
+    if not isinstance(curves, dict):
+        return f"a {type(curves).__name__}, not an object"
+    bins = {"reliability": ("count", "confidence_sum", "correct_sum"), "entropy_hist": ("counts",)}
+    for key, parts in bins.items():
+        c = curves.get(key)
+        if c is None:
+            continue
+        if not isinstance(c, dict):
+            return f"{key} is a {type(c).__name__}, not an object"
+        edges = c.get("edges")
+        if edges is not None and not (_numbers(edges) and len(edges) >= 2):
+            return f"{key}.edges is not a list of at least 2 numbers"
+        for part in parts:
+            if c.get(part) is not None and not _numbers(c[part], len(edges) - 1 if edges is not None else None):
+                return f"{key}.{part} is not a list of numbers, one per bin"
+    band = curves.get("band")
+    if band is not None:
+        if not isinstance(band, dict):
+            return f"band is a {type(band).__name__}, not an object"
+        for group in (("x", "mean", "std", "truth"), ("train_x", "train_y")):
+            present = [band[k] for k in group if band.get(k) is not None]
+            if any(not _numbers(v, len(present[0])) for v in present):
+                return f"band {'/'.join(group)} are not lists of numbers of one length"
+    maps = curves.get("maps")
+    if maps is not None:
+        if not isinstance(maps, list) or not all(isinstance(m, dict) for m in maps):
+            return "maps is not a list of objects"
+        for m in maps:
+            shapes = {k: _grid(m[k]) for k in ("pred", "entropy", "mi") if m.get(k) is not None}
+            if "pred" not in shapes or None in shapes.values() or len(set(shapes.values())) > 1:
+                return "maps: pred / entropy / mi are not 2-D grids of numbers of one shape"
+    return None
+
+
+def _drop_bad_curves(df: pd.DataFrame) -> None:
+    """Set the ``curves`` of a record that :func:`curves_problem` rejects to None, with a warning
+    naming the record: its figures lose that record, the report still builds."""
+    import logging
+
+    bad = []
+    for i, curves in df["curves"].items():
+        problem = curves_problem(curves)
+        if problem is not None:
+            r = df.loc[i]
+            who = " ".join(f"{k} {r.get(k)}" for k in ("suite", "model", "method_label", "seed", "kind", "shift",
+                                                       "severity") if k in df.columns)
+            logging.getLogger(__name__).warning("record (%s): its curves are left out of the figures: %s", who, problem)
+            bad.append(i)
+    if bad:
+        df["curves"] = df["curves"].astype(object)
+        df.loc[bad, "curves"] = None
+
+
 def prepare(df: pd.DataFrame) -> pd.DataFrame:
-    """Copy of ``df`` with the columns the report relies on, typed and filled in."""
+    """Copy of ``df`` with the columns the report relies on, typed and filled in (a record's
+    ``curves`` that the figures cannot read are dropped with a warning: :func:`curves_problem`)."""
     df = df.copy()
     for col in _TEXT_COLUMNS:
         if col not in df.columns:
@@ -56,6 +132,7 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
             df[col] = pd.to_numeric(df[col], errors="coerce")
     if "curves" not in df.columns:
         df["curves"] = None
+    _drop_bad_curves(df)
     if "method_config" not in df.columns:
         df["method_config"] = None
 

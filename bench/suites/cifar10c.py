@@ -125,10 +125,15 @@ def load_cifar10_splits(root: Path, cfg: dict, download: bool):
 
 def load_svhn_ood(root: Path, n_ood: int | None):
     """``(uint8 images or None, note)``: a fixed, seeded subset of ``n_ood`` SVHN test images when
-    the file is present; otherwise None and the "no OOD set" note."""
+    the file is present; otherwise None and the "no OOD set" note. A file that is there but cannot be
+    read (truncated, not a MATLAB file, the wrong arrays) is an error naming it and why (exit 2), not
+    an OOD set silently left out."""
     try:
         ood_x, _ = load_svhn_test(root, download=False)
-    except DatasetNotFoundError:
+    except DatasetNotFoundError as exc:
+        if any(p.exists() for p in svhn_test_paths(root)):
+            raise BenchError(f"{exc}\nThe SVHN OOD set is optional: replace the file with the official one, or remove "
+                             f"it to run without an OOD set.") from None
         paths = " or ".join(str(p) for p in svhn_test_paths(root))
         return None, f"no OOD set: SVHN test (test_32x32.mat) not found at {paths}"
     return ood_x[random_subset(len(ood_x), n_ood, seed=4)], ""
@@ -221,8 +226,14 @@ def cell_source(root: Path, name: str, severity: int, idx: np.ndarray, n_test: i
     """Test images ``idx`` under ``name`` at ``severity`` as a memory-mapped source (read per
     batch when evaluated: nothing is loaded here) and their labels."""
     d = Path(root) / C10C_DIR
-    arr = np.load(d / f"{name}.npy", mmap_mode="r")
-    labels = np.load(d / "labels.npy", mmap_mode="r")
+    layout = f"{d}/<corruption>.npy: (5 x {n_test}, 32, 32, 3) uint8, severities 1..5 stacked; {d}/labels.npy: the labels"
+    how = "delete the file to regenerate it, or copy the official release"
+    try:  # truncated, not a .npy, or of Python objects (never unpickled): a clear error, not a traceback
+        arr = np.load(d / f"{name}.npy", mmap_mode="r")
+        labels = np.load(d / "labels.npy", mmap_mode="r")
+    except (OSError, ValueError) as exc:
+        raise DatasetNotFoundError("CIFAR-10-C", [d / f"{name}.npy", d / "labels.npy"], layout, how,
+                                   reason=f"malformed ({type(exc).__name__}: {exc})") from None
     if arr.ndim != 4 or arr.shape[1:] != (32, 32, 3) or arr.shape[0] != 5 * n_test or len(labels) < arr.shape[0] \
             or arr.dtype != np.uint8:
         raise DatasetNotFoundError(

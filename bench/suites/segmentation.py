@@ -166,6 +166,10 @@ class _CorruptedSegmentation(Suite):
         severities = [int(s) for s in cfg["severities"]]
         folders = [p.parent.name for p, _ in test]
         files = [p.name for p, _ in test]
+        # every split's label maps are read (and checked) before anything is generated: a value outside
+        # the classes is an error naming its file, not a failed fit in every cell
+        train_y, val_y = self._read_labels(labels(train)), self._read_labels(labels(val))
+        self._read_labels(labels(test), keep=False)
         line, fingerprint = self._ensure_c(root, c_dir, cfg, images(test), folders, files, names, severities)
         # the report's uncertainty maps: the first test images, clean and under the first corruption
         keep = min(MAP_IMAGES, len(test))
@@ -183,8 +187,7 @@ class _CorruptedSegmentation(Suite):
                 if shown:
                     panels[f"{name} {sev}"] = images(cell).uint8(slice(0, keep))
         # training and tuning sets in memory (a TensorLoader indexes them)
-        train_x, train_y = images(train)[:], labels(train)[:]
-        val_x, val_y = images(val)[:], labels(val)[:]
+        train_x, val_x = images(train)[:], images(val)[:]
         h, w = train_x.shape[-2:]
         if (3, h, w) != self.input_shape(cfg):
             raise BenchError(f"{self.name}: images are {h} x {w}, the suite's networks expect {self.in_shape[1:]}; "
@@ -195,6 +198,18 @@ class _CorruptedSegmentation(Suite):
                                 SEG_MAPS_ARTIFACT: _maps_inputs(panels, labels(test)[slice(0, keep)])},
                   "classes": list(self.CLASSES)}
         return SuiteData(train_x, train_y, val_x, val_y, eval_sets, extras=extras)
+
+    def _read_labels(self, source: LabelFiles, keep: bool = True, chunk: int = 16):
+        """The label maps of ``source`` as int64 (N, H, W) (``keep=False``: only read, ``chunk`` at a
+        time, and dropped); a label map the suite cannot map (e.g. a CamVid value outside 0-11) is a
+        BenchError (exit 2) naming the file and the values."""
+        try:
+            if keep:
+                return source[:]
+            for start in range(0, len(source), chunk):
+                source[start:start + chunk]
+        except ValueError as exc:
+            raise BenchError(f"{self.name}: malformed label map ({exc})") from None
 
     def _ensure_c(self, root: Path, c_dir: str, cfg: dict, test_images: SegImages, folders, files, names, severities):
         from datasets.corruptions import GENERATOR_VERSION

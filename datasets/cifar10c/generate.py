@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import pickle
 import sys
 import time
 from pathlib import Path
@@ -27,8 +26,10 @@ from datasets.cifar10c.corruptions import GENERATOR_VERSION, NAMES, SIZE, check_
 from datasets.corruptions.storage import atomic_write_bytes as _atomic_write_bytes
 from datasets.corruptions.storage import directory_lock as _lock
 from datasets.corruptions.storage import now as _now
+from datasets.corruptions.storage import read_manifest_file as _read_manifest_file
 from datasets.corruptions.storage import write_json
 from datasets.errors import DatasetNotFoundError
+from datasets.safe_pickle import load_array_pickle
 
 DIRNAME = "CIFAR-10-C"
 MANIFEST = "GENERATED.json"
@@ -58,11 +59,8 @@ def _atomic_save(path: Path, array: np.ndarray) -> None:
 
 def read_manifest(directory: Path) -> dict | None:
     """The GENERATED.json of a regenerated CIFAR-10-C directory, or None (absent: official release)."""
-    path = _cifar10c_dir(Path(directory)) / MANIFEST
-    if not path.exists():
-        return None
-    with open(path) as fh:
-        return json.load(fh)
+    return _read_manifest_file(_cifar10c_dir(Path(directory)) / MANIFEST, "CIFAR-10-C", "corruptions", LAYOUT,
+                               "copy the official release")
 
 
 def _write_manifest(directory: Path, manifest: dict) -> None:
@@ -116,7 +114,7 @@ def ensure_cifar10c(root: Path, test_images: np.ndarray, test_labels: np.ndarray
         entries = dict(manifest.get("corruptions", {}))
         tiled = np.tile(labels.astype(np.uint8), len(SEVERITIES))
         label_path = directory / LABELS
-        same_labels = (label_path.exists() and manifest.get("n") == n
+        same_labels = (manifest.get("n") == n and _npy_shape(label_path) == tiled.shape  # damaged: regenerated
                        and np.array_equal(np.load(label_path, mmap_mode="r"), tiled))
         if not same_labels:
             entries = {}  # generated for other test images: nothing can be reused
@@ -191,11 +189,11 @@ def load_cifar10_test(root: Path) -> tuple[np.ndarray, np.ndarray]:
     if not path.exists():
         raise DatasetNotFoundError("CIFAR-10", [path], layout, CIFAR10_HOW)
     try:
-        with open(path, "rb") as fh:
-            batch = pickle.load(fh, encoding="latin1")
-        data = np.asarray(batch["data"], dtype=np.uint8)
+        with open(path, "rb") as fh:  # containers and numpy arrays only: a crafted file runs no code
+            batch = load_array_pickle(fh, encoding="latin1")
+        data = np.asarray(batch["data"] if "data" in batch else batch[b"data"], dtype=np.uint8)
         images = data.reshape(-1, 3, SIZE, SIZE).transpose(0, 2, 3, 1).copy()
-        labels = np.asarray(batch["labels"], dtype=np.int64)
+        labels = np.asarray(batch["labels"] if "labels" in batch else batch[b"labels"], dtype=np.int64)
     except Exception as exc:  # noqa: BLE001 - any decoding problem means a malformed file
         raise DatasetNotFoundError("CIFAR-10", [path], layout, CIFAR10_HOW, reason=f"malformed ({exc})") from None
     if len(images) != len(labels):

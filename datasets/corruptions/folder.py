@@ -18,7 +18,6 @@ it is and never written to; if it lacks a requested cell, :class:`DatasetNotFoun
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import tempfile
@@ -30,7 +29,7 @@ import numpy as np
 from PIL import Image
 
 from datasets.corruptions.functions import GENERATOR_VERSION, check_name_severity, corrupt
-from datasets.corruptions.storage import directory_lock, now, write_json
+from datasets.corruptions.storage import directory_lock, now, read_manifest_file, write_json
 from datasets.errors import DatasetNotFoundError
 
 MANIFEST = "GENERATED.json"
@@ -62,11 +61,11 @@ def source_digest(images: np.ndarray, wnids: Sequence[str], filenames: Sequence[
 
 
 def read_manifest(directory: Path) -> dict | None:
-    path = Path(directory) / MANIFEST
-    if not path.exists():
-        return None
-    with open(path) as fh:
-        return json.load(fh)
+    """The manifest of a regenerated copy, None for an official one; a damaged one is a
+    DatasetNotFoundError (``read_manifest_file``)."""
+    d = Path(directory)
+    return read_manifest_file(d / MANIFEST, d.name, "cells", layout(d.name),
+                              f"unpack the official release into DATA_ROOT/{d.name}/")
 
 
 def is_official_copy(directory: Path) -> bool:

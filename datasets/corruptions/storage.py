@@ -29,6 +29,33 @@ def atomic_write_bytes(path: Path, write) -> None:
         raise
 
 
+def read_manifest_file(path: Path, dataset: str, entries: str, layout: str, how: str) -> dict | None:
+    """The JSON object of a regenerated copy's manifest at ``path`` (None: absent, an official
+    copy). One that is not a JSON object whose ``entries`` (``corruptions`` / ``cells``) map names
+    to objects is a :class:`DatasetNotFoundError` (exit 2) saying so and how to recover."""
+    from datasets.errors import DatasetNotFoundError
+
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            manifest = json.load(fh)
+        problem = None if isinstance(manifest, dict) else f"a JSON {type(manifest).__name__}, not an object"
+        cells = manifest.get(entries, {}) if problem is None else {}
+        if problem is None and not (isinstance(cells, dict) and all(isinstance(v, dict) for v in cells.values())):
+            problem = f"its {entries!r} is not an object of per-file objects"
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+    if problem is None:
+        return manifest
+    raise DatasetNotFoundError(
+        dataset, [path], f"{layout}; {path.name}: the JSON object bench's generator writes beside the files it made",
+        f"delete {path.parent} so that bench regenerates it, or {how} (deleting only {path.name} would make "
+        f"the regenerated files pass for an official release)",
+        reason=f"malformed {path.name} ({problem})")
+
+
 def write_json(path: Path, data: dict) -> None:
     blob = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
     atomic_write_bytes(path, lambda fh: fh.write(blob))

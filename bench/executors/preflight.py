@@ -1,0 +1,135 @@
+"""Before a distributed run sends work: every worker sees the driver's results directory and data
+root, runs the driver's code and knows every method of the grid; otherwise stop with exit 2.
+
+The check runs on every worker present (``client.run``) once at least one has joined; a worker that
+joins later (a resubmitted SLURM job) is checked by each task it runs (:func:`check_task`), so a
+mismatched late worker fails its cells with the reason instead of writing records from other code.
+
+Seeing the results directory means seeing *the same* one: the driver writes a token file under
+``<out>/<suite>/`` and each worker must read it back (a relative path, or a node-local folder of the
+same name, does not pass).
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from pathlib import Path
+
+from bench.errors import BenchError
+
+TOKEN_DIR = ".preflight"
+
+
+def plugin_files(method_names, registry) -> list[str]:
+    """Source files of the grid's methods that live outside the benchmark's own packages (plugins):
+    part of the code fingerprint, so that an edited plugin on a worker is caught too."""
+    from bench.provenance import CODE_PACKAGES, REPO
+
+    out = []
+    for name in method_names:
+        if name not in registry:
+            continue
+        f = inspect.getsourcefile(registry.get(name))
+        if f is None:
+            continue
+        f = Path(f).resolve()
+        if not any(f.is_relative_to(REPO / pkg) for pkg in CODE_PACKAGES):
+            out.append(str(f))
+    return out
+
+
+def worker_report(out: str, data_root: str | None, token_file: str, token: str, methods: list[str]) -> dict:
+    """What one process sees (run on each worker by ``client.run``; also callable locally).
+    ``data_root`` None: not checked (the driver has none: a suite that reads no files)."""
+    from bench.provenance import REPO, code_fingerprint, git_commit, worker_identity
+    from methods import METHODS
+
+    problems = []
+    if not Path(out).is_absolute() or (data_root is not None and not Path(data_root).is_absolute()):
+        problems.append("paths sent to workers must be absolute")
+    try:
+        seen = Path(token_file).read_text()
+    except OSError as exc:
+        seen = None
+        problems.append(f"cannot read the driver's token file {token_file} ({type(exc).__name__}): --out {out} "
+                        f"is not the same directory here (use a path on a file system every node mounts)")
+    if seen is not None and seen != token:
+        problems.append(f"{token_file} holds another run's token: --out {out} is another directory here")
+    if data_root is None:  # the driver has no data root either (a synthetic suite): nothing to see
+        pass
+    elif not Path(data_root).is_dir():
+        problems.append(f"data root {data_root} does not exist here")
+    elif not os.access(data_root, os.R_OK):
+        problems.append(f"data root {data_root} is not readable here")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        problems.append(f"unknown method(s) {', '.join(unknown)} (known here: {', '.join(METHODS.names())}): "
+                        f"the plugin is not installed on this worker")
+    code = code_fingerprint(plugin_files(methods, METHODS))
+    return {**worker_identity(), "commit": git_commit(), "code": code, "checkout": str(REPO), "cwd": os.getcwd(),
+            "problems": problems}
+
+
+def check_workers(client, spec, registry, *, say, wait_s: float = 30.0) -> dict:
+    """Run :func:`worker_report` on every worker of ``client``; BenchError (exit 2) naming each
+    worker and what is wrong when one does not match. Waits (saying so every ``wait_s`` seconds)
+    until at least one worker has joined. Returns the driver's own report."""
+    from bench.store import atomic_write_bytes, config_hash
+
+    methods = sorted(spec.plan.methods)
+    data_root = spec.data_root if Path(spec.data_root).is_dir() else None  # what the driver sees, workers must
+    token = config_hash({"out": spec.out, "at": time.time(), "pid": os.getpid()}, length=16)
+    token_file = Path(spec.out) / spec.suite / TOKEN_DIR / f"{token}.token"
+    created = [d for d in (token_file.parent, *token_file.parent.parents) if not d.exists()]
+    atomic_write_bytes(token_file, token.encode())
+    try:
+        mine = worker_report(spec.out, data_root, str(token_file), token, methods)
+        waited = 0.0
+        while not client.scheduler_info().get("workers"):
+            try:
+                client.wait_for_workers(1, timeout=wait_s)
+            except (TimeoutError, OSError):
+                waited += wait_s
+                say(f"no worker has joined after {waited:.0f} s (batch jobs still queued? see squeue / the job "
+                    f"logs); waiting")
+        reports = client.run(worker_report, spec.out, data_root, str(token_file), token, methods)
+    finally:
+        token_file.unlink(missing_ok=True)
+        for d in created:  # the folders this check made, deepest first: a refused run leaves nothing
+            try:
+                d.rmdir()
+            except OSError:
+                break
+    bad = []
+    for addr, r in sorted(reports.items()):
+        problems = list(r["problems"])
+        if r["code"] != mine["code"]:
+            problems.append(f"runs other code (fingerprint {r['code']}, commit {r['commit']}, checkout {r['checkout']}) "
+                            f"than the driver ({mine['code']}, commit {mine['commit']}, checkout {mine['checkout']}): "
+                            f"start the workers from the driver's checkout and environment")
+        if problems:
+            bad.append(f"  worker {addr} on {r['host']}: " + "; ".join(problems))
+    if bad:
+        raise BenchError("the cluster's workers cannot run this grid (nothing was sent):\n" + "\n".join(bad))
+    say(f"pre-flight: {len(reports)} worker(s) see --out and --data-root and run the driver's code "
+        f"({mine['code']})")
+    return mine
+
+
+def check_task(spec) -> None:
+    """Raise RuntimeError when this worker runs other code than the driver that sent ``spec`` (a
+    worker that joined after the pre-flight); a task's first step."""
+    from bench.provenance import code_fingerprint
+    from methods import METHODS
+
+    want = spec.tags.get("code")
+    if not want:
+        return
+    unknown = [m for m in spec.plan.methods if m not in METHODS]
+    if unknown:
+        raise RuntimeError(f"this worker does not know method(s) {', '.join(unknown)} (plugin not installed here)")
+    have = code_fingerprint(plugin_files(sorted(spec.plan.methods), METHODS))
+    if have != want:
+        raise RuntimeError(f"this worker runs other code (fingerprint {have}) than the driver ({want}); "
+                           f"its cells are not run here")
