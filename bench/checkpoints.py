@@ -25,6 +25,20 @@ from bench.training import (TrainConfig, earlier_training_time, nll_loss, train_
                             validation_curve)
 
 
+def pretrained_path(pretrained: dict, seed: int):
+    """The weights file of the MAP network of ``seed``: one file for every seed (``{"path": ...}``,
+    e.g. ``data.weights``), or one per seed (``{"per_seed": {"0": {"path": ...}, ...}}``,
+    ``bench.evaluate(map_checkpoint={seed: file})``)."""
+    from bench.errors import BenchError
+
+    per_seed = pretrained.get("per_seed")
+    if per_seed is None:
+        return pretrained["path"]
+    if str(seed) not in per_seed:
+        raise BenchError(f"no MAP checkpoint for seed {seed}; given for seeds {', '.join(sorted(per_seed))}")
+    return per_seed[str(seed)]["path"]
+
+
 class MapCache:
     def __init__(self, root: Path, key: dict, build_model: Callable[..., nn.Module], task,
                  train_x: torch.Tensor, train_y: torch.Tensor, train_cfg: TrainConfig,
@@ -51,6 +65,7 @@ class MapCache:
         # in its checkpoint (train_log), the evidence that its training converged (bench.validity)
         self.val = val
         self.logs: dict[int, dict | None] = {}
+        self._data_hash: str | None = None  # data_hash(), when a failure record needs it
 
     def path(self, seed: int) -> Path:
         return self.dir / f"seed{seed}.pt"
@@ -83,7 +98,7 @@ class MapCache:
             from bench.models import load_pretrained
 
             model = self.build_model(dropout=0.0)
-            load_pretrained(model, self.pretrained["path"])
+            load_pretrained(model, pretrained_path(self.pretrained, seed))
             self.train_time_s[seed] = 0.0
             return model.to(self.device).eval()
         path = self.path(seed)
@@ -133,7 +148,7 @@ class MapCache:
 
     def data_hash(self) -> str:
         """A hash of the data the networks train on (:func:`bench.data.data_digest`), computed once."""
-        if getattr(self, "_data_hash", None) is None:
+        if self._data_hash is None:
             from bench.data import data_digest
 
             self._data_hash = data_digest(self.train_x, self.train_y, *(self.val or ()))
@@ -152,7 +167,7 @@ class MapCache:
         """``{"epoch_loss", "val_nll"}`` per epoch of the MAP network of ``seed`` (None: a pretrained
         network, or one cached by code that did not keep it)."""
         if self.pretrained is not None:  # published weights: their training is not this benchmark's
-            return {"pretrained": str(self.pretrained.get("path"))}
+            return {"pretrained": str(pretrained_path(self.pretrained, seed))}
         if seed not in self.logs and self.cached_path(seed).exists():
             state = load_or_set_aside(self.cached_path(seed))
             self.logs[seed] = None if state is None else state.get("train_log")

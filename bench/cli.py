@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench {run,report,leaderboard,select,list,perf}``. Bad input exits with code 2."""
+"""Command line: ``python -m bench {run,report,leaderboard,select,list,perf,rescore,...}``. Bad input exits with code 2."""
 from __future__ import annotations
 
 import argparse
@@ -18,7 +18,8 @@ EPILOG_RUN = """examples:
   <method>.<option>   e.g. deep_ensemble.members=3, pbn.r_bayes=0.01,0.05
   train.<field>       epochs, batch_size, optimizer, lr, momentum, weight_decay, schedule, ...
   data.<field>        suite data options (e.g. data.n_train=5000)
-  models=a,b / seeds=0,1
+  models=a,b / seeds=0,1  a model: a registered name, MODULE:FACTORY (your factory returning an nn.Module)
+                         or timm:NAME (docs/your_model.md)
 
 exit codes: 0 the grid ran (a failed cell is recorded and listed, the others go on); 1 every cell of
 the grid failed; 2 bad input or bad data (nothing run); 130 interrupted (run again to resume)
@@ -72,6 +73,12 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse exits 2 too; keep its usage line
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _plugin_option(parser) -> None:
+    parser.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="FILE",
+                        help="a method plugin file outside the repository (repeatable; docs/plugins.md); installed "
+                             "plugins of the entry-point group bench.methods are loaded without it")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,6 +146,22 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE[,VALUE...]",
                    help="override or sweep a setting (repeatable; see below)")
     r.add_argument("--force", action="store_true", help="redo finished cells instead of resuming")
+    r.add_argument("--force-method", dest="force_methods", type=_csv, action="extend", default=[], metavar="NAME",
+                   help="refit and re-evaluate the cells of these methods only (repeatable or comma-separated); "
+                        "unlike --force, the cached MAP networks are kept, not retrained")
+    _plugin_option(r)
+    kp = r.add_argument_group("kept predictions (docs/predictions.md; python -m bench rescore)")
+    kp.add_argument("--keep-predictions", action="store_true",
+                    help="write each record's predictive (probabilities, per-sample probabilities of sampling "
+                         "methods, labels; regression: mean, variance, targets) to a .npz beside it, for bench "
+                         "rescore; a finished cell whose records lack them is re-evaluated (not refitted) to add "
+                         "them. Segmentation records say they are not kept")
+    kp.add_argument("--predictions-max-mb", type=float, default=None, metavar="MIB",
+                    help="bound on one file's uncompressed arrays: the per-sample probabilities are dropped first "
+                         "(the record says so), then nothing is kept (default: 64)")
+    kp.add_argument("--predictions-dtype", choices=("float32", "float16"), default=None,
+                    help="dtype of the kept class probabilities: float32 rescores to the same numbers, float16 "
+                         "halves the size, metrics then agree to ~1e-3 (default: float32)")
     r.add_argument("--no-download", action="store_true", help="never try to download missing data")
     r.add_argument("--no-report", action="store_true", help="do not write the report at the end")
     r.add_argument("--quiet", action="store_true", help="no progress output")
@@ -192,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="with --markdown: METHOD's candidates instead (per-seed validation NLL, verdict, choice)")
     tu.add_argument("--quiet", action="store_true", help="no progress output from the sweeps")
     tu.add_argument("--spaces", action="store_true", help="print every method's space as markdown and exit")
+    _plugin_option(tu)
 
     sel = sub.add_parser("select", help="choose swept options of a method on the validation split (no training)")
     sel.add_argument("--results", default="results", help="results directory (default: results)")
@@ -203,7 +227,25 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print the choice as a markdown table (every candidate's per-seed validation score) and "
                           "write nothing (for README tables)")
 
-    sub.add_parser("list", help="show methods, suites, profiles and each suite's shifts")
+    rs = sub.add_parser("rescore", help="recompute the metrics of records from their kept predictions (bench run "
+                                        "--keep-predictions), no refitting; add metrics registered since")
+    rs.add_argument("--results", default="results", help="results directory (default: results)")
+    rs.add_argument("--suite", action="append", default=None, help="only this suite (repeatable)")
+    rs.add_argument("--metrics", type=_csv, default=[],
+                    help="registered metrics to add, comma-separated, or 'all' (bench.metrics.METRICS: "
+                         "adaptive_ece, classwise_ece, ...); the records' own metrics are always recomputed")
+    rs.add_argument("--dry-run", action="store_true",
+                    help="recompute and compare with the stored metrics, write nothing (checks a published run)")
+
+    _plugin_option(sub.add_parser("list", help="show methods, suites, profiles and each suite's shifts"))
+
+    cp = sub.add_parser("check-plugin", help="check method plugins against the plugin contract (docs/plugins.md): "
+                                             "the static rules, then the contract tests on each method")
+    cp.add_argument("files", nargs="*", metavar="FILE", help="plugin files (as --plugin FILE)")
+    cp.add_argument("--method", dest="check_methods", type=_csv, action="extend", default=[], metavar="NAME",
+                    help="methods to check (default: those the files register; with no file, every entry-point "
+                         "plugin's)")
+    cp.add_argument("--static", action="store_true", help="only the static rules (no fitting, no pytest)")
 
     perf = sub.add_parser("perf", help="benchmarks that print speed ratios measured side by side")
     perf.add_argument("--repeats", type=int, default=5)
@@ -218,6 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_list(_args) -> int:
     from bench.models import MODELS
     from bench.suites import PROFILES, SUITES
+    from bench.plugins import source_of
     from bench.validity import CHECKS
     from methods import METHODS
 
@@ -226,13 +269,17 @@ def cmd_list(_args) -> int:
         cls = METHODS.get(name)
         opts = ", ".join(f"{k}={v}" for k, v in cls.defaults.items()) or "no options"
         print(f"  {name:16s} {cls.description}\n  {'':16s} tasks: {', '.join(cls.tasks)}\n  {'':16s} options: {opts}")
+        src = source_of(cls)
+        if src.external:
+            print(f"  {'':16s} plugin: {src.where} (sha256 {str(src.sha256)[:12]})")
         for key, why in cls.OWN_BUDGET.items():
             print(f"  {'':16s} replaces the profile's train.{key}: {why}")
         print(f"  {'':16s} validity checks: {', '.join(cls.VALIDITY_CHECKS)}")
     print("\nvalidity checks (bench.validity; a row that fails one is marked and never ranked best):")
     for cname in CHECKS.names():
         print(f"  {cname}: {CHECKS.get(cname).description}")
-    print(f"\nmodels: {', '.join(MODELS.names())}")
+    print(f"\nmodels: {', '.join(MODELS.names())}; or your own: --set models=MODULE:FACTORY, timm:NAME "
+          f"(docs/your_model.md)")
     print(f"profiles: {', '.join(PROFILES)} (every suite), and a suite's own where it lists one")
     print("\nsuites:")
     for name in SUITES.names():
@@ -328,27 +375,62 @@ def check_executor_args(args, device) -> tuple[int, int | None]:
     return workers, args.threads or threads_per_worker(workers)
 
 
+def warn_contract(methods, registry, prefix: str = "") -> int:
+    """Print a warning for every static plugin-contract rule a method of ``methods`` breaks
+    (:func:`bench.plugins.static_contract_problems`, the rules tests/test_method_contract.py checks);
+    returns how many."""
+    from bench.plugins import source_of, static_contract_problems
+
+    n = 0
+    for m in methods:
+        cls = registry.get(m)
+        for problem in static_contract_problems(cls):
+            print(f"{prefix}warning: method {m} ({source_of(cls).where}): {problem} (docs/plugins.md)",
+                  file=sys.stderr)
+            n += 1
+    return n
+
+
 #: the exit code of a ``bench run`` whose every cell failed (2 is bad input, 130 an interrupt)
 EXIT_ALL_FAILED = 1
 
 
 def cmd_run(args) -> int:
-    import torch
-
     from bench.config import parse_sets, resolve_plan
-    from bench.harness import Harness
-    from bench.provenance import resolve_device
-    from bench.store import STALE_TEMP_S, ResultsStore, remove_stale_temp_files
     from bench.suites import SUITES
-    from datasets.roots import resolve_data_root
     from methods import METHODS
 
     suite = SUITES.get(args.suite)()
     methods = args.methods if args.methods is not None else list(suite.default_methods)
     for m in methods:
         METHODS.get(m)
+    not_run = [m for m in getattr(args, "force_methods", []) if m not in methods]
+    if not_run:
+        raise BenchError(f"--force-method {','.join(not_run)}: not a method of this run "
+                         f"(--methods {','.join(methods)})")
+    warn_contract(methods, METHODS, prefix=f"[{suite.name}] ")
+    from datasets.roots import resolve_data_root
+
+    suite.data_root = resolve_data_root(args.data_root)  # the folder suite lists its tree there to check a model spec
     plan = resolve_plan(suite, args.profile, methods, parse_sets(args.sets), seeds=args.seeds, method_registry=METHODS)
+    return run_plan(args, suite, plan, methods)[0]
+
+
+def run_plan(args, suite, plan, methods: list[str]):
+    """Run the planned grid ``plan`` of ``suite`` as ``bench run`` does, from the checks of the
+    output folders on (the options of ``args``: ``bench run``'s namespace), and write its report;
+    returns ``(exit code, RunSummary)`` (the summary is None for ``--dry-run``). Shared by
+    ``bench run`` and :func:`bench.api.evaluate`, whose suite holds the user's data in memory."""
+    import torch  # noqa: F401 - loaded before the threads are set (check_executor_args)
+
+    from bench.harness import Harness
+    from bench.provenance import resolve_device
+    from bench.store import STALE_TEMP_S, ResultsStore, remove_stale_temp_files
+    from datasets.roots import resolve_data_root
+    from methods import METHODS
+
     report_dir = args.report_dir if args.report_dir is not None else default_report_dir(args.out)
+    args.prediction_policy = prediction_policy(args)
     check_writable(args.out, "results directory (--out)")
     for sub in ("", "records", "checkpoints", "locks", "artifacts"):  # <out>/<suite>/...: folders, writable
         check_writable(Path(args.out) / suite.name / sub, f"results folder of suite {suite.name}")
@@ -364,7 +446,7 @@ def cmd_run(args) -> int:
         from bench.executors.launch import job_script
 
         print(job_script(args, threads))
-        return 0
+        return 0, None
     data_root = resolve_data_root(args.data_root)
     if not args.quiet:
         print(f"[{suite.name}] profile {plan.profile}: models {plan.models}, methods {methods}, seeds {plan.seeds}, "
@@ -382,12 +464,15 @@ def cmd_run(args) -> int:
               f"{STALE_TEMP_S / 3600:g} h), e.g. {stale[0]}", file=sys.stderr)
     if args.executor == "local":
         harness = Harness(suite, plan, data, store, device, METHODS, force=args.force, progress=not args.quiet,
+                          force_methods=getattr(args, "force_methods", ()),
+                          keep_predictions=args.prediction_policy,
                           quiet=args.quiet, workers=args.loader_workers, pretrained=pretrained)
         summary = harness.run()
     else:  # the data is loaded (and derived sets generated) here once, then read by every worker
         from bench.executors.launch import run_distributed
 
-        artifacts = Harness(suite, plan, data, store, device, METHODS, quiet=True)
+        artifacts = Harness(suite, plan, data, store, device, METHODS, quiet=True,
+                            keep_predictions=args.prediction_policy, force_methods=getattr(args, "force_methods", ()))
         del data
         summary = run_distributed(args, suite, plan, data_root, device, pretrained, store, METHODS, workers, threads,
                                   on_connect=artifacts.write_artifacts,  # nothing written before the cluster answers
@@ -410,7 +495,7 @@ def cmd_run(args) -> int:
 
         for path in build_report(args.out, report_dir, suites=[suite.name]):
             print(f"report: {path}")
-    return EXIT_ALL_FAILED if all_failed else 0
+    return (EXIT_ALL_FAILED if all_failed else 0), summary
 
 
 def cmd_report(args) -> int:
@@ -519,6 +604,7 @@ def cmd_tune(args) -> int:
             argv += ["--data-root", args.data_root] if args.data_root else []
             argv += ["--threads", str(args.threads)] if args.threads else []
             argv += ["--quiet"] if args.quiet else []
+            argv += [a for f in getattr(args, "plugins", []) for a in ("--plugin", f)]
             for s in [*tuning.sweep_sets(m), *args.sets]:
                 argv += ["--set", s]
             cmd_run(build_parser().parse_args(argv))  # a failing cell is recorded, the sweep goes on
@@ -530,8 +616,11 @@ def cmd_tune(args) -> int:
         swept = resolve_plan(suite, args.profile, [m], parse_sets([*tuning.sweep_sets(m), *args.sets]),
                              method_registry=METHODS).methods.get(m, [])
         try:
+            from bench.plugins import identity_fields
+
             choices = select(args.out, args.suite, m, list(tuning.SPACES[m]), configs=swept, profile=args.profile,
-                             later=getattr(METHODS.get(m), "LATER_OPTIONS", {}))
+                             later=getattr(METHODS.get(m), "LATER_OPTIONS", {}),
+                             plugin_sha=identity_fields(METHODS.get(m)).get("plugin_source_sha256"))
         except BenchError as exc:
             failed[m] = str(exc)
             continue
@@ -540,6 +629,67 @@ def cmd_tune(args) -> int:
     print(tuning.tuning_markdown(tuning.read_tuning(path)))
     print(f"tuning: {path}")
     return 0 if not failed else 1
+
+
+def prediction_policy(args):
+    """The :class:`bench.predictions.PredictionPolicy` of ``bench run --keep-predictions`` (None
+    without it; BenchError when its options come without it)."""
+    from bench.predictions import DEFAULT_MAX_MB, PredictionPolicy
+
+    max_mb, dtype = getattr(args, "predictions_max_mb", None), getattr(args, "predictions_dtype", None)
+    if not getattr(args, "keep_predictions", False):
+        given = [o for o, v in (("--predictions-max-mb", max_mb), ("--predictions-dtype", dtype)) if v is not None]
+        if given:
+            raise BenchError(f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'} with --keep-predictions")
+        return None
+    return PredictionPolicy(DEFAULT_MAX_MB if max_mb is None else max_mb, dtype or "float32")
+
+
+def cmd_rescore(args) -> int:
+    from bench.rescore import rescore
+
+    if not args.dry_run:
+        check_writable(args.results, "results directory (--results)")
+    return rescore(args.results, suites=args.suite, metrics=args.metrics, dry_run=args.dry_run)
+
+
+def cmd_check_plugin(args) -> int:
+    """``bench check-plugin FILE... [--method NAME]``: load the plugins (exit 2 when one cannot be
+    loaded), print the static contract rules each method breaks, then run the contract tests
+    (tests/test_method_contract.py) on those methods alone. Exit 0 when all pass, else 1."""
+    import subprocess
+
+    from bench.plugins import entry_point_methods, load_entry_points, load_file, source_of, static_contract_problems
+    from bench.provenance import REPO
+    from methods import METHODS
+
+    load_entry_points()
+    names = [n for f in args.files for n in load_file(f)]
+    targets = list(dict.fromkeys(args.check_methods or names or entry_point_methods()))
+    if not targets:
+        raise BenchError("nothing to check: give plugin files, --method NAME, or install a plugin of the entry-point "
+                         "group bench.methods")
+    bad = 0
+    for m in targets:
+        cls = METHODS.get(m)
+        problems = static_contract_problems(cls)
+        bad += len(problems)
+        verdict = "static rules ok" if not problems else f"{len(problems)} problem(s)"
+        print(f"{m} ({source_of(cls).where}): {verdict}")
+        for p in problems:
+            print(f"  - {p}")
+    if args.static:
+        return 1 if bad else 0
+    tests = REPO / "tests" / "test_method_contract.py"
+    if not tests.is_file():
+        raise BenchError(f"the contract tests ({tests}) are not here (an installed copy without tests/): run from a "
+                         f"checkout of the benchmark, or use --static")
+    env = {**os.environ, "BENCH_PLUGINS": os.pathsep.join(str(Path(f).resolve()) for f in args.files),
+           "BENCH_CONTRACT_METHODS": ",".join(targets)}
+    print(f"contract tests: {sys.executable} -m pytest {tests.relative_to(REPO)} (BENCH_PLUGINS, "
+          f"BENCH_CONTRACT_METHODS={env['BENCH_CONTRACT_METHODS']})", flush=True)
+    rc = subprocess.run([sys.executable, "-m", "pytest", str(tests)], cwd=REPO, env=env).returncode
+    return 0 if rc == 0 and not bad else 1
 
 
 def cmd_perf(args) -> int:
@@ -560,8 +710,13 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         check_datasets_package()
+        if hasattr(args, "plugins"):  # run, tune, list: entry-point plugins and --plugin files
+            from bench.plugins import load_plugins
+
+            load_plugins(args.plugins)
         return {"run": cmd_run, "report": cmd_report, "list": cmd_list, "perf": cmd_perf,
-                "select": cmd_select, "tune": cmd_tune, "leaderboard": cmd_leaderboard}[args.command](args)
+                "select": cmd_select, "tune": cmd_tune, "leaderboard": cmd_leaderboard,
+                "rescore": cmd_rescore, "check-plugin": cmd_check_plugin}[args.command](args)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

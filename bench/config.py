@@ -6,7 +6,7 @@ product over keys). Keys:
 * ``<method>.<option>`` (e.g. ``pbn.r_bayes=0.01,0.05``, ``mc_dropout.p=0.2``)
 * ``train.<field>`` (a :class:`bench.training.TrainConfig` field, e.g. ``train.epochs=3``)
 * ``data.<field>`` (suite data options, e.g. ``data.n_train=5000``)
-* ``models=a,b`` and ``seeds=0,1``
+* ``models=a,b`` (registered names, ``MODULE:FACTORY`` or ``timm:NAME``: :mod:`bench.model_specs`) and ``seeds=0,1``
 """
 from __future__ import annotations
 
@@ -93,6 +93,9 @@ def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
         elif key == "seeds":
             plan_seeds = list(values)
         elif key.startswith("train.") or key.startswith("data."):
+            if (len(values) > 1 and key.startswith("data.")
+                    and isinstance(suite.DEFAULT_DATA.get(key.split(".", 1)[1]), (list, tuple))):
+                values = [values]  # a list-valued data option: data.severities=1,3,5 is the list [1, 3, 5]
             if len(values) != 1:
                 raise BenchError(f"--set {key}: sweeps are only supported for method options")
             (train if key.startswith("train.") else data)[key.split(".", 1)[1]] = values[0]
@@ -105,21 +108,20 @@ def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
             raise BenchError(f"--set {key}: keys are <method>.<option>, train.<field>, data.<field>, models or seeds")
     train_cfg = TrainConfig.from_dict(train).check()
     suite.data_cfg(data)  # unknown or invalid data options: an error before anything is loaded
-    from bench.models import MODELS
-
     if not models:
         raise BenchError("no model to run (--set models= is empty)")
     if not plan_seeds:
         raise BenchError("no seed to run (--seeds / --set seeds= is empty)")
     if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in plan_seeds):
         raise BenchError(f"--seeds / --set seeds= expects non-negative integers, got {plan_seeds}")
+    # a registered name, or a model spec (MODULE:FACTORY, timm:NAME) built and checked now, by the
+    # canonical name its records carry (bench.model_specs)
+    models = [suite.check_model(str(m), data) for m in models]
     for what, values in (("--seeds / --set seeds=", plan_seeds), ("--set models=", models), ("--methods", methods)):
         twice = sorted({str(v) for v in values if values.count(v) > 1})
         if twice:  # a cell twice would run once and be counted twice (e.g. a seed's mean and std)
             raise BenchError(f"{what} names {', '.join(twice)} more than once ({','.join(map(str, values))}); "
                              "give each once")
-    for m in models:
-        MODELS.get(m)
     if not methods:
         raise BenchError("no method to run (--methods is empty)")
     plan = RunPlan(suite.name, profile, models, plan_seeds, train_cfg, data, note=prof.get("note", ""))
@@ -151,6 +153,12 @@ def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
                 continue
             configs = kept
         plan.methods[name] = configs
+    # a user's network (not a registered one): every method says now whether it can run on it
+    # (Method.check_network; bench.network), before any data is read or anything trained
+    from bench.network import check_plan_networks
+
+    check_plan_networks(suite, suite.data_cfg(data), plan.models,
+                        {n: (method_registry.get(n), cs) for n, cs in plan.methods.items()})
     if not plan.methods:
         raise BenchError(f"no method of --methods {','.join(methods)} can run on suite {suite.name}: "
                          + "; ".join(f"{m}: {why}" for m, why in plan.skipped.items()))

@@ -193,6 +193,8 @@ def build_fixture(suite: str, root: Path) -> list[str]:
         _tests_module("test_segmentation_suite").make_fake_camvid(root, size=(180, 240))
     elif suite == "cityscapes":
         _tests_module("test_segmentation_suite").make_fake_cityscapes(root, size=(128, 256))
+    elif suite == "folder":  # your images: a small ImageFolder tree
+        extra = ["--set", f"data.path={_tests_module('test_folder_suite').make_tree(root / 'tree')}"]
     else:
         raise BadInput(f"no fixture for suite {suite!r}")
     (root / ".done").write_text(json.dumps(extra))

@@ -26,6 +26,7 @@ from bench.errors import BenchError, DivergedError, InvalidPredictiveError, Meth
 from bench.events import log_event
 from bench.locks import file_lock
 from bench.models import build_model
+from bench.predictions import PredictionPolicy, keep_predictions, predictions_path, satisfies
 from bench.predictive import concat
 from bench.provenance import device_description, git_commit, now, versions, worker_identity
 from bench.seeding import derive_seed, seed_everything
@@ -37,14 +38,27 @@ log = logging.getLogger("bench")
 
 def model_builder(suite, data_cfg: dict, model_name: str):
     """``build(dropout=...)``: a fresh network of ``model_name`` for the suite's outputs and its inputs
-    under the data options ``data_cfg`` (a run plan's, or a record's ``data_config``)."""
+    under the data options ``data_cfg`` (a run plan's, or a record's ``data_config``): the suite's
+    ``build_model`` (a registered name, a model spec, or a network the suite brings: bench.api)."""
+    own = getattr(suite, "build_model", None)
+    if own is not None:
+        return partial(own, model_name, data_cfg)
     return partial(build_model, model_name, suite.input_shape(data_cfg), suite.task.num_outputs)
+
+
+def model_identity(suite, data_cfg: dict, model_name: str) -> dict:
+    """What the model adds to a cell's identity and its MAP networks' key (``Suite.model_identity``):
+    nothing for a registered name, the source hash of a model spec or of a network bench.api got."""
+    own = getattr(suite, "model_identity", None)
+    return own(model_name, data_cfg) if own is not None else {}
 
 
 def map_network_key(suite, plan: RunPlan, model_name: str) -> dict:
     """The key of the grid's MAP network in the suite's checkpoint cache. The network depends on the
-    data it trains on, not on the evaluation sets (``Suite.EVAL_ONLY_DATA``)."""
-    return {"suite": suite.name, "model": model_name, "train": plan.train.to_dict(), "data": suite.fit_data(plan.data)}
+    data it trains on, not on the evaluation sets (``Suite.EVAL_ONLY_DATA``), and on the model's
+    source when it is not a registered one (an edited factory retrains)."""
+    return {"suite": suite.name, "model": model_name, "train": plan.train.to_dict(), "data": suite.fit_data(plan.data),
+            **model_identity(suite, plan.data, model_name)}
 
 
 @dataclass
@@ -282,6 +296,19 @@ class CellIdentity:
     base: dict
 
 
+
+@dataclass
+class CellState:
+    """What the results store holds for one cell (:meth:`Harness.cell_state`): why it needs no work
+    (None when it does), its failure record, the evaluation sets still to do and how many of those
+    have a record made from other data."""
+
+    why: str | None
+    failure: dict | None
+    pending: list
+    stale: int
+    unkept: int = 0  # of the pending sets, those whose record lacks the predictions a run keeps (--keep-predictions)
+
 def cell_identity(suite, plan: RunPlan, store: ResultsStore, registry, model_name: str, method_name: str, cfg: dict,
                   seed: int, device: torch.device, pretrained: dict | None = None) -> CellIdentity:
     """The :class:`CellIdentity` of a cell: the same in every process (local run, Dask worker, the
@@ -292,13 +319,17 @@ def cell_identity(suite, plan: RunPlan, store: ResultsStore, registry, model_nam
     later = getattr(cls, "LATER_OPTIONS", {})  # at the earlier behaviour: not part of the identity
     ident_cfg = {k: v for k, v in cfg.items() if not (k in later and v == later[k])}
     identity = {"suite": suite.name, "method": method_name, "method_config": ident_cfg, "model": model_name,
-                "train": plan.train.to_dict(), "data": plan.data}
+                "train": plan.train.to_dict(), "data": plan.data, **model_identity(suite, plan.data, model_name)}
+    from bench.plugins import identity_fields, record_fields
+
+    # a plugin's source hash: an edited plugin makes new cells (a built-in adds nothing: kept hashes hold)
+    identity.update(identity_fields(cls))
     chash = config_hash(identity)
     base = {"suite": suite.name, "profile": plan.profile, "task": suite.task.kind,
             "method": method_name, "method_label": label, "method_config": cfg, "config_hash": chash,
             "model": model_name, "seed": seed, "train_config": plan.train.to_dict(),
             "data_config": plan.data, "git_commit": git_commit(), "versions": versions(),
-            "device": device_description(device), **worker_identity()}
+            "device": device_description(device), **worker_identity(), **record_fields(cls)}
     if plan.note:
         base["eval_note"] = plan.note
     if pretrained and model_name in pretrained:
@@ -354,16 +385,23 @@ def data_hash(data: SuiteData) -> str:
 class Harness:
     def __init__(self, suite, plan: RunPlan, data: SuiteData, store: ResultsStore, device: torch.device,
                  methods_registry, *, force: bool = False, progress: bool = False, quiet: bool = False,
-                 workers: int = 0, pretrained: dict[str, dict] | None = None, map_refresh: bool | None = None):
+                 workers: int = 0, pretrained: dict[str, dict] | None = None, map_refresh: bool | None = None,
+                 keep_predictions: PredictionPolicy | None = None, force_methods=()):
         self.suite, self.plan, self.data, self.store = suite, plan, data, store
         self.device, self.methods_registry = device, methods_registry
         self.force, self.progress, self.quiet = force, progress, quiet
+        # --force-method: these methods' cells are refitted and re-evaluated; the MAP networks are not
+        # retrained (the cache refreshes with ``force`` only)
+        self.force_methods = frozenset(force_methods or ())
         self.workers = int(workers)  # loader processes for file-backed evaluation sets
         self.pretrained = pretrained or {}  # model -> {"path": weights file}: a pretrained MAP network
         self.summary = RunSummary()
         self.grid_progress: GridProgress | None = None  # set when the grid starts (run)
         self.eval_batch_size = eval_batch_size(suite, plan)
         self.map_refresh = map_refresh  # None: retrain cached MAP networks when ``force`` (see MapCache)
+        # keep each record's predictive in a .npz beside it (bench.predictions); a finished record
+        # without them is re-evaluated from the fitted checkpoint to add them (cell_state)
+        self.keep_predictions = keep_predictions
         # a cell locked by another process: skipped (concurrent local runs share the work), or waited
         # for (a cluster worker: the driver sent it this cell, which must end with its records)
         self.wait_for_locks = False
@@ -442,26 +480,22 @@ class Harness:
         cls, label, identity, chash, run_dir, tag = cid.cls, cid.label, cid.identity, cid.chash, cid.run_dir, cid.tag
         build = map_cache.build_model
         base = dict(cid.base)
-        why = self.finished(cid)
-        if why:
-            self.say(f"{tag}: {why}, skipped")
+        state = self.cell_state(cid)
+        if state.why:
+            self.say(f"{tag}: {state.why}, skipped")
             self.summary.skipped += 1
             return
-        failure = None if self.force else self.store.read(run_dir, "fit", "fit", None)
+        failure, pending, stale = state.failure, state.pending, state.stale
         if failure is not None and not failure.get("executor_failure"):
             # made from other data (or by code that did not record which): the data may have been fixed
             self.say(f"{tag}: recorded as failed on other data (data_hash {failure.get('data_hash')}, now "
                      f"{self.data_hash()}), retried")
-        pending, stale = [], 0
-        for e in self.data.eval_sets:
-            rec = None if self.force else self.store.read(run_dir, e.kind, e.shift, e.severity)
-            if rec is not None and not self.made_from(rec, e):
-                rec, stale = None, stale + 1
-            if rec is None:
-                pending.append(e)
         if stale:
             self.say(f"{tag}: {stale} record(s) were made from other data (e.g. another corruption generator "
                      f"version); they are redone")
+        if state.unkept:
+            self.say(f"{tag}: {state.unkept} record(s) lack kept predictions (--keep-predictions); they are "
+                     f"re-evaluated to add them (from the fitted checkpoint when there is one)")
         started = now()
         ctx_cls = sys.modules["methods.base"].MethodContext
         # options that only change prediction (cls.PREDICT_OPTIONS) do not change the fit: the fit's
@@ -484,11 +518,11 @@ class Harness:
         fitted_dir = self.store.checkpoint_dir(self.suite.name) / "fitted" / model_name
         ckpt = fitted_dir / f"{method_name}-{fhash}" / f"seed{seed}.pt"
         old_ckpt = fitted_dir / f"{method_name}-{legacy_fhash}" / f"seed{seed}.pt"
-        if not ckpt.exists() and legacy_fhash != fhash and old_ckpt.exists() and not self.force:
+        if not ckpt.exists() and legacy_fhash != fhash and old_ckpt.exists() and not self.forced(method_name):
             ckpt = old_ckpt  # fitted by older code under the identity that included evaluation options
         try:
             state = None
-            if ckpt.exists() and not self.force:
+            if ckpt.exists() and not self.forced(method_name):
                 state = load_or_set_aside(ckpt, lambda st: method.load_state_dict(st["method"]))
             if state is not None:
                 fit_cost = state["fit_cost"]
@@ -540,22 +574,39 @@ class Harness:
             self._data_hash = data_hash(self.data)
         return self._data_hash
 
+    def forced(self, method_name: str) -> bool:
+        """Whether the cells of ``method_name`` are redone (``--force``, or ``--force-method`` naming it)."""
+        return self.force or method_name in self.force_methods
+
     def finished(self, cid: CellIdentity) -> str | None:
         """Why the cell ``cid`` needs no work, or None when it does (always None with ``force``):
         it failed earlier on the data held now (kept until ``--force``; an executor failure or a
         failure on other data is retried), or every evaluation record exists, made from that data.
         Read-only: the driver of a distributed run asks it before sending a cell anywhere."""
-        if self.force:
-            return None
+        return self.cell_state(cid).why
+
+    def cell_state(self, cid: CellIdentity) -> CellState:
+        """What the store holds for the cell ``cid``, read once: :meth:`finished`'s answer (``why``),
+        its failure record, the evaluation sets still to do (``pending``: missing, or made from other
+        data, counted in ``stale``). With ``force`` nothing is read and every set is pending."""
+        if self.forced(cid.base["method"]):
+            return CellState(None, None, list(self.data.eval_sets), 0)
         failure = self.store.read(cid.run_dir, "fit", "fit", None)
         if (failure is not None and not failure.get("executor_failure")
                 and failure.get("data_hash") == self.data_hash()):
-            return "recorded as failed earlier (use --force to retry)"
+            return CellState("recorded as failed earlier (use --force to retry)", failure, [], 0)
+        pending, stale, unkept = [], 0, 0
         for e in self.data.eval_sets:
             rec = self.store.read(cid.run_dir, e.kind, e.shift, e.severity)
-            if rec is None or not self.made_from(rec, e):
-                return None
-        return f"all {len(self.data.eval_sets)} evaluation records exist"
+            if rec is not None and not self.made_from(rec, e):
+                rec, stale = None, stale + 1
+            if (rec is not None and self.keep_predictions is not None
+                    and not satisfies(rec, self.store.root, self.keep_predictions)):
+                rec, unkept = None, unkept + 1
+            if rec is None:
+                pending.append(e)
+        why = None if pending else f"all {len(self.data.eval_sets)} evaluation records exist"
+        return CellState(why, failure, pending, stale, unkept)
 
     def made_from(self, record: dict, e: EvalSet) -> bool:
         """Whether ``record`` was made from the data ``e`` holds now (same fingerprint)."""
@@ -643,7 +694,7 @@ class Harness:
                 scores, curves = score_set(kind, pred, e, id_pred)
             times += secs
             n_seen += e.n
-            if e is id_set and kind == "regression":
+            if e is id_set and kind == "regression" and "band_x" in self.data.extras:  # a 1-D suite's band grid (toy)
                 curves["band"] = self.band_curve(method)
             rec = {**base, "status": "ok", "kind": e.kind, "shift": e.shift, "severity": e.severity, "n": e.n,
                    "metrics": scores, "curves": curves, "started_at": started, "finished_at": now(),
@@ -659,6 +710,13 @@ class Harness:
                 verdict_now = validity.verdict(validity.run_view(rec), checks)
             rec["validity"] = (verdict_now if verdict_now is not None
                                else validity.unverified("no clean-test record of this fit"))
+            rec_path = self.store.record_path(run_dir, e.kind, e.shift, e.severity)
+            if self.keep_predictions is not None:  # the .npz first: a record never names a missing file
+                rec["predictions"] = keep_predictions(self.store.root, rec_path, rec,
+                                                      None if kind == "segmentation" else pred, e,
+                                                      self.keep_predictions)
+            else:  # a record redone without them: an earlier record's file would outlive it
+                predictions_path(rec_path).unlink(missing_ok=True)
             self.store.write(run_dir, rec)
             self.summary.records += 1
         self.summary.eval_examples += n_seen

@@ -6,8 +6,12 @@ labels ``y`` (N,). Definitions (also printed in every report, see ``DEFINITIONS`
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
+
+from bench.registry import Registry
 
 EPS = 1e-12
 ECE_BINS = 15
@@ -251,3 +255,65 @@ def regression_metrics(mean: torch.Tensor, var: torch.Tensor, y: torch.Tensor) -
         "mean_std": std.mean().item(),
         "coverage_3sigma": ((y - mean).abs() <= 3 * std).double().mean().item(),
     }
+
+
+# -- metrics registered for rescoring ------------------------------------------------------------
+# A metric registered here is not computed by ``bench run`` (its records keep the set above, so
+# that records made by every version compare); ``python -m bench rescore --metrics NAME`` adds it
+# to the records whose predictions were kept (``--keep-predictions``, bench.predictions), which is
+# how a metric defined after a run reaches that run. A plugin registers one with the decorator:
+#
+#     @register_metric("my_metric", "what it measures", needs_samples=False)
+#     def my_metric(probs, y, sample_probs=None) -> float: ...
+#
+# ``probs`` (N, K) float32 mean predictive, ``y`` (N,) int64 labels, ``sample_probs`` (S, N, K) or
+# None; it is computed on labelled classification sets (id, shift, val), never on OOD sets.
+
+
+@dataclass(frozen=True)
+class RegisteredMetric:
+    name: str
+    fn: Callable
+    definition: str
+    needs_samples: bool = False  # computed only where the per-sample probabilities were kept
+
+
+METRICS: Registry[RegisteredMetric] = Registry("metric")
+
+
+def register_metric(name: str, definition: str, *, needs_samples: bool = False):
+    """Register ``fn(probs, y, sample_probs=None) -> float`` as the metric ``name`` (see above)."""
+
+    def deco(fn):
+        METRICS.register(name)(RegisteredMetric(name, fn, definition, needs_samples))
+        return fn
+
+    return deco
+
+
+@register_metric("adaptive_ece", f"adaptive (equal-mass) ECE, Nixon et al. 2019: the examples sorted by top-label "
+                                 f"confidence (stable sort) and split into {ECE_BINS} bins of equal count (sizes "
+                                 "differ by at most 1), sum_b |B_b|/N |acc(B_b) - conf(B_b)|")
+def adaptive_ece(probs: torch.Tensor, y: torch.Tensor, sample_probs: torch.Tensor | None = None,
+                 n_bins: int = ECE_BINS) -> float:
+    conf, pred = _top(probs)
+    order = torch.argsort(conf, stable=True)
+    conf, correct = conf[order], (pred[order] == y[order]).double()
+    gap = sum(abs(c.sum().item() - f.sum().item())
+              for c, f in zip(torch.tensor_split(correct, n_bins), torch.tensor_split(conf, n_bins)))
+    return gap / len(conf)
+
+
+@register_metric("classwise_ece", f"classwise ECE, Kull et al. 2019: for every class k the {ECE_BINS}-bin "
+                                  "equal-width ECE of p_k against 1[y = k] over all examples, averaged over the K "
+                                  "classes: 1/K sum_k sum_b |B_kb|/N |freq_k(B_kb) - conf_k(B_kb)|")
+def classwise_ece(probs: torch.Tensor, y: torch.Tensor, sample_probs: torch.Tensor | None = None,
+                  n_bins: int = ECE_BINS) -> float:
+    p = probs.double()
+    n, k = p.shape
+    hit = torch.nn.functional.one_hot(y.long(), k).double()
+    # bin b holds p in (b/n, (b+1)/n], p = 0 in bin 0 (as reliability_bins); one bincount per class
+    idx = (torch.ceil(p * n_bins) - 1).clamp(0, n_bins - 1).long() + n_bins * torch.arange(k)
+    conf_sum = torch.bincount(idx.reshape(-1), weights=p.reshape(-1), minlength=n_bins * k)
+    hit_sum = torch.bincount(idx.reshape(-1), weights=hit.reshape(-1), minlength=n_bins * k)
+    return ((conf_sum - hit_sum).abs().sum() / (n * k)).item()

@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from bench.errors import BenchError
 from bench.registry import Registry
 
 MODELS: Registry[Callable[..., nn.Module]] = Registry("model")
@@ -324,7 +325,43 @@ def weights_provenance(path) -> dict:
 
 
 def build_model(name: str, in_shape, num_outputs: int, dropout: float = 0.0) -> nn.Module:
-    return MODELS.get(name)(tuple(in_shape), num_outputs, dropout=dropout)
+    """A fresh network: a registered name (every builder takes ``dropout``), or a model spec,
+    ``MODULE:FACTORY`` / ``timm:NAME`` (:mod:`bench.model_specs`), whose factory gets ``dropout``
+    only when it names it (else MC dropout adds its own layers)."""
+    if name in MODELS:
+        return MODELS.get(name)(tuple(in_shape), num_outputs, dropout=dropout)
+    from bench.model_specs import build_spec, forms, is_spec
+
+    if not is_spec(name):
+        raise BenchError(f"unknown model {name!r}; models are {forms(MODELS.names())}")
+    return build_spec(name, in_shape, num_outputs, dropout, registered=MODELS.names())
+
+
+def model_identity(name: str, in_shape, num_outputs: int) -> dict:
+    """What a model adds to its cells' identity and its MAP networks' cache key: nothing for a
+    registered name (earlier hashes hold), the source hash of a model spec
+    (:func:`bench.model_specs.spec_identity`)."""
+    if name in MODELS:
+        return {}
+    from bench.model_specs import spec_identity
+
+    return spec_identity(name, tuple(int(s) for s in in_shape), int(num_outputs))
+
+
+def check_model(name: str, in_shape, task) -> str:
+    """The canonical name of the model ``name`` (checked when a run is planned): a registered name,
+    or a spec that resolves, builds an ``nn.Module`` and gives the task's output shape on a batch of
+    the suite's inputs; else a BenchError naming what is valid."""
+    if name in MODELS:
+        return name
+    from bench.model_specs import canonical_name, check_network, forms, is_spec
+
+    if not is_spec(name):
+        raise BenchError(f"unknown model {name!r}; models are {forms(MODELS.names())}")
+    with torch.random.fork_rng(devices=[]):
+        net = build_model(name, in_shape, task.num_outputs)
+    check_network(net, tuple(in_shape), task, f"model {name!r}")
+    return canonical_name(name)
 
 
 def count_params(module: nn.Module) -> int:

@@ -39,9 +39,9 @@ def versions() -> dict:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
             pass
-    import bench
+    from bench.version import __version__
 
-    out["bench"] = bench.__version__
+    out["bench"] = __version__
     return out
 
 

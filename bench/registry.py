@@ -14,6 +14,15 @@ from bench.errors import UnknownNameError
 T = TypeVar("T")
 
 
+class DuplicateNameError(ValueError):
+    """A name registered twice with different objects: ``existing`` holds it, ``new`` asked for it
+    (bench.plugins turns it into an error naming both sources)."""
+
+    def __init__(self, kind: str, name: str, existing, new):
+        super().__init__(f"{kind} {name!r} registered twice")
+        self.kind, self.name, self.existing, self.new = kind, name, existing, new
+
+
 class Registry(Generic[T]):
     def __init__(self, kind: str):
         self.kind = kind
@@ -22,7 +31,7 @@ class Registry(Generic[T]):
     def register(self, name: str) -> Callable[[T], T]:
         def deco(obj: T) -> T:
             if name in self._items and self._items[name] is not obj:
-                raise ValueError(f"{self.kind} {name!r} registered twice")
+                raise DuplicateNameError(self.kind, name, self._items[name], obj)
             self._items[name] = obj
             return obj
 
@@ -36,6 +45,10 @@ class Registry(Generic[T]):
             return self.register(name)(cls)
 
         return deco
+
+    def unregister(self, name: str) -> None:
+        """Forget ``name`` (a plugin file loaded again after an edit registers its new classes)."""
+        self._items.pop(name, None)
 
     def get(self, name: str) -> T:
         try:

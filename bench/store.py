@@ -32,7 +32,8 @@ import pandas as pd
 log = logging.getLogger(__name__)
 
 RECORD_VERSION = 1
-NESTED_COLUMNS = ("curves", "method_config", "diagnostics", "train_config", "data_config", "validity")
+NESTED_COLUMNS = ("curves", "method_config", "diagnostics", "train_config", "data_config", "validity",
+                  "predictions", "rescored")  # the last two: bench.predictions, bench.rescore
 #: fields every record has, and what they hold
 REQUIRED_FIELDS = {"record_version": int, "suite": str, "method": str, "model": str, "seed": int, "status": str,
                    "kind": str, "shift": str}

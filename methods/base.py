@@ -51,6 +51,16 @@ class MethodContext:
     def resume_path(self, tag: str) -> Path | None:
         return None if self.work_dir is None else self.work_dir / f"{tag}.partial"
 
+    def split_head(self, model: nn.Module, x: torch.Tensor, check: bool = True):
+        """``model`` split at its head: a :class:`bench.network.HeadSplit` (unpacks as ``features,
+        head``; ``.head_name``, ``.how``), checked to reproduce ``model(x)`` on the probe batch ``x``
+        (a few inputs on the model's device). The network declares its head (``bench_split_head()``
+        or ``bench_head``), else it is the last ``nn.Linear`` called; a BenchError names the module
+        when the split does not reproduce the output (:mod:`bench.network`)."""
+        from bench.network import split_head
+
+        return split_head(model, x, check=check)
+
 
 class Method(abc.ABC):
     name: ClassVar[str] = "?"
@@ -118,8 +128,10 @@ class Method(abc.ABC):
     #: what a fit starts from: "map" (the seed's MAP network, fine-tuned or wrapped), "maps"
     #: (several independently trained MAP networks) or "scratch" (its own training from a random
     #: initialisation). On a suite whose MAP network is a pretrained one (e.g. ImageNet's ResNet-50)
-    #: only "map" methods can run; :meth:`starts_from` refines it per configuration.
-    STARTS_FROM: ClassVar[str] = "scratch"
+    #: only "map" methods can run; :meth:`starts_from` refines it per configuration. Not declared
+    #: (None): inferred, "map" when the class's source uses ``map_cache``, else "scratch"
+    #: (:func:`bench.plugins.inferred_starts_from`; ``bench run`` warns that it was inferred).
+    STARTS_FROM: ClassVar[str | None] = None
     #: the checks (:mod:`bench.validity`) whose verdict says whether a fit of this method is method
     #: evidence (converged, in a setting that can test it); ``bench list`` shows them
     VALIDITY_CHECKS: ClassVar[tuple[str, ...]] = ("informative",)
@@ -127,7 +139,19 @@ class Method(abc.ABC):
     UNSUPPORTED: ClassVar[dict[str, str]] = {}
 
     @classmethod
+    def check_network(cls, build_model: Callable[..., nn.Module], x: torch.Tensor, task: Task, config: dict) -> None:
+        """Called when a run is planned, for every user network (a model spec or ``bench.evaluate``'s
+        network; not the registered ones): raise a BenchError saying why this method cannot run on
+        the network ``build_model(dropout=...)`` builds (a fresh CPU copy per call) -- naming the
+        module -- so that the run stops before anything is trained. ``x``: a probe batch of the
+        suite's inputs. Default: any network. A failure at fit time is still a failed cell."""
+
+    @classmethod
     def starts_from(cls, config: dict) -> str:
+        if cls.STARTS_FROM is None:
+            from bench.plugins import inferred_starts_from
+
+            return inferred_starts_from(cls)
         return cls.STARTS_FROM
 
     @classmethod

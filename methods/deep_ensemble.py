@@ -59,7 +59,7 @@ class DeepEnsemble(Method):
     def member_outputs(self, x: torch.Tensor, vectorised: bool | None = None) -> torch.Tensor:
         """Stacked member outputs (M, N, ...)."""
         if vectorised is None:
-            vectorised = x.device.type == "cuda"
+            vectorised = x.device.type == "cuda" and not getattr(self, "_no_vmap", False)
         if not vectorised:
             return torch.stack([m(x) for m in self.members])
         base, params, buffers = self._stack()
@@ -67,7 +67,13 @@ class DeepEnsemble(Method):
         def one(p, b, inp):
             return functional_call(base, (p, b), (inp,))
 
-        return torch.vmap(one, in_dims=(0, 0, None))(params, buffers, x)
+        try:
+            return torch.vmap(one, in_dims=(0, 0, None))(params, buffers, x)
+        except (RuntimeError, NotImplementedError):
+            # a network vmap cannot batch (e.g. a forward calling .item() or writing into a buffer):
+            # the members one after the other, from now on
+            self._no_vmap = True
+            return torch.stack([m(x) for m in self.members])
 
     @torch.no_grad()
     def predict(self, x):

@@ -67,6 +67,11 @@ class LaplaceDiag(LaplaceMethod):
             return None
         n = sum(len(y) for _, y in chunks)
         dev = self.ctx.device
+        try:  # a layer the layer-wise moments cannot take (found only in a forward): per point
+            if chunks:
+                diag_glm_moments(self.model, chunks[0][0][:1].to(dev), self.la.posterior_variance.detach())
+        except NotImplementedError:
+            return None
 
         def many(taus):
             variances = []
@@ -87,7 +92,10 @@ class LaplaceDiag(LaplaceMethod):
     def glm_moments(self, x):
         if unsupported_modules(self.model):
             return super().glm_moments(x)
-        return diag_glm_moments(self.model, x, self.la.posterior_variance.detach())
+        try:
+            return diag_glm_moments(self.model, x, self.la.posterior_variance.detach())
+        except NotImplementedError:  # e.g. a Linear on (batch, tokens, features): laplace-torch's Jacobians
+            return super().glm_moments(x)
 
     def num_stochastic_params(self):
         return 0 if self.la is None else int(self.la.n_params)

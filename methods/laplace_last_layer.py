@@ -29,6 +29,50 @@ class LaplaceLastLayer(LaplaceMethod):
         if self.config["backend"] not in LL_BACKENDS:
             raise BenchError(f"laplace_last_layer: backend must be one of {', '.join(LL_BACKENDS)}")
 
+    @staticmethod
+    def last_layer(model, x, split_head) -> tuple[str, str, str | None]:
+        """The head's name, how it was found and, when laplace-torch would pick another module
+        (it takes the last leaf module called), the name to give it as ``last_layer_name`` (else
+        None). BenchError naming the module when the head is not an ``nn.Linear`` on ``(N, D)``
+        rows (laplace-torch's last-layer Laplace needs both) or does not reproduce the output."""
+        from bench.network import DECLARE, call_order
+
+        split = split_head(model, x)
+        what = f"{type(model).__name__}: the head {split.head_name!r} ({type(split.head).__name__}; {split.how})"
+        if not isinstance(split.head, torch.nn.Linear):
+            raise BenchError(f"{what} is not an nn.Linear: laplace-torch's last-layer Laplace needs a Linear head; "
+                             f"{DECLARE}")
+        was = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                phi = split.features(x)
+        finally:
+            model.train(was)
+        if phi.dim() != 2:
+            raise BenchError(f"{what} reads inputs of shape {tuple(phi.shape)}: the last-layer Laplace needs one row of "
+                             f"features per output row, (N, D) (pool or flatten before the head)")
+        leaves = [n for n, m in call_order(model, x) if not list(m.children())]
+        auto = leaves[-1] if leaves else None
+        return split.head_name, split.how, (None if auto == split.head_name else split.head_name)
+
+    @classmethod
+    def check_network(cls, build_model, x, task, config):
+        from bench.network import split_head
+
+        cls.last_layer(build_model(dropout=0.0), x, split_head)
+
+    def before_fit(self, model, train):
+        x = train.x[:4].to(self.ctx.device) if hasattr(train, "x") else next(iter(train))[0][:4]
+        name, how, explicit = self.last_layer(model, x, self.ctx.split_head)
+        if explicit is not None:  # laplace-torch would take another module: name the head (kept for a reload)
+            self.meta["last_layer_name"] = explicit
+            self.meta["head"] = f"{name} ({how})"
+
+    def laplace_kwargs(self):
+        name = self.meta.get("last_layer_name")
+        return {} if name is None else {"last_layer_name": name}
+
     def backend_name(self, model):
         # KFAC of one 100 x 10 layer is cheap with every backend; BackPACK's KFLR is the
         # exact-GGN Kronecker factorisation (measured in docs/subnet_laplace.md)

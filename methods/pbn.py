@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from bench.errors import BenchError
+from bench.network import PROBE_EXAMPLES, check_stochastic_layers
 from bench.options import OneOf, Range
 from bench.seeding import derive_seed
 from bench.subnet.partial_vi import PartialVI, elbo_loss, forward_flops
@@ -123,6 +124,17 @@ class VIMethod(Method):
             torch.manual_seed(derive_seed(self.name, tag, self.ctx.seed))
             return self.ctx.build_model(dropout=0.0)
 
+    @classmethod
+    def check_network(cls, build_model, x, task, config):
+        """Eligible layers exist and run as modules (bench.network), and partial VI's sampling forward
+        works on the network with every eligible weight stochastic."""
+        from bench.network import check_stochastic_layers, try_on_probe
+
+        net = build_model(dropout=0.0)
+        check_stochastic_layers(net, x, cls.name)
+        vi = PartialVI(net, candidate_indices(net), rho_init_mean=-5.0, generator=torch.Generator().manual_seed(0)).eval()
+        try_on_probe(lambda: vi(x, 2), f"{cls.name}: partial VI's sampling forward")
+
     # -- the contract ------------------------------------------------------------------------
     def fit(self, train, val):
         c = self.config
@@ -135,6 +147,7 @@ class VIMethod(Method):
         if c["rho_optimizer"] not in OPTIMIZERS:
             raise BenchError(f"{self.name}: rho_optimizer must be one of {', '.join(OPTIMIZERS)}")
         net, indices, meta = self.build_posterior(train)
+        check_stochastic_layers(net, train.x[:PROBE_EXAMPLES].to(self.ctx.device), self.name)
         gen = torch.Generator().manual_seed(derive_seed(self.name, "rho", self.ctx.seed))
         self.vi = PartialVI(net, indices, generator=gen, **self._vi_kwargs()).to(self.ctx.device)
         meta["sigma_init"] = sigma_summary(self.vi.named_sigmas())

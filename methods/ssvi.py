@@ -120,12 +120,36 @@ class SSVI(Method):
         if c["kl_scale"] not in ("dataset", "examples"):
             raise BenchError(f"ssvi: kl_scale must be one of dataset, examples, got {c['kl_scale']!r}")
 
+    @classmethod
+    def check_network(cls, build_model, x, task, config):
+        """Eligible layers exist and run as modules (bench.network: SSVI replaces each by a sparse
+        Bayesian layer), and the network with them replaced runs (mean and sampling passes)."""
+        from bench.network import check_stochastic_layers, try_on_probe
+
+        c = {**cls.defaults, **config}
+        net = build_model(dropout=0.0)
+        check_stochastic_layers(net, x, cls.name)
+        ssvi = SSVINet(net, float(c["density"]), dense_first=str(c["dense_first"]),
+                       generator=torch.Generator().manual_seed(0)).eval()
+
+        def both():
+            ssvi.set_mode("mean")
+            ssvi(x)
+            ssvi.set_mode("lrt")
+            ssvi(x)
+
+        try_on_probe(both, f"{cls.name}: the network with its Linear / Conv layers replaced by sparse Bayesian layers")
+
     # -- construction ----------------------------------------------------------------------------
-    def _build(self) -> SSVINet:
+    def _build(self, example: torch.Tensor | None = None) -> SSVINet:
         c = self.config
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(self.name, "init", self.ctx.seed))
             net = self.ctx.build_model(dropout=0.0)
+        if example is not None:  # every layer to replace runs as a module (bench.network)
+            from bench.network import check_stochastic_layers
+
+            check_stochastic_layers(net, example.cpu(), self.name)
         gen = torch.Generator().manual_seed(derive_seed(self.name, "subspace", self.ctx.seed))
         return SSVINet(net, float(c["density"]), dense_first=str(c["dense_first"]),
                        prior_scale=float(c["prior_scale"]), rho_init_mean=float(c["rho_init_mean"]),
@@ -156,7 +180,7 @@ class SSVI(Method):
         from bench.training import lr_factor, progress_enabled
 
         c = self.config
-        self.model = self._build().to(self.ctx.device)
+        self.model = self._build(train.x[:4]).to(self.ctx.device)
         model = self.model
         cfg = self.train_config()
         # the KL's divisor (the loss is nll + beta KL / num_train): observations or training inputs

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from bench.errors import BenchError
+from bench.network import check_stochastic_layers
 from bench.laplace.memory import FLOAT_BYTES, activation_numel, check_memory, default_memory_limit
 from bench.laplace.predictive import probit_probs
 from methods._laplace_base import LaplaceMethod
@@ -94,6 +95,14 @@ class SubnetLaplace(LaplaceMethod):
         if self.config["backend"] not in SUBNET_BACKENDS:
             raise BenchError(f"subnet_laplace: backend must be one of {', '.join(SUBNET_BACKENDS)}")
         self.indices: torch.Tensor | None = None
+
+    @classmethod
+    def check_network(cls, build_model, x, task, config):
+        """Eligible layers (bench.network) exist and run as modules: the subnet-only Jacobians hook
+        them, and a subnet weight the forward never reads would have no curvature."""
+        from bench.network import check_stochastic_layers
+
+        check_stochastic_layers(build_model(dropout=0.0), x, cls.name)
 
     def laplace_kwargs(self):
         # on the CPU whatever the device: laplace-torch accepts only ``isinstance(idx,
@@ -158,6 +167,7 @@ class SubnetLaplace(LaplaceMethod):
         s = resolve_subnet_size(size, n_cand)
         n_params = sum(p.numel() for p in model.parameters())
         x1 = train.x[:2].to(self.ctx.device) if hasattr(train, "x") else next(iter(train))[0][:2]
+        check_stochastic_layers(model, x1, self.name)
         limit = (int(float(c["memory_limit_gb"]) * 2**30) if c["memory_limit_gb"] is not None
                  else default_memory_limit(self.ctx.device))
         acts = activation_numel(model, x1)

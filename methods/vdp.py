@@ -96,6 +96,13 @@ class VDP(Method):
         """``init=map`` starts the means from the MAP network."""
         return "map" if config.get("init", cls.defaults.get("init")) == "map" else "scratch"
 
+    @classmethod
+    def check_network(cls, build_model, x, task, config):
+        """The network converts (bench.vdp.to_vdp: the first module without a moment rule is named)
+        and its VDP mean path equals the network's output on a probe batch."""
+        c = {**cls.defaults, **config}
+        to_vdp(build_model(dropout=0.0), float(c["rho_init"]), example=x, sigma_per=str(c["sigma_per"]))
+
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)
         self.net: VDPNetwork | None = None

@@ -64,3 +64,19 @@ def small_mnist_run(data_root, out, methods: str, *, n_train: int = 500, epochs:
             "--data-root", str(data_root), "--out", str(out), "--methods", methods,
             "--set", "data.n_val=100", "--set", f"data.n_train={n_train}", "--set", "data.n_test=100",
             "--set", "data.n_ood=100", "--set", f"train.epochs={epochs}"]
+
+
+def pytest_collection_modifyitems(config, items):
+    """``BENCH_CONTRACT_METHODS=a,b`` (set by ``python -m bench check-plugin``): of the plugin
+    contract tests (tests/test_method_contract.py), only those of these methods run."""
+    only = {m.strip() for m in os.environ.get("BENCH_CONTRACT_METHODS", "").split(",") if m.strip()}
+    if not only:
+        return
+    keep, drop = [], []
+    for item in items:
+        name = getattr(getattr(item, "callspec", None), "params", {}).get("name")
+        contract = Path(str(item.fspath)).name == "test_method_contract.py"
+        (drop if contract and name not in only else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

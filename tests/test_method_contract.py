@@ -4,6 +4,8 @@ the inputs are batched, tasks a method does not support are refused when the run
 and no option silently replaces the profile's training budget."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -12,11 +14,17 @@ from bench.config import resolve_plan
 from bench.data import TensorLoader
 from bench.errors import BenchError
 from bench.models import build_model
+from bench.plugins import load_plugins, static_contract_problems
 from bench.seeding import seed_everything
 from bench.tasks import classification
 from bench.training import TrainConfig
 from methods import METHODS
 from methods.base import Method, MethodContext
+
+# plugins outside the repository are checked too: installed ones (entry-point group bench.methods)
+# and the files of BENCH_PLUGINS (os.pathsep-separated); `python -m bench check-plugin FILE` sets it
+# and BENCH_CONTRACT_METHODS (tests/conftest.py: only these methods' tests)
+load_plugins([f for f in os.environ.get("BENCH_PLUGINS", "").split(os.pathsep) if f])
 
 IN_SHAPE, K = (1, 8, 8), 3
 #: methods whose randomness is drawn per example (dropout masks), so that a different batching
@@ -98,6 +106,14 @@ def test_no_option_silently_replaces_the_training_budget(name):
     silent = {k for k in Method.TRAIN_OVERRIDES if k in cls.defaults and cls.defaults[k] is not None}
     assert silent <= set(cls.OWN_BUDGET), f"{name}: {sorted(silent - set(cls.OWN_BUDGET))} undeclared"
     assert all(isinstance(why, str) and why for why in cls.OWN_BUDGET.values())
+
+
+@pytest.mark.parametrize("name", METHODS.names())
+def test_static_contract_rules(name):
+    """The rules bench run checks at plan time (bench.plugins.static_contract_problems): declared
+    options exist, PREDICT_OPTIONS is a tuple of names, no budget option is silent, a method that
+    uses ctx.map_cache declares STARTS_FROM, every abstract method is implemented."""
+    assert static_contract_problems(METHODS.get(name)) == []
 
 
 @pytest.mark.parametrize("name", sorted(METHODS.names()))

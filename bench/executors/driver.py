@@ -45,7 +45,7 @@ def run_grid(client, spec: RunSpec, suite, store, registry, device, *, retries: 
     cells = grid_cells(spec.plan)
     summary = RunSummary()
     done = {}
-    if finished is not None and not spec.force:
+    if finished is not None and not spec.force:  # (the driver's `finished` knows --force-method's cells)
         for cell in cells:
             why = finished(cell)
             if why:

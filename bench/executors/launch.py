@@ -66,13 +66,17 @@ def run_distributed(args, suite, plan, data_root, device, pretrained, store, reg
 
     from bench.executors.preflight import check_workers, plugin_files
     from bench.provenance import code_fingerprint
+    from bench.suites import SUITES
 
     # absolute paths: a worker's working directory is not the driver's
     code = code_fingerprint(plugin_files(sorted(plan.methods), registry))
     spec = RunSpec(suite=suite.name, plan=plan, data_root=str(Path(data_root).resolve()),
                    out=str(Path(args.out).resolve()), device=str(args.device), force=args.force,
                    loader_workers=args.loader_workers, threads=threads, pretrained=pretrained, download=False,
-                   quiet=args.quiet, tags={"code": code})
+                   quiet=args.quiet, tags={"code": code}, keep_predictions=getattr(args, "prediction_policy", None),
+                   plugins=tuple(str(Path(f).resolve()) for f in getattr(args, "plugins", [])),
+                   force_methods=tuple(getattr(args, "force_methods", ())),
+                   suite_object=None if suite.name in SUITES else suite)  # bench.evaluate's own suite
     with open_client(args, workers, threads or 1) as client:
         check_workers(client, spec, registry, say=say)  # exit 2 before any work when a worker cannot run it
         if on_connect is not None:

@@ -39,13 +39,37 @@ def plugin_files(method_names, registry) -> list[str]:
     return out
 
 
-def worker_report(out: str, data_root: str | None, token_file: str, token: str, methods: list[str]) -> dict:
+def load_spec_plugins(plugins) -> dict[str, str]:
+    """Load the driver's ``--plugin`` files (and the installed entry-point plugins) in this worker;
+    returns ``path -> sha256`` of each file. RuntimeError naming the file when one is missing here
+    or fails to import (a worker task's error; the pre-flight reports it before any work)."""
+    import hashlib
+
+    from bench.errors import BenchError
+    from bench.plugins import load_plugins
+
+    try:
+        load_plugins(plugins)
+    except BenchError as exc:
+        raise RuntimeError(f"{exc} (on this worker: --plugin files must exist at the same absolute path on every "
+                           f"worker, e.g. on a shared file system)") from None
+    return {p: hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in plugins}
+
+
+def worker_report(out: str, data_root: str | None, token_file: str, token: str, methods: list[str],
+                  plugins=()) -> dict:
     """What one process sees (run on each worker by ``client.run``; also callable locally).
-    ``data_root`` None: not checked (the driver has none: a suite that reads no files)."""
+    ``data_root`` None: not checked (the driver has none: a suite that reads no files).
+    ``plugins``: the driver's ``--plugin`` files, loaded here first (at the same paths)."""
     from bench.provenance import REPO, code_fingerprint, git_commit, worker_identity
     from methods import METHODS
 
     problems = []
+    plugin_sha = {}
+    try:
+        plugin_sha = load_spec_plugins(plugins)
+    except RuntimeError as exc:
+        problems.append(str(exc))
     if not Path(out).is_absolute() or (data_root is not None and not Path(data_root).is_absolute()):
         problems.append("paths sent to workers must be absolute")
     try:
@@ -68,7 +92,7 @@ def worker_report(out: str, data_root: str | None, token_file: str, token: str, 
                         f"the plugin is not installed on this worker")
     code = code_fingerprint(plugin_files(methods, METHODS))
     return {**worker_identity(), "commit": git_commit(), "code": code, "checkout": str(REPO), "cwd": os.getcwd(),
-            "problems": problems}
+            "problems": problems, "plugins": plugin_sha}
 
 
 def check_workers(client, spec, registry, *, say, wait_s: float = 30.0) -> dict:
@@ -84,7 +108,8 @@ def check_workers(client, spec, registry, *, say, wait_s: float = 30.0) -> dict:
     created = [d for d in (token_file.parent, *token_file.parent.parents) if not d.exists()]
     atomic_write_bytes(token_file, token.encode())
     try:
-        mine = worker_report(spec.out, data_root, str(token_file), token, methods)
+        plugins = tuple(getattr(spec, "plugins", ()))
+        mine = worker_report(spec.out, data_root, str(token_file), token, methods, plugins)
         waited = 0.0
         while not client.scheduler_info().get("workers"):
             try:
@@ -93,7 +118,7 @@ def check_workers(client, spec, registry, *, say, wait_s: float = 30.0) -> dict:
                 waited += wait_s
                 say(f"no worker has joined after {waited:.0f} s (batch jobs still queued? see squeue / the job "
                     f"logs); waiting")
-        reports = client.run(worker_report, spec.out, data_root, str(token_file), token, methods)
+        reports = client.run(worker_report, spec.out, data_root, str(token_file), token, methods, plugins)
     finally:
         token_file.unlink(missing_ok=True)
         for d in created:  # the folders this check made, deepest first: a refused run leaves nothing
@@ -104,6 +129,11 @@ def check_workers(client, spec, registry, *, say, wait_s: float = 30.0) -> dict:
     bad = []
     for addr, r in sorted(reports.items()):
         problems = list(r["problems"])
+        for path, sha in (mine.get("plugins") or {}).items():
+            theirs = (r.get("plugins") or {}).get(path)
+            if theirs is not None and theirs != sha:
+                problems.append(f"its --plugin {path} is another file than the driver's (sha256 {theirs[:12]} here, "
+                                f"{sha[:12]} there)")
         if r["code"] != mine["code"]:
             problems.append(f"runs other code (fingerprint {r['code']}, commit {r['commit']}, checkout {r['checkout']}) "
                             f"than the driver ({mine['code']}, commit {mine['commit']}, checkout {mine['checkout']}): "

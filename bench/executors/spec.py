@@ -20,10 +20,17 @@ class RunSpec:
     download: bool = False
     quiet: bool = False
     tags: dict = field(default_factory=dict)  # free-form provenance (e.g. the executor) stored nowhere else
+    keep_predictions: object = None  # a bench.predictions.PredictionPolicy (--keep-predictions), else None
+    plugins: tuple = ()  # --plugin files (absolute paths): every worker loads them (bench.plugins)
+    force_methods: tuple = ()  # --force-method: these methods' cells are refitted, the MAP networks kept
+    # a suite that is not registered (bench.evaluate's in-memory suite, bench/user_suite.py): pickled
+    # with its networks, without its tensors, which it reads from data_root
+    suite_object: object = None
 
     def key(self) -> tuple:
         """Identifies the harness a worker may reuse across tasks of the same run."""
         import json
 
         return (self.suite, json.dumps(self.plan.__dict__, default=str, sort_keys=True), self.data_root, self.out,
-                self.device, self.force, self.loader_workers, self.threads)
+                self.device, self.force, self.loader_workers, self.threads, self.keep_predictions, self.plugins,
+                self.force_methods)

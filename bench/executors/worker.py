@@ -65,8 +65,9 @@ def harness_for(spec: RunSpec):
     """The harness of ``spec`` in this process (built, with its data loaded, on first use)."""
     key = spec.key()
     if key not in _HARNESSES:
-        from bench.executors.preflight import check_task
+        from bench.executors.preflight import check_task, load_spec_plugins
 
+        load_spec_plugins(spec.plugins)  # the driver's --plugin files, at the same paths (checked by the pre-flight)
         check_task(spec)  # a worker that joined after the pre-flight runs the driver's code, or nothing
         from pathlib import Path
 
@@ -77,11 +78,12 @@ def harness_for(spec: RunSpec):
         from methods import METHODS
 
         apply_threads(worker_threads(spec))
-        suite = SUITES.get(spec.suite)()
+        suite = spec.suite_object if getattr(spec, "suite_object", None) is not None else SUITES.get(spec.suite)()
         data = suite.load(Path(spec.data_root), spec.plan.data, download=spec.download)
         h = Harness(suite, spec.plan, data, ResultsStore(spec.out), worker_device(spec.device), METHODS,
                     force=spec.force, progress=False, quiet=spec.quiet, workers=spec.loader_workers,
-                    pretrained=spec.pretrained, map_refresh=False)
+                    pretrained=spec.pretrained, map_refresh=False, keep_predictions=spec.keep_predictions,
+                    force_methods=spec.force_methods)
         h.wait_for_locks = True  # a cell still locked by a dead node's process is waited for, then taken over
         h.write_artifacts()
         _HARNESSES.clear()  # one run at a time per worker: free the previous run's data

@@ -11,19 +11,23 @@ per output k, as :mod:`bench.laplace.subnet_jacobians`):
   -- one (B, in) x (in, out) product, no per-weight tensor;
 * Conv2d: the per-example weight gradient ``G_k[o, c] = sum_l g_k[o, l] unfold(a)[c, l]``
   (K x B x O x C floats for this layer only), then ``sum_{o,c} G_k G_j v``; biases ``sum_l g``;
-* BatchNorm in eval mode (``z = gamma * xhat + beta``): ``G_k[c] = sum_l g_k[c, l] xhat[c, l]``
-  and ``sum_l g_k[c, l]``.
+  a grouped (depthwise) convolution's row ``o`` reads its group's columns only;
+* BatchNorm in eval mode, GroupNorm and LayerNorm (``z = gamma * xhat + beta``, ``xhat`` the
+  normalised input): ``G_k[c] = sum_l g_k[c, l] xhat[c, l]`` and ``sum_l g_k[c, l]`` (per channel;
+  per normalised entry for LayerNorm).
 
 Exact (up to float rounding) for networks whose parameters all sit in these layers; anything else
 raises :class:`NotImplementedError`, and callers fall back to laplace-torch's predictive.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-SUPPORTED = (nn.Linear, nn.Conv2d, nn.BatchNorm1d, nn.BatchNorm2d)
+SUPPORTED = (nn.Linear, nn.Conv2d, nn.BatchNorm1d, nn.BatchNorm2d, nn.GroupNorm, nn.LayerNorm)
 #: floats of one block of per-example convolution weight gradients (K x examples x O x C)
 CONV_BLOCK_FLOATS = 2**24
 
@@ -37,8 +41,8 @@ def unsupported_modules(model: nn.Module) -> list[str]:
             continue
         if not isinstance(m, SUPPORTED):
             out.append(f"{name} ({type(m).__name__})")
-        elif isinstance(m, nn.Conv2d) and (m.groups != 1 or m.padding_mode != "zeros" or isinstance(m.padding, str)):
-            out.append(f"{name} (Conv2d groups / padding mode)")
+        elif isinstance(m, nn.Conv2d) and (m.padding_mode != "zeros" or isinstance(m.padding, str)):
+            out.append(f"{name} (Conv2d padding mode)")
         elif isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)) and m.training:
             out.append(f"{name} (batch norm in training mode)")
     return out
@@ -124,14 +128,31 @@ def diag_glm_moments(model: nn.Module, x: torch.Tensor, variance: torch.Tensor) 
                     cols = F.unfold(a, m.kernel_size, dilation=m.dilation, padding=m.padding, stride=m.stride)
                     vw = v["weight"].reshape(T, gl.shape[2], -1)
                     step = max(1, CONV_BLOCK_FLOATS // (K * vw[0].numel()))  # examples per block
+                    ng, L = m.groups, gl.shape[-1]
                     for s in range(0, B, step):  # per-example weight gradients, a block at a time
-                        G = torch.einsum("kbol,bcl->kboc", gl[:, s:s + step], cols[s:s + step])
+                        gs, cs = gl[:, s:s + step], cols[s:s + step]
+                        if ng == 1:
+                            G = torch.einsum("kbol,bcl->kboc", gs, cs)
+                        else:  # row o of group j reads group j's columns of the unfolded input
+                            G = torch.einsum("kbjol,bjcl->kbjoc", gs.reshape(K, gs.shape[1], ng, -1, L),
+                                             cs.reshape(cs.shape[0], ng, -1, L)).flatten(2, 3)
                         add(G, vw, rows=slice(s, s + step))
                 if "bias" in v:
                     add(gl.sum(-1), v["bias"])
-            else:  # batch norm, eval mode: z = gamma * (a - mean) / sqrt(var + eps) + beta
-                shape = (1, -1) + (1,) * (a.dim() - 2)
-                xhat = (a - m.running_mean.view(shape)) / torch.sqrt(m.running_var.view(shape) + m.eps)
+            elif isinstance(m, nn.LayerNorm):  # z = gamma * xhat + beta over the normalised trailing dims
+                xhat = F.layer_norm(a, m.normalized_shape, None, None, m.eps)
+                n = math.prod(m.normalized_shape)
+                gl = g.reshape(K, B, -1, n)
+                if "weight" in v:
+                    add((gl * xhat.reshape(1, B, -1, n)).sum(2), v["weight"])
+                if "bias" in v:
+                    add(gl.sum(2), v["bias"])
+            else:  # batch norm (eval mode) / group norm: z = gamma * xhat + beta per channel
+                if isinstance(m, nn.GroupNorm):
+                    xhat = F.group_norm(a, m.num_groups, None, None, m.eps)
+                else:
+                    shape = (1, -1) + (1,) * (a.dim() - 2)
+                    xhat = (a - m.running_mean.view(shape)) / torch.sqrt(m.running_var.view(shape) + m.eps)
                 gl = g.reshape(K, B, a.shape[1], -1)
                 if "weight" in v:
                     add((gl * xhat.reshape(1, B, a.shape[1], -1)).sum(-1), v["weight"])

@@ -74,7 +74,7 @@ class _LayerPlan:
                 out[:, :, self.w_pos] += (g[..., self.w_row] * a).sum(2).transpose(0, 1)
             if self.b_pos.numel():
                 out[:, :, self.b_pos] += g[..., self.b_row].sum(2).transpose(0, 1)
-        else:  # Conv2d, groups == 1 (checked in SubnetJacobianGGN.unsupported)
+        else:  # Conv2d (a grouped one's columns index its group's channels of the full unfold)
             g = g.reshape(K, B, g.shape[2], -1)  # (K, B, O, L)
             if self.w_pos.numel():
                 cols = F.unfold(a, m.kernel_size, dilation=m.dilation, padding=m.padding, stride=m.stride)
@@ -107,8 +107,6 @@ def _supported_layer(m: nn.Module) -> str | None:
     if isinstance(m, nn.Linear):
         return None
     if isinstance(m, nn.Conv2d):
-        if m.groups != 1:
-            return "grouped Conv2d"
         if m.padding_mode != "zeros" or isinstance(m.padding, str) and m.padding != "valid":
             return f"Conv2d padding {m.padding!r} / {m.padding_mode!r}"
         return None
@@ -193,9 +191,14 @@ def _build_subnet_jacobian_backend():
                 plan = plans.setdefault(id(module), _LayerPlan(module))
                 if pname == "weight":
                     per_row = p[0].numel()
+                    rows, cols = local // per_row, local % per_row
+                    if isinstance(module, nn.Conv2d) and module.groups > 1:
+                        # a grouped (e.g. depthwise) convolution: row o reads only its group's input
+                        # channels, i.e. the unfolded columns from group(o) x (C / groups) x kh x kw on
+                        cols = cols + rows // (module.out_channels // module.groups) * per_row
                     plan.w_pos += pos.tolist()
-                    plan.w_row += (local // per_row).tolist()
-                    plan.w_col += (local % per_row).tolist()
+                    plan.w_row += rows.tolist()
+                    plan.w_col += cols.tolist()
                 else:
                     plan.b_pos += pos.tolist()
                     plan.b_row += local.tolist()

@@ -162,6 +162,9 @@ def _overview(df: pd.DataFrame, suite: str, generated_at: str) -> Section:
     banner = _regime_banner(df, suite)
     if banner is not None:
         s.add(banner)
+    yours = _data_banner(ok, suite)
+    if yours is not None:
+        s.add(yours)
     s.add(Paragraph(f"{suite} ({_join(distinct(df['task']))}), profile {_join(distinct(df['profile']))}, "
                     f"model {_join(distinct(df['model']))}: {len(labels_in_order(df))} configurations x seeds "
                     f"{_join(seeds)}; {len(ok)} evaluation records, {len(failed)} failed run(s). Runs, commits, "
@@ -171,6 +174,16 @@ def _overview(df: pd.DataFrame, suite: str, generated_at: str) -> Section:
         s.add(Paragraph("Methods that do not support this task (not run):"))
         s.add(Bullets(absent))
     return s
+
+
+def _data_banner(ok: pd.DataFrame, suite: str) -> Banner | None:
+    """Whose data the records come from, for a suite over data the user brings
+    (``Suite.data_banner``: the folder suite names the ImageFolder tree), in every profile."""
+    from bench.suites import SUITES
+
+    cls = SUITES.get(suite) if suite in SUITES.names() else None
+    text = cls.data_banner(ok) if cls is not None and hasattr(cls, "data_banner") else None
+    return Banner(text) if text else None
 
 
 def _regime_banner(df: pd.DataFrame, suite: str) -> Banner | None:

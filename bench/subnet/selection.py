@@ -10,8 +10,10 @@ One interface for every criterion, shaped like laplace-torch's ``SubnetMask``::
 (:mod:`bench.subnet.partial_vi`) or a subnetwork Laplace approximation at equal size.
 
 Only *candidate* parameters can be selected. ``param_filter(module_name, module, param_name)``
-decides which; the default admits the weights and biases of Linear / Conv layers and
-excludes everything else (BatchNorm affine parameters in particular). The subnetwork size is
+decides which; the default admits the weights and biases of Linear / Conv1d / Conv2d / Conv3d
+layers (grouped and depthwise convolutions too) and excludes everything else (batch, group and
+layer norm affine parameters, embeddings, the layers inside an ``nn.MultiheadAttention``, which
+reads its ``out_proj`` weights without calling it): the rule of :mod:`bench.network`. The subnetwork size is
 a count (``int``) or a fraction ``r_bayes`` of the candidate parameters (``float`` in (0, 1]);
 the PBN paper writes ``k = r_bayes x N_theta_total`` (Algorithm 1, line 8) -- on the
 benchmark's networks candidates are > 99.7 % of all parameters, so the two agree to rounding.
@@ -90,14 +92,20 @@ class ParamSlot:
 
 
 def param_layout(model: nn.Module, param_filter: ParamFilter | None = None) -> list[ParamSlot]:
-    """The flat-vector layout of ``model.parameters()`` with each tensor's candidate flag."""
+    """The flat-vector layout of ``model.parameters()`` with each tensor's candidate flag. With the
+    default filter, layers whose weights the network reads without calling them (those inside an
+    ``nn.MultiheadAttention``: :func:`bench.network.functional_layers`) are not candidates either."""
+    from bench.network import functional_layers
+
+    skip = functional_layers(model) if param_filter in (None, default_param_filter) else set()
     param_filter = param_filter or default_param_filter
     slots, offset = [], 0
     for name, p in model.named_parameters():
         module_name, _, param_name = name.rpartition(".")
         module = model.get_submodule(module_name) if module_name else model
         slots.append(ParamSlot(name, module_name, param_name, type(module).__name__, offset, p.numel(),
-                               tuple(p.shape), bool(param_filter(module_name, module, param_name))))
+                               tuple(p.shape), bool(param_filter(module_name, module, param_name))
+                               and module_name not in skip))
         offset += p.numel()
     return slots
 
@@ -432,6 +440,34 @@ _DIAG_GGN_CACHE: "dict[tuple, tuple]" = {}  # key -> (H, loss, backend, fit seco
 _DIAG_GGN_CACHE_SIZE = 4
 
 
+def curvlinops_fallback_problem(model: nn.Module, loader, fraction: float = 0.25) -> str | None:
+    """Why Curvlinops is not tried as the last diagonal-GGN backend of ``auto`` (None: it is): its
+    Jacobians of every weight for a batch, batch x outputs x weights floats, must fit in
+    ``fraction`` of the available memory."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        return "no trainable parameter"
+    x = next(iter(loader))[0]
+    with torch.no_grad():
+        was = model.training
+        model.eval()
+        try:
+            k = int(model(x[:1].to(params[0].device)).shape[-1])
+        finally:
+            model.train(was)
+    need = len(x) * k * sum(p.numel() for p in params) * 4
+    if params[0].device.type == "cuda":  # as bench.laplace.memory.default_memory_limit (not imported: a cycle)
+        limit = int(fraction * torch.cuda.mem_get_info(params[0].device)[0])
+    else:
+        import psutil
+
+        limit = int(fraction * psutil.virtual_memory().available)
+    if need > limit:
+        return (f"not tried: its Jacobians of every weight need ~{need / 2**30:.2f} GiB per batch of {len(x)}, "
+                f"over the {limit / 2**30:.2f} GiB limit (a smaller laplace_diag.batch_size lowers it)")
+    return None
+
+
 def fit_diag_laplace(model: nn.Module, loader, *, likelihood: str = "classification", backend: str = "auto",
                      prior_precision: float = 1.0, cache: bool = True):
     """A fitted laplace-torch diagonal GGN Laplace over ALL weights of a copy of ``model``.
@@ -439,9 +475,10 @@ def fit_diag_laplace(model: nn.Module, loader, *, likelihood: str = "classificat
     Returns ``(diag_laplace, info)``; ``info`` names the backend used, the fit time and
     whether the curvature came from the in-process cache. ``backend="auto"`` tries BackPACK,
     then ASDL (BackPACK has no extension for some modules, e.g. residual blocks; ASDL is
-    slower on plain MLPs); Curvlinops is never chosen automatically (its diagonal
-    materialises per-example Jacobians of all weights: 138 s and 9.9 GB for 1,000 MNIST
-    images on LeNet-300-100).
+    slower on plain MLPs), and Curvlinops only when both fail (e.g. GroupNorm in a network with
+    its own forward) and its Jacobians fit in memory (:func:`curvlinops_fallback_problem`: its
+    diagonal materialises per-example Jacobians of all weights, 138 s and 9.9 GB for 1,000
+    MNIST images on LeNet-300-100).
     """
     import time
 
@@ -464,7 +501,15 @@ def fit_diag_laplace(model: nn.Module, loader, *, likelihood: str = "classificat
             la.n_data, la.loss = len(loader.dataset), loss.to(la._device) if torch.is_tensor(loss) else loss
             return la, {"backend": used, "fit_time_s": 0.0, "cached": True, "fit_time_s_original": secs}
     errors = {}
-    for name in order:
+    # auto, when BackPACK and ASDL both fail (modules neither has an extension for, e.g. GroupNorm,
+    # a custom forward): Curvlinops (torch.func, any module), if its per-example Jacobians of every
+    # weight fit in memory (curvlinops_fallback_problem)
+    for name in tuple(order) + (("curvlinops",) if backend == "auto" else ()):
+        if name == "curvlinops" and backend == "auto":
+            why = curvlinops_fallback_problem(model, loader)
+            if why:
+                errors[name] = why
+                continue
         net = _trainable_copy(model)  # BackPACK / ASDL attach hooks and attributes: own copy
         la = Laplace(net, likelihood, subset_of_weights="all", hessian_structure="diag",
                      backend=laplace_backend(name), prior_precision=prior_precision)

@@ -258,7 +258,10 @@ def layer_plan(net: nn.Module, dense_first: str) -> list[tuple[str, nn.Module, b
     """
     if dense_first not in ("conv", "always", "never"):
         raise BenchError(f"ssvi: dense_first must be 'conv', 'always' or 'never', got {dense_first!r}")
-    layers = [(n, m) for n, m in net.named_modules() if isinstance(m, SPARSE_LAYERS)]
+    from bench.network import functional_layers
+
+    skip = functional_layers(net)  # inside nn.MultiheadAttention: read as weights, never called
+    layers = [(n, m) for n, m in net.named_modules() if isinstance(m, SPARSE_LAYERS) and n not in skip]
     plan = []
     for i, (n, m) in enumerate(layers):
         first_dense = i == 0 and len(layers) > 1 and (

@@ -65,6 +65,30 @@ class Suite(abc.ABC):
         data options resize its inputs (the segmentation suites' ``data.size``)."""
         return tuple(self.in_shape)
 
+    # The networks of a run: a registered name or a model spec (``MODULE:FACTORY``, ``timm:NAME``,
+    # bench.model_specs). A suite that brings its own networks (bench.api's in-memory suite)
+    # overrides these three.
+    def build_model(self, model_name: str, data_cfg: dict, dropout: float = 0.0):
+        """A fresh, randomly initialised network ``model_name`` for this suite's inputs under the
+        data options ``data_cfg`` and its outputs (``bench.models.build_model``)."""
+        from bench.models import build_model
+
+        return build_model(model_name, self.input_shape(data_cfg), self.task.num_outputs, dropout=dropout)
+
+    def model_identity(self, model_name: str, data_cfg: dict) -> dict:
+        """Fields ``model_name`` adds to its cells' identity and its MAP networks' cache key: none
+        for a registered name, the source hash of a model spec (an edited factory retrains)."""
+        from bench.models import model_identity
+
+        return model_identity(model_name, self.input_shape(data_cfg), self.task.num_outputs)
+
+    def check_model(self, model_name: str, data_cfg: dict) -> str:
+        """The name records use for ``model_name`` (a spec's canonical name), checked when the run is
+        planned: a BenchError naming what is valid when it cannot build this suite's network."""
+        from bench.models import check_model
+
+        return check_model(model_name, self.input_shape(data_cfg), self.task)
+
     def fit_data(self, data_cfg: dict) -> dict:
         """``data_cfg`` without :attr:`EVAL_ONLY_DATA`: the data options a fit depends on."""
         return {k: v for k, v in data_cfg.items() if k not in self.EVAL_ONLY_DATA}
@@ -84,6 +108,13 @@ class Suite(abc.ABC):
         """The data fingerprint (:attr:`bench.data.EvalSet.fingerprint`) of a record written before
         records stored one, read from what it does say (e.g. its ``eval_note``); "" by default."""
         return ""
+
+    @classmethod
+    def data_banner(cls, records) -> str | None:
+        """A line for the report's overview saying whose data ``records`` (the suite's ok records, a
+        DataFrame) come from, for a suite over data the user brings (the ``folder`` suite: which
+        tree); None for a suite whose data is a fixed benchmark (its description names it)."""
+        return None
 
     @abc.abstractmethod
     def load(self, data_root: Path, data_cfg: dict, download: bool) -> SuiteData:

@@ -3,14 +3,17 @@
 :func:`to_vdp` walks an ``nn.Sequential`` / module tree and replaces each module by its
 moment-propagating counterpart (``bench.vdp.layers``). Linear / Conv2d become Gaussian
 layers whose means are the original weights (a fresh deterministic initialisation or a
-trained MAP network) and whose ``rho`` is a constant ``rho_init``; batch / layer norm keep the
-original module (its affine parameters and running statistics) and add the variance rule.
+trained MAP network) and whose ``rho`` is a constant ``rho_init``; batch / layer / group norm keep
+the original module (its affine parameters and running statistics) and add the variance rule.
 
 Residual networks: a block written as :class:`Residual` (``post(body(x) + shortcut(x))``) is
 converted structurally; torchvision-style ``BasicBlock`` / ``Bottleneck`` modules (attributes
 ``conv1, bn1, conv2, bn2[, conv3, bn3]`` and ``downsample`` or ``shortcut``) are recognised by
 those names. Anything else needs a rule: ``@register_converter(MyBlock)`` with a function
-``(module, convert) -> VDPModule``. Because every mean path equals the deterministic layer,
+``(module, convert) -> VDPModule``; anything else (a module with its own ``forward``, a layer
+without a moment rule) is a :class:`BenchError` naming the first such module by its qualified name
+and type, with the supported list (``methods/vdp.py`` checks it when a run is planned). Because
+every mean path equals the deterministic layer,
 :func:`check_mean_path` (run by :func:`to_vdp` when given ``example``) verifies a conversion:
 the VDP mean output must equal the original network's output.
 """
@@ -23,7 +26,7 @@ from torch import nn
 
 from bench.errors import BenchError
 from bench.vdp.layers import (ELEMENTWISE, VDPActivation, VDPAvgPool2d, VDPBatchNorm, VDPConv2d, VDPDropout,
-                              VDPFlatten, VDPIdentity, VDPLayerNorm, VDPLinear, VDPMaxPool2d, VDPModule,
+                              VDPFlatten, VDPGroupNorm, VDPIdentity, VDPLayerNorm, VDPLinear, VDPMaxPool2d, VDPModule,
                               VDPResidual, VDPSequential, VDPWeightLayer)
 
 
@@ -58,10 +61,13 @@ def register_converter(cls: type):
     return deco
 
 
+def _is_basic_block(m: nn.Module) -> bool:
+    return all(isinstance(getattr(m, n, None), nn.Module) for n in ("conv1", "bn1", "conv2", "bn2"))
+
+
 def _basic_block(m: nn.Module, convert) -> VDPModule | None:
     """torchvision ``BasicBlock`` / ``Bottleneck`` by attribute names, else None."""
-    names = ("conv1", "bn1", "conv2", "bn2")
-    if not all(isinstance(getattr(m, n, None), nn.Module) for n in names):
+    if not _is_basic_block(m):
         return None
     act = getattr(m, "relu", None) or nn.ReLU()
     layers = [m.conv1, m.bn1, act, m.conv2, m.bn2]
@@ -74,19 +80,74 @@ def _basic_block(m: nn.Module, convert) -> VDPModule | None:
     return VDPResidual(body, None if short is None else convert(short), convert(act))
 
 
-def convert_module(m: nn.Module, rho_init: float = -5.0) -> VDPModule:
-    """The VDP counterpart of ``m`` (recursively); raises :class:`BenchError` for unknown modules."""
+#: what :func:`convert_module` converts (the error message lists it)
+SUPPORTED = ("nn.Sequential chains, bench.vdp.Residual blocks, torchvision-style residual blocks (conv1, bn1, conv2, "
+             "bn2[, conv3, bn3], downsample / shortcut), Linear, Conv2d (grouped and depthwise too), BatchNorm, "
+             "LayerNorm, GroupNorm, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Flatten, Dropout, Identity, element-wise "
+             "activations ({acts}; first-order Taylor at the mean, eq. 4-5), and any type with a converter registered "
+             "by bench.vdp.register_converter (the UNet's)")
+
+
+def supported_text() -> str:
+    return SUPPORTED.format(acts=", ".join(c.__name__ for c in ELEMENTWISE))
+
+
+def _child_name(parent: nn.Module, parent_name: str, sub: nn.Module) -> str:
+    for n, m in parent.named_modules():
+        if m is sub and n:
+            return f"{parent_name}.{n}" if parent_name else n
+    return f"{parent_name}.<{type(sub).__name__}>" if parent_name else f"<{type(sub).__name__}>"
+
+
+def _leaf_rule(m: nn.Module) -> bool:
+    """Whether a module without children has a moment rule (:func:`convert_module`'s leaf cases)."""
+    if any(cls in _RULES for cls in type(m).__mro__):
+        return True
+    leaf = (nn.Linear, nn.Conv2d, nn.modules.batchnorm._BatchNorm, nn.LayerNorm, nn.GroupNorm, nn.MaxPool2d,
+            nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.Flatten, nn.Dropout, nn.Identity)
+    return isinstance(m, leaf) or type(m) in ELEMENTWISE
+
+
+def unsupported_message(m: nn.Module, name: str) -> str:
+    """Why VDP++ cannot convert ``m`` (qualified name ``name``), with what it supports."""
+    label = f"module {name!r}" if name else "the network itself"
+    if list(m.children()):
+        inner = []
+
+        def walk(mod, prefix):  # the modules inside with no rule (not descending into them)
+            for n, sub in mod.named_children():
+                q = f"{prefix}{n}"
+                if isinstance(sub, (nn.Sequential, Residual)):
+                    walk(sub, q + ".")
+                elif not _leaf_rule(sub) or (list(sub.children()) and not any(c in _RULES for c in type(sub).__mro__)
+                                             and not _is_basic_block(sub)):
+                    inner.append(f"{q} ({type(sub).__name__})")
+
+        walk(m, "")
+        why = ("a module with its own forward(): VDP++ converts a network structurally and cannot follow an "
+               "arbitrary forward; write it as nn.Sequential / bench.vdp.Residual or register a converter for "
+               f"{type(m).__name__}")
+        if inner:
+            why += f"; its layers without a moment rule: {', '.join(inner[:5])}"
+    else:
+        why = "no moment rule for this layer type"
+    return f"VDP++: no conversion for {type(m).__name__}, {label}: {why}. Supported: {supported_text()}"
+
+
+def convert_module(m: nn.Module, rho_init: float = -5.0, name: str = "") -> VDPModule:
+    """The VDP counterpart of ``m`` (recursively); raises :class:`BenchError` naming the first module
+    (its qualified name ``name...`` and type) that has no conversion, with the supported types."""
 
     def convert(sub: nn.Module) -> VDPModule:
-        return convert_module(sub, rho_init)
+        return convert_module(sub, rho_init, _child_name(m, name, sub))
 
     for cls in type(m).__mro__:
         if cls in _RULES:
             return _RULES[cls](m, convert)
     if isinstance(m, nn.Sequential):
         seq = VDPSequential()
-        for name, child in m.named_children():
-            seq.add_module(name, convert(child))
+        for child_name, child in m.named_children():
+            seq.add_module(child_name, convert(child))
         return seq
     if isinstance(m, Residual):
         return VDPResidual(convert(m.body), convert(m.shortcut), convert(m.post))
@@ -98,6 +159,8 @@ def convert_module(m: nn.Module, rho_init: float = -5.0) -> VDPModule:
         return VDPBatchNorm(m)
     if isinstance(m, nn.LayerNorm):
         return VDPLayerNorm(m)
+    if isinstance(m, nn.GroupNorm):
+        return VDPGroupNorm(m)
     if isinstance(m, nn.MaxPool2d):
         return VDPMaxPool2d(m)
     if isinstance(m, (nn.AvgPool2d, nn.AdaptiveAvgPool2d)):
@@ -114,10 +177,7 @@ def convert_module(m: nn.Module, rho_init: float = -5.0) -> VDPModule:
     block = _basic_block(m, convert)
     if block is not None:
         return block
-    raise BenchError(f"VDP: no conversion for {type(m).__name__}; supported: Sequential, Residual, Linear, "
-                     f"Conv2d, BatchNorm, LayerNorm, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Flatten, Dropout, "
-                     f"Identity, element-wise activations ({', '.join(c.__name__ for c in ELEMENTWISE)}), "
-                     f"torchvision-style residual blocks; add one with bench.vdp.register_converter")
+    raise BenchError(unsupported_message(m, name))
 
 
 class VDPNetwork(nn.Module):

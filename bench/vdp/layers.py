@@ -310,6 +310,29 @@ class VDPLayerNorm(VDPModule):
         return out, (var.mul_(scale2) if inplace else var * scale2)
 
 
+class VDPGroupNorm(VDPModule):
+    """Group norm, linearised as layer norm (eq. 14) and batch norm: the per-example, per-group
+    statistics of the mean are constants, ``sigma_y^2 = gamma_c^2 / (Var_group(mu_x) + eps) * sigma_x^2``."""
+
+    inplace_var = True
+
+    def __init__(self, gn: nn.GroupNorm):
+        super().__init__()
+        self.gn = gn
+
+    def forward(self, mu, var, inplace: bool = False):
+        out = self.gn(mu)
+        if var is None:
+            return out, None
+        n, c, g = mu.shape[0], mu.shape[1], self.gn.num_groups
+        v = mu.reshape(n, g, -1).var(dim=-1, unbiased=False)  # (N, G): the statistics GroupNorm uses
+        scale2 = (1.0 / (v + self.gn.eps)).repeat_interleave(c // g, dim=1)  # (N, C)
+        if self.gn.weight is not None:
+            scale2 = scale2 * self.gn.weight.square()
+        scale2 = scale2.view(n, c, *([1] * (mu.dim() - 2)))
+        return out, (var.mul_(scale2) if inplace else var * scale2)
+
+
 # -- pooling, reshaping, dropout -------------------------------------------------------------------
 class VDPMaxPool2d(VDPModule):
     """Co-pooling ("VDP++ for Convolutional Kernels", after [8]): the maximum of the means is
@@ -473,5 +496,5 @@ def softmax_jacobian_sq(p: torch.Tensor) -> torch.Tensor:
 
 
 __all__ = ["VDPModule", "VDPWeightLayer", "VDPLinear", "VDPConv2d", "VDPActivation", "VDPBatchNorm", "VDPLayerNorm",
-           "VDPMaxPool2d", "VDPAvgPool2d", "VDPFlatten", "VDPIdentity", "VDPDropout", "VDPSequential",
+           "VDPGroupNorm", "VDPMaxPool2d", "VDPAvgPool2d", "VDPFlatten", "VDPIdentity", "VDPDropout", "VDPSequential",
            "VDPResidual", "softmax_moments", "ELEMENTWISE"]

@@ -203,25 +203,31 @@ def load_cifar10_test(root: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def gallery_png(image: np.ndarray, seed: int = 0, names: Sequence[str] | None = None) -> bytes:
     """PNG of one image under every corruption (rows) at severity 0 (clean) to 5 (columns)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     image = np.asarray(image)
     if image.dtype != np.uint8 or image.shape != (SIZE, SIZE, 3):
         raise ValueError(f"expected one uint8 image (32, 32, 3), got {image.dtype} {image.shape}")
     names = list(NAMES if names is None else names)
-    fig = Figure(figsize=(1.0 * 6 + 1.6, 1.0 * len(names) + 0.4), dpi=100)
+    rows = {name: [image] + [corrupt(image[None], name, s, seed)[0] for s in SEVERITIES] for name in names}
+    return gallery_grid_png(rows, list(SEVERITIES))
+
+
+def gallery_grid_png(rows: dict, severities: Sequence) -> bytes:
+    """PNG of a grid of images: one row per corruption (``rows``: name -> [clean, one image per
+    severity]), columns titled "clean" and "severity s" for each of ``severities``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(1.0 * (len(severities) + 1) + 1.6, 1.0 * len(rows) + 0.4), dpi=100)
     FigureCanvasAgg(fig)
-    axes = fig.subplots(len(names), 6, squeeze=False)
-    for r, name in enumerate(names):
-        row = [image] + [corrupt(image[None], name, s, seed)[0] for s in SEVERITIES]
+    axes = fig.subplots(len(rows), len(severities) + 1, squeeze=False)
+    for r, (name, row) in enumerate(rows.items()):
         for c, img in enumerate(row):
             ax = axes[r, c]
             ax.imshow(img, interpolation="nearest")
             ax.set_xticks([])
             ax.set_yticks([])
             if r == 0:
-                ax.set_title("clean" if c == 0 else f"severity {c}", fontsize=9)
+                ax.set_title("clean" if c == 0 else f"severity {severities[c - 1]}", fontsize=9)
             if c == 0:
                 ax.set_ylabel(name, rotation=0, ha="right", va="center", fontsize=9)
     fig.subplots_adjust(left=0.2, right=0.99, top=1 - 0.35 / fig.get_figheight(),
