@@ -250,7 +250,9 @@ def test_the_suite_travels_to_a_worker_without_its_tensors(tmp_path):
         p for p in local.records if p.name.startswith("id-")).relative_to(tmp_path / "local")
     a = json.loads(dist[0].read_text())["metrics"]
     b = json.loads(next(p for p in local.records if p.name.startswith("id-")).read_text())["metrics"]
-    assert a == b
+    # the same network and data; float32 sums may be ordered differently in the worker process
+    # (thread count), hence agreement to 1e-6 rather than bit identity
+    assert a.keys() == b.keys() and all(a[k] == b[k] if b[k] is None or isinstance(b[k], (str, dict, list)) else a[k] == pytest.approx(b[k], rel=1e-6, abs=1e-9) for k in a)
 
 
 # ------------------------------------------------------------------------------ command-line models
