@@ -583,12 +583,13 @@ class Harness:
         it failed earlier on the data held now (kept until ``--force``; an executor failure or a
         failure on other data is retried), or every evaluation record exists, made from that data.
         Read-only: the driver of a distributed run asks it before sending a cell anywhere."""
-        return self.cell_state(cid).why
+        return self.cell_state(cid, complete=False).why
 
-    def cell_state(self, cid: CellIdentity) -> CellState:
+    def cell_state(self, cid: CellIdentity, complete: bool = True) -> CellState:
         """What the store holds for the cell ``cid``, read once: :meth:`finished`'s answer (``why``),
         its failure record, the evaluation sets still to do (``pending``: missing, or made from other
-        data, counted in ``stale``). With ``force`` nothing is read and every set is pending."""
+        data, counted in ``stale``). With ``force`` nothing is read and every set is pending.
+        ``complete=False`` stops at the first pending set (``why`` is then right, the lists partial)."""
         if self.forced(cid.base["method"]):
             return CellState(None, None, list(self.data.eval_sets), 0)
         failure = self.store.read(cid.run_dir, "fit", "fit", None)
@@ -605,6 +606,8 @@ class Harness:
                 rec, unkept = None, unkept + 1
             if rec is None:
                 pending.append(e)
+                if not complete:
+                    break
         why = None if pending else f"all {len(self.data.eval_sets)} evaluation records exist"
         return CellState(why, failure, pending, stale, unkept)
 

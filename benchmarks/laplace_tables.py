@@ -9,7 +9,7 @@ Tables (markdown on stdout), each from ``results/<suite>/records`` of one model:
             and paired differences over seeds against MAP and against the random subnet;
   overlap   how much the criteria's subnets share (IoU, per seed, from the fitted checkpoints)
             and where they sit (fraction of the subnet per layer);
-  swag      SWAG with one snapshot per epoch (the authors') against one every 20 SGD steps (the
+  swag      SWAG with one snapshot per epoch (laplace-torch's mask's rule) against one every 20 SGD steps (the
             cheaper estimate the larger networks use here): subnet overlap and paired differences;
   size      the subnet-size sweep, Wasserstein (SWAG) against a random subnet of the same size;
   schemes   selection criterion x inference scheme at equal size: each criterion's subnet under
@@ -183,7 +183,7 @@ def table_swag(runs: Runs, a) -> list[list[str]]:
             i, j = fitted_indices(a.results, a.suite, runs.model, h, s), fitted_indices(a.results, a.suite, runs.model, ref_h, s)
             if i is not None and j is not None:
                 ious.append(iou(i, j))
-        rows.append(["256, one per epoch (authors')" if every is None else f"256, one every {every} SGD steps",
+        rows.append(["256, one per epoch" if every is None else f"256, one every {every} SGD steps",
                      ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["sh_nll"], "{:.3f}"), ms(p["auroc"], "{:.3f}"),
                      ms([v for v in secs if v is not None], "{:.0f}"), ms(ious, "{:.3f}") if every else "-",
                      "-" if every is None else paired(p, ref, "sh_nll", "{:+.3f}")])

@@ -6,8 +6,8 @@ subnetwork-inference-laplace.txt), section "The full subnetwork inference algori
 1. MAP estimate of all weights -- the benchmark's cached MAP network (``ctx.map_cache``);
 2. select a subnetwork -- "Q3": the weights with the largest marginal variance, the minimiser
    of the Wasserstein distance to a factorised full posterior. ``criterion="wasserstein"``
-   (default) estimates the marginal variances as the authors' code does, with diagonal SWAG
-   (256 snapshots, lr 1e-2); ``"wasserstein_diag_laplace"`` with a diagonal Laplace (the
+   (default) estimates the marginal variances with diagonal SWAG, as laplace-torch's port of the
+   authors' mask does (256 snapshots here, this project's choice; lr 1e-2); ``"wasserstein_diag_laplace"`` with a diagonal Laplace (the
    paper's text). Both skip weights the training data cannot identify
    (:mod:`bench.subnet.identifiability`; the count is in the record). Any other criterion of
    :mod:`bench.subnet.selection` (``random``, ``magnitude``, ``gradient``) works at equal size;

@@ -17,6 +17,16 @@ def blobs(n: int, seed: int):
     return x, y
 
 
+def bar_classes(n: int, seed: int, k: int = 3, in_shape=(1, 8, 8)):
+    """n images of k classes, each class a bright horizontal bar pair (rows 2y and 2y+1 of channel 0)
+    over faint noise: a learnable signal for any network (the method contract tests)."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, k, (n,), generator=g)
+    x = torch.randn(n, *in_shape, generator=g) * 0.3
+    x[torch.arange(n), 0, y * 2, :] += 2.0
+    return x, y
+
+
 class TouchOnUnpickle:
     """Unpickling this runs ``Path.touch(marker)``: stands for any code a crafted pickle runs
     (checkpoints, dataset files); a loader that is safe leaves ``marker`` absent."""

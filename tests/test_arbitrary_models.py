@@ -19,6 +19,7 @@ from bench.seeding import seed_everything
 from bench.tasks import classification
 from bench.training import TrainConfig
 from methods import METHODS
+from synthetic import bar_classes
 from methods.base import MethodContext
 
 IN_SHAPE, K = (1, 8, 8), 3
@@ -119,11 +120,7 @@ class Attention(nn.Module):
 
 
 def data(n=64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    y = torch.randint(0, K, (n,), generator=g)
-    x = torch.randn(n, *IN_SHAPE, generator=g) * 0.3
-    x[torch.arange(n), 0, y * 2, :] += 2.0  # a learnable class signal
-    return x, y
+    return bar_classes(n, seed, K, IN_SHAPE)
 
 
 def context(root, factory=user_net, seed=0) -> MethodContext:

@@ -19,6 +19,7 @@ from bench.seeding import seed_everything
 from bench.tasks import classification
 from bench.training import TrainConfig
 from methods import METHODS
+from synthetic import bar_classes
 from methods.base import Method, MethodContext
 
 # plugins outside the repository are checked too: installed ones (entry-point group bench.methods)
@@ -36,11 +37,7 @@ TINY = {"deep_ensemble": {"members": 2}, "subnet_laplace": {"n_subnet": 50, "swa
 
 
 def data(n=96, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    y = torch.randint(0, K, (n,), generator=g)
-    x = torch.randn(n, *IN_SHAPE, generator=g) * 0.3
-    x[torch.arange(n), 0, y * 2, :] += 2.0  # a learnable class signal
-    return x, y
+    return bar_classes(n, seed, K, IN_SHAPE)
 
 
 def context(tmp_path, seed=0, device=torch.device("cpu")) -> MethodContext:

@@ -36,7 +36,7 @@ Criteria (registry ``CRITERIA``):
   (laplace-torch's ``LargestVarianceDiagLaplaceSubnetMask``), restricted to weights with
   non-zero curvature (:class:`DegenerateSubnetError` otherwise).
 * ``largest_variance_swag`` -- largest marginal variance under diagonal SWAG (laplace-torch's
-  ``LargestVarianceSWAGSubnetMask``, as in the authors' code).
+  ``LargestVarianceSWAGSubnetMask``, the library's port of the authors' mask).
 
 Every criterion supports ``per_layer=True``: the budget ``k`` is split over layers in
 proportion to their candidate counts (largest-remainder rounding, so the total stays ``k``)
@@ -351,7 +351,7 @@ class RandomCriterion(SubnetCriterion):
 # under a factorised (diagonal) full-network posterior this is solved exactly by keeping the
 # weights with the LARGEST MARGINAL VARIANCES. The variances come from laplace-torch: a
 # diagonal GGN Laplace over all weights (``largest_variance_diag_laplace``, the paper's
-# choice) or diagonal SWAG (``largest_variance_swag``, also in the authors' code).
+# choice) or diagonal SWAG (``largest_variance_swag``, laplace-torch's port of the authors' mask).
 #
 # Indexing: laplace-torch's masks score ``parameters_to_vector(model.parameters())`` -- the
 # same flat layout as :func:`param_layout` as long as every parameter requires grad (the
@@ -633,7 +633,7 @@ class LargestVarianceDiagLaplaceCriterion(VarianceCriterion):
     """Largest marginal variance under a diagonal GGN Laplace over all weights, through
     laplace-torch's ``LargestVarianceDiagLaplaceSubnetMask``: the subnetwork-Laplace paper's
     Wasserstein criterion with the diagonal-Laplace estimate of the marginal variances (the
-    paper's text; its authors' code uses diagonal SWAG, :class:`LargestVarianceSWAGCriterion`).
+    paper's text; laplace-torch's port of the authors' mask uses diagonal SWAG, :class:`LargestVarianceSWAGCriterion`).
 
     var = 1 / (h + tau) is monotone in the curvature h, so this criterion picks the least
     constrained weights; the ranking does not depend on the scalar prior precision. Weights with
@@ -671,10 +671,11 @@ class LargestVarianceDiagLaplaceCriterion(VarianceCriterion):
 @register_criterion("largest_variance_swag")
 class LargestVarianceSWAGCriterion(VarianceCriterion):
     """Largest marginal variance under diagonal SWAG (:func:`bench.laplace.swag.fit_diagonal_swag`,
-    the estimator of laplace-torch's ``LargestVarianceSWAGSubnetMask`` and of the subnetwork-Laplace
-    authors' code): SGD (momentum 0.9, weight decay 3e-4) at a constant learning rate from the MAP
-    weights, the variance of ``n_snapshots`` iterates. Defaults are the authors' settings (256
-    snapshots, lr 1e-2, one snapshot per epoch); ``snapshot_every`` (SGD steps) shortens the run."""
+    the estimator of laplace-torch's ``LargestVarianceSWAGSubnetMask``, the library's port of the
+    subnetwork-Laplace authors' mask): SGD (momentum 0.9, weight decay 3e-4) at a constant learning rate from the MAP
+    weights, the variance of ``n_snapshots`` iterates. Defaults: 256 snapshots (this project's
+    choice: the paper gives none, laplace-torch's mask defaults to 40), lr 1e-2 and one snapshot per
+    epoch (as laplace-torch's); ``snapshot_every`` (SGD steps) shortens the run."""
 
     def __init__(self, size, *, n_snapshots: int = 256, snapshot_every: int | None = None, lr: float = 0.01,
                  momentum: float = 0.9, weight_decay: float = 3e-4,
@@ -720,14 +721,14 @@ _SWAG_CACHE_SIZE = 8
 
 @register_criterion("wasserstein")
 class WassersteinCriterion(LargestVarianceSWAGCriterion):
-    """The subnetwork-Laplace paper's Wasserstein criterion as its authors ran it: largest
-    marginal variance under diagonal SWAG (256 snapshots, lr 1e-2)."""
+    """The subnetwork-Laplace paper's Wasserstein criterion with the marginal variances of diagonal
+    SWAG (laplace-torch's port of the authors' mask; 256 snapshots here, lr 1e-2)."""
 
 
 @register_criterion("wasserstein_diag_laplace")
 class WassersteinDiagLaplaceCriterion(LargestVarianceDiagLaplaceCriterion):
     """The Wasserstein criterion with the marginal variances of a diagonal Laplace (the paper's
-    text) instead of SWAG (its authors' code)."""
+    text) instead of SWAG (laplace-torch's port of the authors' mask)."""
 
 
 def subnet_digest(indices: torch.Tensor) -> str:

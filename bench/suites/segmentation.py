@@ -263,8 +263,8 @@ class CamVidC(_CorruptedSegmentation):
             # trains from scratch with 2 posterior samples per step (as imagenetc quick's PBN), MC
             # dropout predicts with 10 samples
             # the weight-space Laplace variants 10 posterior samples (as MC dropout); the subnet's SWAG
-            # (the authors' 256 snapshots) on batches of 4 images (the training batch, 76,800 pixels;
-            # the authors' 128 examples would be 128 images a step) with one snapshot every 4 SGD steps
+            # (256 snapshots, this project's choice) on batches of 4 images (the training batch, 76,800
+            # pixels; the classification batch of 128 would be 128 images a step) with one snapshot every 4 SGD steps
             # (~11 epochs) instead of one per epoch (256 epochs)
             "methods": {**VI_PER_IMAGE, "pbn": {"lr": 0.005, "epochs": 2, **KL_PER_IMAGE},
                         "mfvi": {"train_samples": 2, **KL_PER_IMAGE}, "mc_dropout": {"samples": 10},
