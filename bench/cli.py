@@ -526,6 +526,12 @@ def cmd_leaderboard(args) -> int:
                              "(<results>/<suite>/tuning/<profile>.json: run python -m bench tune)")
         df = df[~not_chosen(df, chosen)]
     boards = build_boards(df, args.metric)
+    if args.chosen_only:
+        from bench.tuning import edge_notes
+
+        edges = edge_notes(args.results)
+        for b in boards:
+            b.notes += edges.get((b.suite, b.profile, b.model), [])
     paths = write_leaderboard(boards, args.out, args.results, filters, args.metric)
     if args.print_tables:
         from bench.leaderboard.output import tables_markdown

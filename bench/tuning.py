@@ -216,6 +216,29 @@ def chosen_configs(results_dirs) -> dict[tuple[str, str, str, str], str]:
     return out
 
 
+def edge_notes(results_dirs) -> dict[tuple[str, str, str], list[str]]:
+    """``(suite, profile, model) -> notes`` naming each tuned method whose stored choice sits at an
+    end of a swept range (:func:`at_edge`): its row is the best of the space, and a value beyond
+    the space may do better, so the comparison holds for this space only."""
+    out: dict[tuple[str, str, str], list[str]] = {}
+    for d in results_dirs:
+        for path in sorted(Path(d).glob("*/tuning/*.json")):
+            doc = read_tuning(path)
+            for method, entry in sorted((doc.get("methods") or {}).items()):
+                space = entry.get("space") or {}
+                for c in entry.get("choices", []):
+                    parts = []
+                    for k in c.get("at_edge") or []:
+                        vals = sorted(v for v in space.get(k, []) if isinstance(v, (int, float)))
+                        end = "smallest" if c["chosen"].get(k) == vals[0] else "largest"
+                        parts.append(f"{k} = {c['chosen'][k]:g}, the {end} of {', '.join(f'{v:g}' for v in vals)}")
+                    if parts:
+                        out.setdefault((doc["suite"], doc["profile"], c["model"]), []).append(
+                            f"{method}: its tuning chose the edge of the swept range ({'; '.join(parts)}): a value "
+                            "beyond it may do better; the row is the best of this space")
+    return out
+
+
 def not_chosen(df, chosen: dict):
     """Boolean mask of the records ``--chosen-only`` leaves out: every configuration of a method
     that a stored tuning covers (same suite, profile and model) other than the one it chose -- the

@@ -77,6 +77,8 @@ def test_tune_sweeps_the_space_and_chooses_the_lowest_validation_nll(tmp_path, c
     board = capsys.readouterr().out
     rows = [line for line in board.splitlines() if line.startswith("| mc_dropout")]
     assert len(rows) == 1, rows
+    edge_note = "mc_dropout: its tuning chose the edge of the swept range"
+    assert (edge_note in board) == bool(choice["at_edge"]), (choice, board)  # named exactly when at an edge
     assert main(["leaderboard", "--results", str(out), "--out", str(tmp_path / "lb"), "--include-smoke",
                  "--print-tables"]) == 0
     assert len([line for line in capsys.readouterr().out.splitlines() if line.startswith("| mc_dropout")]) == 5
@@ -88,6 +90,7 @@ def test_tune_sweeps_the_space_and_chooses_the_lowest_validation_nll(tmp_path, c
     ranked, _, apart = md.partition("Configurations the tuning did not choose (not ranked)")
     assert apart, "no table of the configurations the tuning did not choose"
     first_board = ranked.split("What the table shows")[0]
+    assert (edge_note in first_board) == bool(choice["at_edge"])
     assert len([x for x in first_board.splitlines() if x.startswith("| mc_dropout")]) == 1
     apart_table = apart.split("\n\n#")[0]
     assert len([x for x in apart_table.splitlines() if x.startswith("| mc_dropout")]) == 4
@@ -147,6 +150,29 @@ def test_candidates_are_this_sweeps_configurations_only():
     assert len(choose_on_validation(df, "pbn", ("beta_start",))) > 1
     with pytest.raises(BenchError, match="no validation records"):   # another profile's sweep: none
         choose_on_validation(df, "pbn", ("beta_start",), configs=space, profile="smoke")
+
+
+def test_a_choice_at_an_edge_of_the_space_is_a_note_of_its_board(tmp_path):
+    """The leaderboard and report note of a tuned method whose choice is an end of a swept range of
+    three or more values (here the smallest p and the largest kl_weight); an interior choice, and a
+    two-valued option (every value an end), give none."""
+    def choice(values, h):
+        cand = [{"values": values, "config_hash": h, "score": 0.5, "per_seed": {0: 0.5}, "validity": "ok"}] * 4
+        return {"model": "m", "chosen": values, "chosen_config_hash": h, "seeds": [0], "metric": "validation nll",
+                "candidates": cand, "chosen_among_valid": True}
+
+    entries = {"mc_dropout": tuning.summarize("mc_dropout", [choice({"p": 0.05}, "a")]),
+               "vdp": tuning.summarize("vdp", [choice({"kl_weight": 0.1}, "b")]),
+               "pbn": tuning.summarize("pbn", [choice({"beta_start": 0.01, "rho_lr": 0.05}, "c")])}
+    tuning.write_tuning(tmp_path, "toy", "quick", entries, {})
+    notes = tuning.edge_notes([tmp_path])
+    assert list(notes) == [("toy", "quick", "m")]
+    (mc, vdp) = notes[("toy", "quick", "m")]
+    assert mc.startswith("mc_dropout:") and "p = 0.05, the smallest of 0.05, 0.1, 0.2, 0.3" in mc
+    assert vdp.startswith("vdp:") and "kl_weight = 0.1, the largest of 0.0001, 0.001, 0.01, 0.1" in vdp
+    entries["mc_dropout"] = tuning.summarize("mc_dropout", [choice({"p": 0.2}, "a")])
+    tuning.write_tuning(tmp_path, "toy", "quick", entries, {})
+    assert [n.split(":")[0] for n in tuning.edge_notes([tmp_path])[("toy", "quick", "m")]] == ["vdp"]
 
 
 def test_tuning_one_method_keeps_the_others_entries(tmp_path):
