@@ -180,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="where leaderboard.{html,md,csv} and figures/ go (default: reports/leaderboard)")
     lb.add_argument("--metric", default="shift.nll",
                     help="ranking column: id.<m>, shift.<m> (m: accuracy, nll, brier, ece; segmentation: miou, "
-                         "pixel_accuracy; regression: rmse) or ood.<set>.auroc (default: shift.nll)")
+                         "pixel_accuracy, dice (binary suites, e.g. camvid_binary); regression: rmse) or ood.<set>.auroc (default: shift.nll)")
     for name, what in (("suite", "suites"), ("model", "models"), ("profile", "profiles"), ("method", "methods"),
                        ("commit", "commits (prefixes)")):
         lb.add_argument(f"--{name}", type=_csv, default=None, help=f"only these {what}, comma-separated")

@@ -141,6 +141,9 @@ def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
         for combo in itertools.product(*(sweep[k] for k in keys)) if keys else [()]:
             overrides = {**base, **dict(zip(keys, combo))}
             cls.check_config(overrides)
+            check_task = getattr(cls, "check_task_config", None)
+            if check_task is not None:  # options that depend on the suite's task (e.g. one weight per class)
+                check_task(suite.task, overrides)
             configs.append({**cls.defaults, **overrides})
         if getattr(suite, "pretrained_map", False):
             # the MAP network is a published pretrained one: a method that trains its own network(s)

@@ -136,6 +136,12 @@ def _tensors(obj):
 
 
 def score_set(task_kind: str, pred, eval_set: EvalSet, id_pred=None) -> tuple[dict, dict]:
+    if task_kind == "multilabel":
+        from bench import multilabel_metrics as ML
+
+        if eval_set.kind == "ood":
+            return ML.ood_metrics(id_pred.probs, pred.probs, id_pred.sample_probs, pred.sample_probs)
+        return ML.multilabel_metrics(pred.probs, eval_set.y, pred.sample_probs)
     if task_kind == "regression":
         return M.regression_metrics(pred.mean, pred.var, eval_set.y), {}
     if eval_set.kind == "ood":
@@ -160,7 +166,7 @@ def score_segmentation(method, e: EvalSet, task, batch_size: int, device, worker
             check_finite(pred, f"{e.kind} set {e.shift} severity {e.severity}")
             check_predictive(task, pred, len(yb), f"{e.kind} set {e.shift} severity {e.severity}",
                              pixels=tuple(yb.shape[-2:]))
-            acc.update(pred.probs, yb.reshape(-1).to(pred.probs.device), pred.sample_probs)
+            acc.update(pred.probs, yb.reshape(-1).to(pred.probs.device), pred.sample_probs, images=len(yb))
             for i in range(max(0, min(e.keep_maps - seen, len(xb)))):
                 maps.append(uncertainty_maps(pred, i, xb.shape[-2:], task.num_outputs))
             seen += len(xb)
@@ -233,6 +239,13 @@ def check_predictive(task, pred, n: int, where: str, *, targets: torch.Tensor | 
             fail(f"predictive {name} has {int((t < 0).sum())} negative value(s) (min {t.min().item():.4g}); "
                  f"variances must be >= 0")
 
+    if task.kind == "multilabel":  # per-label probabilities of independent Bernoullis: rows need not sum to 1
+        from bench.multilabel_metrics import predictive_problem
+
+        problem = predictive_problem(pred, n, int(task.num_outputs), PROB_TOLERANCE)
+        if problem:
+            fail(problem)
+        return
     if task.per_class:
         k = int(task.num_outputs)
         rows = n if pixels is None else n * int(pixels[0]) * int(pixels[1])
@@ -358,11 +371,15 @@ def num_observations(suite, plan: RunPlan, data: SuiteData) -> int:
 
 def check_labels(suite, data: SuiteData) -> None:
     """A :class:`BenchError` (exit 2) when a label held in memory lies outside the task's classes
-    [0, K) (segmentation: and is not its ignore label). Loaders check the files they read and name
-    them (``datasets.labels``); this stops any other suite before every fit of the grid meets it."""
+    [0, K) (segmentation: and is not its ignore label; multilabel: targets not (N, L) 0/1 floats).
+    Loaders check the files they read and name them (``datasets.labels``); this stops any other
+    suite before every fit of the grid meets it."""
+    from bench.multilabel_metrics import target_problem
     from datasets.labels import label_problem
 
-    if not suite.task.per_class:
+    if suite.task.kind == "multilabel":
+        label_problem = lambda y, k, _ignore: target_problem(y, k)  # noqa: E731 - the same loop below
+    elif not suite.task.per_class:
         return
     sets = [("training", data.train_y), ("validation", data.val_y)]
     sets += [(f"{e.kind} set {e.shift}" + ("" if e.severity is None else f" severity {e.severity:g}"), e.y)
@@ -663,7 +680,7 @@ class Harness:
         kind = self.suite.task.kind
         id_set = self.data.id_set()
         id_pred = None
-        needs_id = kind == "classification" and any(e.kind == "ood" for e in pending)
+        needs_id = kind in ("classification", "multilabel") and any(e.kind == "ood" for e in pending)
         times, n_seen = 0.0, 0
         order = sorted(pending, key=lambda e: e.kind != "id")  # the id set first: OOD scores need it
         if needs_id and id_set not in order:
@@ -709,6 +726,12 @@ class Harness:
                 rec["data_fingerprint"] = e.fingerprint
             if kind in ("classification", "segmentation"):
                 rec["num_classes"] = int(self.suite.task.num_outputs)
+            if kind == "multilabel":  # the labels, and the uninformed reference on this set's targets
+                rec["num_labels"] = int(self.suite.task.num_outputs)
+                if e.kind != "ood" and e.y is not None:
+                    from bench.multilabel_metrics import prevalence_reference
+
+                    rec["reference"] = prevalence_reference(self.data.train_y, e.y)
             if e is id_set:
                 verdict_now = validity.verdict(validity.run_view(rec), checks)
             rec["validity"] = (verdict_now if verdict_now is not None

@@ -296,6 +296,7 @@ def check_network(net: nn.Module, in_shape, task, what: str) -> None:
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         need = {"classification": f"one row of {want[1]} logits per example",
                 "regression": "one row (mean, raw variance) per example",
-                "segmentation": f"one row of {want[1]} logits per pixel (end with bench.models.PixelRows)"}[task.kind]
+                "segmentation": f"one row of {want[1]} logits per pixel (end with bench.models.PixelRows)",
+                "multilabel": f"one row of {want[1]} logits (one per label) per example"}[task.kind]
         raise BenchError(f"{what}: outputs {got} for a batch of 2 inputs; a {task.kind} network of this suite must "
                          f"output {want}: {need}")

@@ -37,7 +37,7 @@ GROUP = "bench.methods"
 #: what ``STARTS_FROM`` may be (methods.base.Method)
 STARTS = ("map", "maps", "scratch")
 #: task kinds a method may list in ``tasks``
-TASK_KINDS = ("classification", "regression", "segmentation")
+TASK_KINDS = ("classification", "regression", "segmentation", "multilabel")
 
 
 @dataclass(frozen=True)

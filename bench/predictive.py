@@ -6,6 +6,8 @@ propagate moments (VDP++) may add ``variance`` (N,): the propagated output varia
 predicted class, reported as the ``vdp_variance`` metric.
 Regression: a Gaussian (mixture) summarised by ``mean`` and ``var`` (N,), with the
 per-sample means and variances when the method samples.
+Multi-label: per-label probabilities ``probs`` (N, L) of independent Bernoullis (the mean of the
+sampled sigmoids) and, for sampling methods, ``sample_probs`` (S, N, L).
 """
 from __future__ import annotations
 
@@ -84,3 +86,33 @@ def split_regression_output(out: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 
 def concat(parts):
     return type(parts[0]).cat(parts)
+
+
+@dataclass
+class MultilabelPredictive:
+    """Multi-label: ``probs`` (N, L), each entry the predictive probability that label l is present
+    (the mean over posterior samples of the sigmoids), and the per-sample ``sample_probs`` (S, N, L)
+    for sampling methods. The labels are independent Bernoullis given the weights; their rows do not
+    sum to 1."""
+
+    probs: torch.Tensor
+    sample_probs: torch.Tensor | None = None
+
+    @classmethod
+    def from_samples(cls, sample_probs: torch.Tensor) -> "MultilabelPredictive":
+        return cls(probs=sample_probs.mean(0), sample_probs=sample_probs)
+
+    @classmethod
+    def from_logits(cls, logits: torch.Tensor) -> "MultilabelPredictive":
+        return cls(probs=torch.sigmoid(logits.float()))
+
+    @classmethod
+    def cat(cls, parts: list["MultilabelPredictive"]) -> "MultilabelPredictive":
+        sample_probs = None
+        if all(p.sample_probs is not None for p in parts):
+            sample_probs = torch.cat([p.sample_probs for p in parts], dim=1)
+        return cls(torch.cat([p.probs for p in parts]), sample_probs)
+
+    def to(self, device) -> "MultilabelPredictive":
+        s = None if self.sample_probs is None else self.sample_probs.to(device)
+        return MultilabelPredictive(self.probs.to(device), s)

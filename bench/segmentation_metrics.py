@@ -29,6 +29,16 @@ as ``sklearn.metrics.confusion_matrix``):
 * ``accuracy_per_class[c]`` = TP / (TP + FN) (recall); ``None`` for classes absent from the
   ground truth. ``mean_class_accuracy`` averages the defined ones (mmsegmentation's mAcc).
 * ``pixel_accuracy`` = trace / total.
+* ``dice_per_class[c]`` = 2 TP / (2 TP + FP + FN) = 2 TP / (ground-truth + predicted pixels of c),
+  pooled over every valid pixel of the set (global Dice); ``None`` when both are 0 (as IoU).
+  ``mean_dice`` averages the defined ones. ``dice``: on a binary task (K = 2, foreground =
+  class 1, e.g. ``camvid_binary``) the global Dice of the predicted foreground mask (arg-max),
+  ``dice_per_class[1]``; ``None`` for K > 2.
+* ``dice_per_image`` (binary tasks, when ``update`` is told the batch's ``images``): the mean over
+  images of each image's foreground Dice over its valid pixels; an image with no foreground in
+  its labels and none predicted scores 1 (nothing to find, nothing found: the medical
+  segmentation convention, e.g. MONAI's ``ignore_empty=False``), and ``dice_empty_images``
+  counts them. Without ``images`` (or K > 2) it is ``None``.
 
 Error detection (``error_auroc``, ``error_aupr``): the score is the predictive entropy of
 ``probs``, the positive class "pixel misclassified" (arg-max != label). The scores are
@@ -82,6 +92,14 @@ DEFINITIONS = {
     "error_auroc_mi": "error AUROC with the mutual information as the score (sampling methods only)",
     "error_aupr_mi": "error average precision with the mutual information as the score (sampling methods only)",
     "n_pixels": "number of valid pixels (label != ignore index)",
+    "dice": "binary tasks (foreground = class 1): 2 TP / (2 TP + FP + FN) of the arg-max foreground mask, pooled "
+            "over every valid pixel of the set (global Dice); undefined for more than 2 classes",
+    "dice_per_image": "binary tasks: mean over images of each image's foreground Dice over its valid pixels, an "
+                      "image with no foreground in the labels and none predicted counting 1",
+    "dice_per_class": "2 TP / (2 TP + FP + FN) per class, pooled over the set, undefined (None) when the class is "
+                      "neither in the ground truth nor predicted",
+    "mean_dice": "mean of the defined per-class Dice scores",
+    "dice_empty_images": "binary tasks: images with no foreground in the labels and none predicted (Dice 1 each)",
 }
 
 
@@ -151,9 +169,14 @@ class SegmentationScores:
         self.hist_entropy = torch.zeros(2, self.uncertainty_bins, **i64)
         self.hist_mi = torch.zeros(2, self.uncertainty_bins, **i64)
         self.with_samples: bool | None = None  # every batch must agree
+        # binary tasks, per image (update(..., images=n)): sum of the images' foreground Dice, images, empty ones
+        self.dice_image_sum, self.dice_images, self.dice_empty_images = 0.0, 0, 0
 
     # ------------------------------------------------------------------ update
-    def update(self, probs: torch.Tensor, labels: torch.Tensor, sample_probs: torch.Tensor | None = None) -> None:
+    def update(self, probs: torch.Tensor, labels: torch.Tensor, sample_probs: torch.Tensor | None = None,
+               images: int | None = None) -> None:
+        """``images``: the batch holds that many images of equal size, rows image-major (binary
+        tasks then also accumulate the per-image Dice)."""
         K = self.num_classes
         if probs.dim() != 2 or probs.shape[1] != K:
             raise ValueError(f"probs must be (N, {K}) (pixels as rows), got {tuple(probs.shape)}")
@@ -177,6 +200,8 @@ class SegmentationScores:
             raise ValueError(f"labels {values[:10]}{' ...' if len(values) > 10 else ''} are outside [0, {K}) "
                              f"and are not the ignore index {self.ignore_index}")
         self.with_samples = has
+        if images is not None and K == 2:
+            self._update_image_dice(probs, labels, valid, int(images))
         if not bool(valid.all()):
             probs, labels = probs[valid], labels[valid]
             sample_probs = None if sample_probs is None else sample_probs[:, valid]
@@ -221,6 +246,21 @@ class SegmentationScores:
         for key, value in zip(batch, values):
             self.sums[key] += value
 
+    @torch.no_grad()
+    def _update_image_dice(self, probs: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor, images: int) -> None:
+        if images < 1 or probs.shape[0] % images:
+            raise ValueError(f"{probs.shape[0]} pixel rows cannot be {images} images of equal size")
+        pred = probs.double().max(-1)[1]  # the confusion matrix's arg-max
+        fg_pred = ((pred == 1) & valid).view(images, -1)
+        fg_true = ((labels == 1) & valid).view(images, -1)
+        inter = (fg_pred & fg_true).sum(1).double()
+        size = (fg_pred.sum(1) + fg_true.sum(1)).double()
+        empty = size == 0
+        dice = torch.where(empty, torch.ones_like(size), 2 * inter / size.clamp_min(1))
+        self.dice_image_sum += float(dice.sum())
+        self.dice_images += images
+        self.dice_empty_images += int(empty.sum())
+
     def _histogram(self, score: torch.Tensor, wrong: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
         """(2, bins) counts of ``score`` over ``edges`` for the correct [0] and wrong [1] pixels;
         bin b holds (e_b, e_{b+1}], bin 0 also e_0 (bench.metrics.entropy_histogram's convention)."""
@@ -249,6 +289,8 @@ class SegmentationScores:
         union = gt + predicted - tp
         iou = [None if u == 0 else v for v, u in zip((tp / union.clamp_min(1)).tolist(), union.tolist())]
         acc = [None if g == 0 else v for v, g in zip((tp / gt.clamp_min(1)).tolist(), gt.tolist())]
+        both = gt + predicted
+        dice = [None if b == 0 else v for v, b in zip((2 * tp / both.clamp_min(1)).tolist(), both.tolist())]
         n_wrong = int(self.hist_entropy[1].sum())
 
         def mean(values):
@@ -273,6 +315,11 @@ class SegmentationScores:
             "error_auroc_mi": None,
             "error_aupr_mi": None,
             "n_pixels": n,
+            "dice": dice[1] if self.num_classes == 2 else None,
+            "dice_per_image": self.dice_image_sum / self.dice_images if self.dice_images else None,
+            "dice_per_class": dice,
+            "mean_dice": mean(dice),
+            "dice_empty_images": self.dice_empty_images if self.dice_images else None,
         }
         if self.with_samples:
             out["error_auroc_mi"] = binned_auroc(self.hist_mi[1], self.hist_mi[0])[0]

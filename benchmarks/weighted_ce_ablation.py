@@ -33,26 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench.checkpoints import MapCache  # noqa: E402
+from bench.class_weights import median_frequency_weights  # noqa: E402  (as pbn / mfvi class_weights)
 from bench.data import EvalSet  # noqa: E402
 from bench.harness import score_segmentation  # noqa: E402
 from experiment_cli import grid_map_cache, run_experiment  # noqa: E402
 
 COLUMNS = ("miou", "pixel_accuracy", "mean_class_accuracy", "nll", "ece", "brier", "error_auroc")
-
-
-def median_frequency_weights(labels: torch.Tensor, num_classes: int, ignore_index: int) -> torch.Tensor:
-    """w_c = median_c(f_c) / f_c, f_c = pixels of class c / pixels of the images in which c occurs
-    (labelled pixels only)."""
-    count = torch.zeros(num_classes, dtype=torch.float64)
-    present_total = torch.zeros(num_classes, dtype=torch.float64)
-    for y in labels:
-        y = y.reshape(-1)
-        y = y[y != ignore_index].long()
-        c = torch.bincount(y, minlength=num_classes).double()
-        count += c
-        present_total += (c > 0).double() * y.numel()
-    freq = count / present_total.clamp_min(1)
-    return (freq.median() / freq.clamp_min(1e-12)).float()
 
 
 class WeightedTask:

@@ -77,6 +77,8 @@ class LaplaceMethod(Method):
     VALIDITY_CHECKS = ("informative", "map_converged", "laplace_prior_grid", "laplace_predictive_variance")
 
     tasks = ("classification",)
+    UNSUPPORTED = {"multilabel": "laplace-torch has no Bernoulli (sigmoid) likelihood, and this project's "
+                                 "GGN and predictive code (bench/laplace) is written for the softmax"}
     #: laplace.Laplace(subset_of_weights=..., hessian_structure=...)
     subset_of_weights = "all"
     hessian_structure = "full"

@@ -23,7 +23,7 @@ class DeepEnsemble(Method):
     STARTS_FROM = "maps"
     VALIDITY_CHECKS = ("informative", "map_converged")
     description = "M independently seeded MAP networks; predictive = average of member predictives"
-    tasks = ("classification", "regression", "segmentation")  # segmentation: pixels as examples
+    tasks = ("classification", "regression", "segmentation", "multilabel")  # segmentation: pixels as examples
     defaults = {"members": 5}
     constraints = {"members": Range(1, integer=True)}
 

@@ -21,7 +21,7 @@ from methods.base import Method, register_method
 @register_method("deterministic")
 class Deterministic(Method):
     description = "MAP point estimate (SGD with weight decay); the network other methods start from"
-    tasks = ("classification", "regression", "segmentation")  # segmentation: pixels as examples
+    tasks = ("classification", "regression", "segmentation", "multilabel")  # segmentation: pixels as examples
     defaults = {"optimizer": None, "lr": None, "weight_decay": None, "epochs": None}  # None: the profile's (MAP cache)
     constraints = {"optimizer": OneOf(*OPTIMIZERS, optional=True), "lr": Range(0, lo_open=True, optional=True),
                    "weight_decay": Range(0, optional=True), "epochs": Range(1, integer=True, optional=True)}

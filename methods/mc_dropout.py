@@ -61,7 +61,7 @@ def stochastic_forward(prefix: nn.Module, rest: nn.Module, x: torch.Tensor, samp
 class MCDropout(Method):
     description = ("dropout after every hidden layer, kept on at test time; S Monte Carlo samples (a network "
                    "without dropout layers gets one before its head)")
-    tasks = ("classification", "regression", "segmentation")  # segmentation: pixels as examples
+    tasks = ("classification", "regression", "segmentation", "multilabel")  # segmentation: pixels as examples
     defaults = {"p": 0.1, "samples": 20}
     constraints = {"p": Range(0, 1, hi_open=True), "samples": Range(1, integer=True)}
     PREDICT_OPTIONS = ("samples",)

@@ -9,7 +9,8 @@ PBN paper ("sensitivity-guided subnetwork VI"), Algorithm 1:
    ``rho_b ~ N(mu_init, sigma_init)`` for the selected ones, ``sigma_d = 0`` otherwise (line 9;
    :class:`bench.subnet.partial_vi.PartialVI`);
 4. minimise ``NLL + beta KL(q || N(0, I))`` with 5 posterior samples, means and ``rho`` jointly
-   (line 10; Sec. 3 "Training the PBN"), beta annealed from 0.2 to 0.01 (Appendix H.6);
+   (line 10; Sec. 3 "Training the PBN"), beta annealed from 0.2 to 0.01 (Appendix H.6); the NLL
+   optionally class-weighted (``class_weights``, the medical PBN paper; bench/class_weights.py);
 5. predict with the average of 5 posterior samples (Appendix H.6).
 
 Ablations of the paper, as options: ``criterion="random"`` (random subnetwork of the same
@@ -26,9 +27,10 @@ import time
 import torch
 from torch import nn
 
+from bench import class_weights
 from bench.errors import BenchError
 from bench.network import PROBE_EXAMPLES, check_stochastic_layers
-from bench.options import OneOf, Range
+from bench.options import Check, OneOf, Range
 from bench.seeding import derive_seed
 from bench.subnet.partial_vi import PartialVI, elbo_loss, forward_flops
 from bench.subnet.selection import (CRITERIA, VarianceCriterion, candidate_indices, data_seed, layer_distribution,
@@ -52,7 +54,7 @@ MAX_SIGMA_VALUES = 5000
 class VIMethod(Method):
     """Common fit / predict / save / cost code of PBN and full mean-field VI."""
 
-    tasks = ("classification", "regression", "segmentation")  # segmentation: pixels as examples
+    tasks = ("classification", "regression", "segmentation", "multilabel")  # segmentation: pixels as examples
     VALIDITY_CHECKS = ("informative", "vi_rate_limit", "vi_moved", "vi_stationarity")
 
     #: hyperparameters shared by both (PBN paper, Sec. 3 and Appendix H.6)
@@ -84,6 +86,10 @@ class VIMethod(Method):
         # paper does not say which N it used; = "dataset" on classification), "batch" = beta KL /
         # batch size (common Bayes-by-backprop code; a N/B times stronger pull towards the prior)
         "kl_scale": "dataset",
+        # the likelihood's class weights (medical PBN paper Sec. 3.1: "a weighted cross-entropy"):
+        # "none" | "median_frequency" (from the training labels) | K numbers; normalised to mean 1
+        # over the training observations, so that KL / N keeps its N (bench/class_weights.py)
+        "class_weights": "none",
     }
 
     vi_constraints = {
@@ -92,8 +98,10 @@ class VIMethod(Method):
         "rho_optimizer": OneOf(*OPTIMIZERS), "rho_lr": Range(0, lo_open=True), "beta_start": Range(0),
         "beta_end": Range(0), "epochs": Range(1, integer=True, optional=True),
         "lr": Range(0, lo_open=True, optional=True), "kl_scale": OneOf("dataset", "examples", "batch"),
+        "class_weights": Check(class_weights.parse, class_weights.DESCRIPTION),
     }
     constraints = vi_constraints
+    LATER_OPTIONS = {"class_weights": "none"}  # added after records were made: the earlier behaviour
     PREDICT_OPTIONS = ("predict_samples",)  # the S prediction draws are made at predict time
 
     def __init__(self, ctx, **config):
@@ -101,11 +109,19 @@ class VIMethod(Method):
         self.vi: PartialVI | None = None
         self.meta: dict = {}
         self._predict_eps: torch.Tensor | None = None
+        self._class_weights: torch.Tensor | None = None  # normalised (K,), or None: the task's own loss
 
     # -- hooks -------------------------------------------------------------------------------
     def build_posterior(self, train) -> tuple[nn.Module, torch.Tensor, dict]:
         """(network holding mu, sorted flat indices of the stochastic entries, metadata)."""
         raise NotImplementedError
+
+    @classmethod
+    def check_task_config(cls, task, config: dict) -> None:
+        """Options that depend on the suite's task, when the run is planned (exit 2): one class
+        weight per class, and only for a per-class likelihood."""
+        if "class_weights" in config:
+            class_weights.check_task(config["class_weights"], task)
 
     # -- helpers -----------------------------------------------------------------------------
     def _vi_kwargs(self) -> dict:
@@ -160,12 +176,14 @@ class VIMethod(Method):
         if c["kl_scale"] not in divisors:
             raise BenchError(f"{self.name}: kl_scale must be one of {', '.join(divisors)}, got {c['kl_scale']!r}")
         kl_divisor = divisors[c["kl_scale"]]
+        self._class_weights, meta["class_weights"] = class_weights.resolve(c["class_weights"], self.ctx.task, train.y)
         last: dict = {}
         # The optimiser runs without weight decay so that rho is not shrunk towards 0
         # (sigma -> 0.69); the profile's L2 is applied to the means inside the loss instead.
         loss_fn = elbo_loss(self.ctx.task, kl_divisor, samples=int(c["train_samples"]),
                             beta_start=float(c["beta_start"]), beta_end=float(c["beta_end"]),
-                            local_reparam=bool(c["local_reparam"]), weight_decay=cfg.weight_decay, log=last)
+                            local_reparam=bool(c["local_reparam"]), weight_decay=cfg.weight_decay, log=last,
+                            class_weights=self._class_weights)
         def epoch_stats():  # convergence evidence: sigma and the KL weight after every epoch
             sig = self.vi.sigma().detach()
             return {"sigma_mean": float(sig.mean()) if sig.numel() else None,
@@ -195,7 +213,8 @@ class VIMethod(Method):
         """d (negative ELBO per observation) / d log c with every sigma scaled by c, at the end KL
         weight, on a few training batches (:mod:`bench.subnet.stationarity`; check vi_stationarity)."""
         likelihood = elbo_loss(self.ctx.task, kl_divisor, samples=int(c["train_samples"]), beta_start=0.0,
-                               beta_end=0.0, local_reparam=bool(c["local_reparam"]))
+                               beta_end=0.0, local_reparam=bool(c["local_reparam"]),
+                               class_weights=self._class_weights)
         beta = float(c["beta_end"])
         out = sigma_stationarity(self.vi, [self.vi.rho], lambda m, x, y: likelihood(m, x, y, 1.0),
                                  lambda m: beta * m.kl() / kl_divisor, train,
@@ -309,7 +328,7 @@ class VIMethod(Method):
         }
         out["sigma_change"] = sigma_change(out["sigma_init"], out["sigma_final"])
         for key in ("criterion", "select_time_s", "subnet_digest", "select_info", "init", "train",
-                    "sigma_stationarity"):
+                    "sigma_stationarity", "class_weights"):
             if key in self.meta:
                 out[key] = self.meta[key]
         return out
@@ -327,7 +346,9 @@ class PBN(VIMethod):
         "r_bayes": 0.01,
         "n_bayes": None,  # a count that overrides r_bayes
         "criterion": "gradient",  # Algorithm 1 line 8; "magnitude" | "random" (Sec. 4.3 ablation)
-        "squared": False,  # |grad| (Alg. 1); True: grad^2 (earlier paper, Sec. 2.2 step 2)
+        # |grad| (Alg. 1); True: grad^2 (medical PBN paper, Sec. 2.2 step 2), squared per mini-batch and
+        # accumulated (aggregate "per_batch"); with aggregate "full" it ranks as |full-data gradient|
+        "squared": False,
         "per_layer": False,  # one global Top-k (Sec. 3: Bayesian / deterministic mix within layers)
         "n_grad_batches": None,  # None: one pass over the training set (Alg. 1 line 7)
         # "per_batch": |grad| accumulated over mini-batches; "full": |gradient of the full-data
@@ -359,8 +380,11 @@ class PBN(VIMethod):
         elif name == "random":
             opts["seed"] = derive_seed("pbn", "random-subnet", self.ctx.seed)
         elif isinstance(CRITERIA.get(name), type) and issubclass(CRITERIA.get(name), VarianceCriterion):
-            # the subnetwork Laplace's criteria at their defaults (SWAG: the authors' 256 snapshots
-            # at lr 1e-2) and with its seed: the same mask as subnet_laplace on the same MAP network
+            if self.ctx.task.kind == "multilabel":  # their Laplace / SWAG fits use a softmax likelihood
+                raise BenchError(f"pbn: criterion {name!r} fits a softmax-likelihood posterior; on a multilabel "
+                                 "task use gradient, magnitude or random")
+            # the subnetwork Laplace's criteria at their defaults (SWAG: 256 snapshots, this
+            # project's choice, at lr 1e-2) and with its seed: the same mask as subnet_laplace on the same MAP network
             opts["seed"] = data_seed(name, self.ctx.seed)
 
         criterion = make_criterion(name, size, **opts)

@@ -56,7 +56,7 @@ class SSVI(Method):
     VALIDITY_CHECKS = ("informative", "vi_rate_limit", "vi_moved", "vi_stationarity")
     description = ("sparse subspace VI: fully sparse mean-field VI from scratch at a fixed density, "
                    "drop-and-grow of the active set (Algorithm 1 of the SSVI paper)")
-    tasks = ("classification", "regression", "segmentation")  # segmentation: pixels as examples
+    tasks = ("classification", "regression", "segmentation", "multilabel")  # segmentation: pixels as examples
     PREDICT_OPTIONS = ("predict_samples",)  # the S prediction draws are made at predict time
     defaults = {
         "density": 0.1,  # Sec. 4.2 ablations at 0.1; Table 1: 0.1 and 0.05

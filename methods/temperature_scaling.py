@@ -1,6 +1,7 @@
 """Temperature scaling (Guo et al. 2017): the MAP network's logits divided by one temperature,
-chosen by minimising the validation NLL. On segmentation the NLL is the task's: over the labelled
-pixels of the validation label maps (the ignore label left out)."""
+chosen by minimising the validation NLL. The NLL is the task's: on segmentation over the labelled
+pixels of the validation label maps (the ignore label left out), on multilabel the binary
+cross-entropy summed over the labels (one temperature for every label's logit)."""
 from __future__ import annotations
 
 import torch
@@ -12,7 +13,7 @@ from methods.base import Method, register_method
 @register_method("temperature_scaling")
 class TemperatureScaling(Method):
     description = "MAP network with its logits divided by a temperature fitted on the validation split"
-    tasks = ("classification", "segmentation")  # checked when a run is planned; shown by `bench list`
+    tasks = ("classification", "segmentation", "multilabel")  # checked when a run is planned; shown by `bench list`
     STARTS_FROM = "map"  # it wraps the seed's MAP network, so it runs on pretrained-MAP suites too
     VALIDITY_CHECKS = ("informative", "map_converged")  # bench.validity: a row needs a converged MAP network
     # every option and its default (--set temperature_scaling.lbfgs_lr=...); an option named like a

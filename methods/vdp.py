@@ -51,6 +51,8 @@ class VDP(Method):
     description = ("VDP++: mean-field Gaussian weights, one deterministic pass propagating mean and "
                    "variance per activation, ELBO training; output variance as uncertainty")
     tasks = ("classification", "segmentation")  # segmentation: pixels as rows, moments through the UNet
+    UNSUPPORTED = {"multilabel": "its likelihoods and predictive propagate moments through a softmax "
+                                 "(bench.vdp.softmax_moments); sigmoid moments per label are not implemented"}
     OWN_BUDGET = {"optimizer": "Adam for the means: eq. 11's Gaussian NLL scales gradients by 1 / output "
                                 "variance, and Adam is invariant to that scale (docs/vdp.md)",
                   "lr": "1e-3, Adam's usual rate (the paper names none)"}

@@ -85,3 +85,18 @@ def test_constraints_against_hand_cases():
     # without a constraint, the default's type decides; an int default accepts any finite number
     assert problems({"lr": 0.5, "n": 3.5, "flag": True, "name": "x"}, {"lr": 1, "n": 2, "flag": False, "name": "y"}) == []
     assert len(problems({"n": "3", "flag": 1, "name": 2, "xs": 1}, {"n": 2, "flag": False, "name": "y", "xs": [1]})) == 4
+
+
+@pytest.mark.parametrize("suite_name", __import__("bench.suites", fromlist=["SUITES"]).SUITES.names())
+def test_every_suite_has_the_three_profiles_and_each_resolves(suite_name):
+    """`bench list` promises smoke, quick and paper for every suite: each resolves into a plan with
+    the suite's default methods (options and task support checked), without data."""
+    from bench.config import resolve_plan
+    from bench.suites import PROFILES, SUITES
+    from methods import METHODS
+
+    suite = SUITES.get(suite_name)()
+    assert set(PROFILES) <= set(suite.profiles), suite.profiles.keys()
+    for profile in suite.profiles:
+        plan = resolve_plan(suite, profile, list(suite.default_methods), {}, method_registry=METHODS)
+        assert plan.models and plan.seeds

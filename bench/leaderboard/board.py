@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.validity import board_num_classes, row_validity, uniform_reference
+from bench.validity import board_num_classes, reference_row, row_validity
 from bench.reporting.data import distinct, metric_columns, natural_key, per_run_first, per_seed_mean
 from bench.reporting.tables import HIGHER_IS_BETTER as HIGHER
 from bench.reporting.tables import METRIC_TITLES as TITLES
@@ -24,8 +24,9 @@ from .stats import paired, rank_marks
 #: quality metrics per task kind, shown for the clean (ID) and the shifted test sets
 QUALITY = {
     "classification": ["accuracy", "nll", "brier", "ece"],
-    "segmentation": ["miou", "pixel_accuracy", "nll", "ece"],
+    "segmentation": ["dice", "miou", "pixel_accuracy", "nll", "ece"],  # dice: binary tasks only
     "regression": ["rmse", "nll", "coverage_3sigma"],
+    "multilabel": ["auroc_mean", "accuracy", "nll", "brier", "ece"],  # accuracy: Hamming (per label)
 }
 #: (key, title, scale, integers): the cost columns, from each run's ID record
 COST = [("stochastic_params", "stoch. params", 1.0, True),
@@ -70,6 +71,7 @@ class Board:
     validity: dict = field(default_factory=dict)
     #: column key -> the value of a uniform predictor over K classes (NLL ln K, Brier 1 - 1/K, ...)
     reference: dict = field(default_factory=dict)
+    reference_name: str = "reference"
     num_classes: int | None = None
 
     def status(self, label) -> str:
@@ -162,7 +164,7 @@ def build_board(df: pd.DataFrame, suite: str, model: str, profile: str, metric: 
             table = per_seed[c.key].unstack(level=1).reindex(valid)
             board.marks[c.key] = rank_marks(table, c.better, col_score) if valid else (set(), set())
     board.num_classes = board_num_classes(df, suite)
-    board.reference = uniform_reference(task, board.num_classes, [c.key for c in columns])
+    board.reference_name, board.reference = reference_row(task, board.num_classes, [c.key for c in columns], df)
     board.map_label, board.delta = mlabel, delta.reindex(order) if delta is not None else None
     board.provenance = {lab: provenance(df[df["label"] == lab]) for lab in order}
     return board
@@ -222,7 +224,8 @@ def _quality(df: pd.DataFrame, task: str) -> tuple[pd.DataFrame, list[Column], l
         ps = per_seed_mean(sub, cols)
         ps.columns = [f"{kind}.{m}" for m in names]
         parts.append(ps)
-        columns += [Column(f"{kind}.{m}", f"{scope} {TITLES.get(m, m)}", "max" if m in HIGHER else "min")
+        titles = {**TITLES, "accuracy": "Hamming acc"} if task == "multilabel" else TITLES
+        columns += [Column(f"{kind}.{m}", f"{scope} {titles.get(m, m)}", "max" if m in HIGHER else "min")
                     for m in names if m != "coverage_3sigma"]
     ood = df[df["kind"] == "ood"]
     for name in distinct(ood["shift"]):

@@ -81,7 +81,7 @@ def board_table(board: Board) -> Table:
     texts = {(shown.get(r, r), k): v for (r, k), v in texts.items()}
     marks = {k: ({shown[r] for r in best}, {shown[r] for r in tied}) for k, (best, tied) in marks.items()}
     if board.reference:
-        ref = f"uniform predictor (1/{board.num_classes} each; reference)"
+        ref = board.reference_name
         m.loc[ref] = np.nan
         for key in keys:
             texts[(ref, key)] = (format_value(board.reference[key]) if key in board.reference else "–")

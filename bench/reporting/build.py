@@ -48,6 +48,18 @@ CLASSIFICATION_DEFINITIONS = [
                       "and severities > 0); the table shows mean ± std of that over seeds."),
 ]
 
+def multilabel_definitions() -> list[tuple[str, str]]:
+    """The metrics of a multi-label report, in the words of ``bench.multilabel_metrics``."""
+    from bench.multilabel_metrics import DEFINITIONS
+
+    names = [("accuracy", "Accuracy (Hamming)"), ("subset_accuracy", "Subset accuracy"), ("nll", "NLL"),
+             ("brier", "Brier score"), ("ece", "ECE"), ("auroc_mean", "AUROC (label mean)"),
+             ("mean_average_precision", "mAP"), ("labels_one_class", "Labels with one class"),
+             ("entropy", "Predictive entropy"), ("mutual_information", "Mutual information"),
+             ("auroc", "OOD AUROC")]
+    return [(title, DEFINITIONS[key][:1].upper() + DEFINITIONS[key][1:] + ".") for key, title in names]
+
+
 def segmentation_definitions() -> list[tuple[str, str]]:
     """The per-pixel metrics of a segmentation report, in the words of ``bench.segmentation_metrics``
     (one source for the code and the report)."""
@@ -58,7 +70,9 @@ def segmentation_definitions() -> list[tuple[str, str]]:
              ("brier", "Brier score (per pixel)"), ("ece", "ECE (per pixel)"),
              ("entropy", "Predictive entropy"), ("mutual_information", "Mutual information"),
              ("error_auroc", "Error AUROC (entropy)"), ("error_aupr", "Error AUPR (entropy)"),
-             ("error_auroc_mi", "Error AUROC (MI)"), ("n_pixels", "Valid pixels")]
+             ("error_auroc_mi", "Error AUROC (MI)"), ("n_pixels", "Valid pixels"), ("dice", "Dice (binary)"),
+             ("dice_per_image", "Dice per image (binary)"), ("dice_per_class", "Dice per class"),
+             ("mean_dice", "Mean Dice")]
     out = [(title, DEFINITIONS[key][:1].upper() + DEFINITIONS[key][1:] + ".") for key, title in names
            if key in DEFINITIONS]
     out.append(("Shift average", "For each seed, the mean of a metric over every corrupted test set (all "
@@ -616,6 +630,14 @@ def _classification_blocks(s: Section, sec: SectionData, pal: dict) -> None:
                     "Predictive entropy on the clean test set vs each OOD set, per method (densities, "
                     "histograms summed over seeds). Better OOD detection = less overlap; AUROC in the "
                     "panel titles and the leaderboard.", "entropy histograms")
+    if sec.task == "multilabel":  # no top label: the pooled (example, label) pairs; no selective prediction
+        _figure_section(s, "Calibration", f"{sec.slug}-reliability", plots.reliability_diagrams(df, pal),
+                        "Reliability diagrams of every (example, label) pair pooled, bins pooled over seeds. Bars: "
+                        "the clean test set (bar height = the fraction of pairs whose label is present among those "
+                        "whose p_l falls in the bin); black line with squares: every shifted test set pooled; dotted "
+                        "diagonal = perfect calibration; titles: the pooled ECE (the tables' ECE is the mean of the "
+                        "per-label ECEs).", "reliability diagrams")
+        return
     _figure_section(s, "Calibration", f"{sec.slug}-reliability", plots.reliability_diagrams(df, pal),
                     "Reliability diagrams, bins pooled over seeds. Bars: the clean test set (bar height = accuracy "
                     "of the examples whose top-label confidence falls in the bin, hatched = gap to the bin's mean "
@@ -704,7 +726,9 @@ def _definitions(df: pd.DataFrame) -> Section:
     tasks = set(distinct(df["task"])) or {"classification"}
     if "segmentation" in tasks:
         s.add(Definitions(segmentation_definitions()))
-    if tasks - {"regression", "segmentation"}:
+    if "multilabel" in tasks:
+        s.add(Definitions(multilabel_definitions()))
+    if tasks - {"regression", "segmentation", "multilabel"}:
         s.add(Definitions(CLASSIFICATION_DEFINITIONS))
     if "regression" in tasks:
         s.add(Definitions(REGRESSION_DEFINITIONS))

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-#: the classification columns; segmentation records (per-pixel metrics) add mIoU, pixel accuracy and
+#: the classification columns; segmentation records (per-pixel metrics) add Dice (binary tasks), mIoU, pixel accuracy and
 #: how well the entropy finds misclassified pixels (columns show only where records have them)
-CLASSIFICATION_METRICS = ["accuracy", "miou", "pixel_accuracy", "nll", "brier", "ece", "error_auroc"]
+#: (multilabel records add the mean per-label AUROC, mean average precision and subset accuracy)
+CLASSIFICATION_METRICS = ["accuracy", "auroc_mean", "mean_average_precision", "subset_accuracy", "dice", "miou",
+                          "pixel_accuracy", "nll", "brier", "ece", "error_auroc"]
 REGRESSION_METRICS = ["rmse", "nll", "mean_std", "coverage_3sigma"]
 OOD_METRICS = ["auroc", "aupr"]
 

@@ -28,7 +28,7 @@ DPI = 100
 METRIC_AXIS = {
     "accuracy": "accuracy", "nll": "NLL", "brier": "Brier score", "ece": "ECE",
     "rmse": "RMSE", "mean_std": "mean predictive std", "coverage_3sigma": "3σ coverage",
-    "miou": "mIoU", "pixel_accuracy": "pixel accuracy", "error_auroc": "error AUROC (entropy)",
+    "miou": "mIoU", "pixel_accuracy": "pixel accuracy", "error_auroc": "error AUROC (entropy)", "dice": "Dice",
 }
 
 
@@ -257,7 +257,7 @@ def shift_heatmap(df: pd.DataFrame, metrics: list[str], palette: dict) -> bytes 
         table = table.reindex(index=[lab for lab in labels if lab in table.index], columns=families)
         table.index = [wrap_label(lab, LABEL_WIDTH) for lab in table.index]
         name = col.split(".", 1)[1]
-        higher_better = name in ("accuracy", "miou", "pixel_accuracy")
+        higher_better = name in ("accuracy", "miou", "pixel_accuracy", "dice")
         sns.heatmap(table, annot=len(families) * len(labels) <= 400, fmt=".2f", annot_kws={"fontsize": 7},
                     cmap="viridis" if higher_better else "viridis_r", linewidths=0.3, ax=ax,
                     cbar_kws={"label": METRIC_AXIS.get(name, name), "shrink": 0.8})

@@ -22,9 +22,11 @@ METRIC_TITLES = {
     "mutual_information": "MI", "auroc": "AUROC", "aupr": "AUPR", "rmse": "RMSE",
     "mean_std": "mean std", "coverage_3sigma": "3σ coverage", "miou": "mIoU", "pixel_accuracy": "pixel acc",
     "error_auroc": "error AUROC (entropy)", "fpr_at_95_tpr": "FPR@95%TPR", "auroc_mi": "AUROC (MI)",
-    "aurc": "AURC",
+    "aurc": "AURC", "dice": "Dice", "dice_per_image": "Dice per image",
+    "auroc_mean": "AUROC (label mean)", "mean_average_precision": "mAP", "subset_accuracy": "subset acc",
 }
-HIGHER_IS_BETTER = {"accuracy", "auroc", "aupr", "miou", "pixel_accuracy", "error_auroc", "auroc_mi"}
+HIGHER_IS_BETTER = {"accuracy", "auroc", "aupr", "miou", "pixel_accuracy", "error_auroc", "auroc_mi", "dice",
+                    "dice_per_image", "auroc_mean", "mean_average_precision", "subset_accuracy"}
 LOWER_IS_BETTER = {"nll", "brier", "ece", "rmse", "fpr_at_95_tpr", "aurc"}
 TARGETS = {"coverage_3sigma": 0.9973}  # best = closest to the Gaussian 3-sigma mass
 
@@ -229,14 +231,13 @@ def _mark_rows(table: Table, validity: dict) -> None:
 
 
 def _reference_row(table: Table, df: pd.DataFrame) -> None:
-    from bench.validity import board_num_classes, uniform_reference
+    from bench.validity import board_num_classes, reference_row
 
     task = str((distinct(df["task"]) or ["classification"])[0]) if "task" in df.columns else "classification"
     k = board_num_classes(df, str(df["suite"].iloc[0]))
-    ref = uniform_reference(task, k, [c.key for c in table.columns])
+    row, ref = reference_row(task, k, [c.key for c in table.columns], df)
     if not ref:
         return
-    row = f"uniform predictor (1/{k} each; reference)"
     for frame in (table.mean, table.std, table.count):
         frame.loc[row] = np.nan
     for c in table.columns:
@@ -268,6 +269,9 @@ def leaderboard(df: pd.DataFrame) -> Table | None:
         per_seed.append(ps)
         columns += [_metric_column(f"ood.{name}.{c.split('.', 1)[1]}", c.split(".", 1)[1], f"OOD {name}")
                     for c in cols]
+    if "task" in df.columns and "multilabel" in distinct(df["task"]):  # accuracy per (example, label) pair
+        for c in columns:
+            c.title = c.title.replace(" acc ", " Hamming acc ") if c.key.endswith(".accuracy") else c.title
     caption = ("Mean ± std over seeds (just the mean for one seed). ID: clean test set. "
                "Shift: per seed, the mean over every shifted test set (all shift families and "
                "severities), then mean ± std over seeds. "

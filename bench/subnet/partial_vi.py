@@ -48,6 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bench.class_weights import weighted_nll
 from bench.errors import BenchError
 from bench.subnet.selection import SUPPORTED_LAYERS, all_params_filter, param_layout
 
@@ -466,21 +467,25 @@ def beta_schedule(fraction_done: float, beta_start: float, beta_end: float) -> f
     PBN paper, Appendix H.6 / Sec. 3: "transitioning smoothly from an initial value [0.2] to a
     desired target value [0.01]" so that the KL is minimised in the first epochs and the task
     loss afterwards. (The printed formula ``beta_i = beta_target - (beta_target - beta_init)
-    x epoch_i / epoch_total`` would run from beta_target to 2 beta_target - beta_init, contrary
-    to the text; we follow the text.) ``fraction_done`` is step / total steps.
+    x epoch_i / epoch_total`` would run from beta_target at epoch 0 to beta_init at the last,
+    contrary to the text; we follow the text.) ``fraction_done`` is step / total steps: beta moves
+    every step, not once per epoch. beta_start = beta_end gives a constant beta.
     """
     t = min(max(float(fraction_done), 0.0), 1.0)
     return float(beta_start) + (float(beta_end) - float(beta_start)) * t
 
 
 def elbo_loss(task, num_train: int, *, samples: int = 5, beta_start: float = 0.2, beta_end: float = 0.01,
-              local_reparam: bool = False, weight_decay: float = 0.0, log: dict | None = None):
+              local_reparam: bool = False, weight_decay: float = 0.0, log: dict | None = None,
+              class_weights: torch.Tensor | None = None):
     """``loss_fn(model, x, y, fraction_done)`` for :func:`bench.training.train_model`:
 
     negative ELBO per example = mean over S samples and the batch of the NLL
     + beta * KL / num_train (the paper's ``sum_i L + beta KL``, Algorithm 1 line 10, divided by
     the number of training examples) + optional L2 ``weight_decay / 2 * ||mu||^2`` on the
     means (the optimiser runs without weight decay so that ``rho`` is not decayed).
+    ``class_weights`` (K, normalised by :func:`bench.class_weights.normalise`): the NLL term is
+    sum_b w_{y_b} NLL_b / B instead (:func:`bench.class_weights.weighted_nll`); None: the task's loss.
     """
     if num_train <= 0:
         raise BenchError("the ELBO needs the number of training examples (num_train)")
@@ -488,7 +493,8 @@ def elbo_loss(task, num_train: int, *, samples: int = 5, beta_start: float = 0.2
     def fn(model: PartialVI, x, y, fraction_done):
         out = model(x, n_samples=samples, local_reparam=local_reparam)  # (S, N, ...)
         ys = y.unsqueeze(0).expand(samples, *y.shape).reshape(samples * y.shape[0], *y.shape[1:])
-        nll = task.loss(out.reshape(-1, *out.shape[2:]), ys)  # rows: sample-major, as ys
+        rows = out.reshape(-1, *out.shape[2:])  # rows: sample-major, as ys
+        nll = task.loss(rows, ys) if class_weights is None else weighted_nll(task, rows, ys, class_weights)
         beta = beta_schedule(fraction_done, beta_start, beta_end)
         kl = model.kl()
         loss = nll + beta * kl / num_train

@@ -1,0 +1,163 @@
+"""CamVid as multi-label classification: which of the 11 classes each image shows, tested clean and
+under CamVid-C (the ``camvid`` suite's corrupted test images, reused: the same generator, cells and
+directory).
+
+Target: class ``k`` is present in an image when its pixels are at least ``data.presence_threshold``
+(default 0.01, 1 %) of the image's labelled pixels (:func:`datasets.presence.class_presence`; void,
+label 11, is neither a class nor in the denominator), read from the label map at the evaluation
+resolution (nearest neighbour). The threshold was chosen on the 367 training label maps at 120 x 160
+(``benchmarks/camvid_label_prevalence.py --data-root data --size 120 160``): among 0.001, 0.002,
+0.005, 0.01, 0.02, 0.05, 0.1 it leaves the most labels neither almost never nor almost always
+present (prevalence in [0.1, 0.9]: 7 labels at 0.005 and at 0.01, ties to the larger mean binary
+entropy, 0.577 bits at 0.01 against 0.549). Training prevalences at 0.01: sky 0.99, building 0.96,
+pole 0.40, road 1.00, pavement 0.83, tree 0.84, sign_symbol 0.40, fence 0.28, car 0.79, pedestrian
+0.22, bicyclist 0.09. Sky, building and road are present in almost every frame at any threshold up
+to 5 % (road in all), so their labels carry little; no single threshold changes that
+(docs/medical.md).
+
+Network: a classifier on the whole image (``resnet_small``: stride-2 stem, max pool, four residual
+blocks, global average pool; ~14 ms per 120 x 160 training image on one core), not a segmentation
+network. Images at 120 x 160 (the camvid quick profile's size), so the
+corrupted copies are the camvid quick profile's ``CamVid-C-120x160``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from bench.data import EvalSet, SuiteData
+from bench.errors import BenchError
+from bench.options import Range
+from bench.suites.base import register_suite
+from bench.suites.chestmnist import MULTILABEL_METHODS
+from bench.suites.cifar10c import corruption_names
+from bench.suites.segmentation import CamVidC, spread_subset
+from bench.tasks import multilabel
+from datasets.imagenet import MEAN, STD
+from datasets.presence import class_presence
+from datasets.segmentation import CAMVID_CLASSES, IGNORE, LabelFiles, SegImages
+
+#: the default presence threshold: a class's share of an image's labelled pixels (module docstring)
+PRESENCE_THRESHOLD = 0.01
+
+
+@register_suite("camvid_multilabel")
+class CamVidMultilabel(CamVidC):
+    description = ("CamVid as multi-label classification (which of the 11 classes cover >= 1 % of an image's "
+                   "labelled pixels), test images under CamVid-C (the camvid suite's corruptions x 5 severities)")
+    task = multilabel(len(CAMVID_CLASSES))
+    in_shape = (3, 120, 160)
+    stands_in_for = None
+    default_methods = MULTILABEL_METHODS
+    profiles = {
+        "smoke": {
+            "models": ["resnet_small"], "seeds": [0],
+            "train": {"epochs": 1, "batch_size": 4, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-4},
+            "data": {"size": [64, 80], "n_train": 8, "n_test": 4, "corruptions": ["gaussian_noise", "contrast"],
+                     "severities": [1, 3], "eval_batch_size": 4},
+            "methods": {"deep_ensemble": {"members": 2}, "mc_dropout": {"samples": 3},
+                        "pbn": {"train_samples": 2, "predict_samples": 2},
+                        "mfvi": {"train_samples": 2, "predict_samples": 2}},
+            "note": "smoke profile: 8 training and 4 test images at 64 x 80, one epoch; numbers are meaningless",
+        },
+        "quick": {
+            # resnet_small at 120 x 160: ~5 s per epoch over the 367 training images on one core
+            "models": ["resnet_small"], "seeds": [0, 1, 2],
+            "train": {"epochs": 30, "batch_size": 16, "lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4,
+                      "schedule": "cosine"},
+            "data": {"n_per_cell": 60},
+            "methods": {"pbn": {"r_bayes": 0.01, "lr": 0.005, "epochs": 3}, "mc_dropout": {"samples": 10}},
+            "note": ("quick profile: CamVid at 120 x 160, resnet_small trained from scratch for 30 epochs; every "
+                     "CamVid-C cell (19 corruptions x 5 severities) on the same 60 of the 233 test images (spread over "
+                     "the test sequences); the clean test set is complete"),
+        },
+        "paper": {
+            "models": ["resnet18_pbn"], "seeds": [0, 1, 2],
+            "train": {"epochs": 100, "batch_size": 16, "lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4,
+                      "schedule": "cosine"},
+            "data": {"size": list(CamVidC.in_shape[1:])},
+            "methods": {"pbn": {"r_bayes": 0.01}},
+            "note": ("no paper has this protocol: CamVid at its native 180 x 240 and the PBN paper's ResNet-18 for "
+                     "100 epochs, a GPU budget"),
+        },
+    }
+    DEFAULT_DATA = {"corruptions": "all", "severities": list(CamVidC.DEFAULT_DATA["severities"]), "n_train": None,
+                    "n_test": None, "n_per_cell": None, "size": [120, 160], "generator_seed": 0,
+                    "presence_threshold": PRESENCE_THRESHOLD, "eval_batch_size": 16}
+    data_constraints = {**CamVidC.data_constraints, "presence_threshold": Range(0, 1, lo_open=True)}
+
+    def c_dir(self, cfg: dict) -> str:
+        """The camvid suite's directory for this size (``CamVid-C`` native, ``CamVid-C-<h>x<w>`` else),
+        so that both suites read one generated copy."""
+        size = cfg["size"]
+        if not size or [int(v) for v in size] == list(CamVidC.in_shape[1:]):
+            return self.C_DIR
+        return f"{self.C_DIR}-{int(size[0])}x{int(size[1])}"
+
+    def input_shape(self, data_cfg: dict) -> tuple[int, ...]:
+        size = {**self.DEFAULT_DATA, **data_cfg}["size"]
+        return (3, *map(int, size)) if size else tuple(CamVidC.in_shape)
+
+    def describe_shifts(self, data_cfg):
+        cfg = self.data_cfg(data_cfg)
+        return [f"targets: the classes covering >= {cfg['presence_threshold']:g} of an image's labelled pixels",
+                *super().describe_shifts(data_cfg)]
+
+    def presence(self, label_maps: torch.Tensor, threshold: float) -> torch.Tensor:
+        return class_presence(label_maps, len(CAMVID_CLASSES), threshold, IGNORE)
+
+    def load(self, data_root: Path, data_cfg: dict, download: bool = False) -> SuiteData:
+        from datasets.corruptions.folder import is_official_copy
+
+        cfg = self.data_cfg(data_cfg)
+        root = Path(data_root)
+        (train, val, test), to_ids = self.splits(root, cfg)
+        size = tuple(int(v) for v in cfg["size"]) if cfg["size"] else None
+        thr = float(cfg["presence_threshold"])
+        if cfg["n_train"]:
+            train = train[: cfg["n_train"]]
+        if cfg["n_test"]:
+            test = test[: cfg["n_test"]]
+        c_dir = self.C_DIR if is_official_copy(root / self.C_DIR) else self.c_dir(cfg)
+
+        def images(pairs):
+            return SegImages([p for p, _ in pairs], MEAN, STD, size)
+
+        def targets(pairs):  # every label map read (and checked) before anything is generated
+            return self.presence(self._read_labels(LabelFiles([lab for _, lab in pairs], to_ids, size)), thr)
+
+        train_y, val_y, test_y = targets(train), targets(val), targets(test)
+        names = corruption_names(cfg["corruptions"])
+        severities = [int(s) for s in cfg["severities"]]
+        folders, files = [p.parent.name for p, _ in test], [p.name for p, _ in test]
+        line, fingerprint = self._ensure_c(root, c_dir, cfg, images(test), folders, files, names, severities)
+        eval_sets = [EvalSet("id", "clean", 0.0, images(test), test_y,
+                             note=f"CamVid test images, presence threshold {thr:g}")]
+        per_cell = spread_subset(len(test), cfg["n_per_cell"])
+        for name in names:
+            for sev in severities:
+                cell = [(root / c_dir / name / str(sev) / folders[i] / files[i], test[i][1]) for i in per_cell]
+                eval_sets.append(EvalSet("shift", name, float(sev), images(cell), test_y[per_cell], note=line,
+                                         fingerprint=fingerprint))
+        train_x, val_x = images(train)[:], images(val)[:]
+        h, w = train_x.shape[-2:]
+        if (3, h, w) != self.input_shape(cfg):
+            raise BenchError(f"{self.name}: images are {h} x {w}, the suite's networks expect "
+                             f"{self.input_shape(cfg)[1:]}; set data.size")
+        prevalence = train_y.double().mean(0)
+        lines = [f"{len(train)} training images, {len(val)} to tune on, {len(test)} test images at {h} x {w}; "
+                 f"{len(CAMVID_CLASSES)} labels: a class is present when it covers >= {thr:g} of an image's labelled "
+                 f"pixels (label {IGNORE}, void, left out)",
+                 "training label prevalence: " + ", ".join(f"{c} {p:.2f}" for c, p in
+                                                          zip(CAMVID_CLASSES, prevalence.tolist())),
+                 line]
+        info = {"lines": lines, "labels": list(CAMVID_CLASSES), "presence_threshold": thr,
+                "label_prevalence": prevalence.tolist()}
+        extras = {"artifacts": {"data.json": json.dumps(info, indent=1).encode()}, "classes": list(CAMVID_CLASSES),
+                  "label_prevalence": prevalence.tolist()}
+        return SuiteData(train_x, train_y, val_x, val_y, eval_sets, extras=extras)
+
+
+__all__ = ["CamVidMultilabel", "PRESENCE_THRESHOLD"]

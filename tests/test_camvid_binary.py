@@ -1,0 +1,60 @@
+"""camvid_binary: CamVid's label maps reduced to car vs the rest (void ignored), a smoke run through
+the CLI on a fixture (Dice in the records, PBN with median-frequency weights), and on the real copy
+the foreground share the suite's docstring quotes."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bench.suites.camvid_binary import camvid_binary_labels
+from tests.test_segmentation_suite import _run, make_fake_camvid
+
+
+def test_labels_are_car_against_the_rest_with_void_ignored():
+    raw = np.array([[0, 8, 11], [3, 8, 10]], dtype=np.uint8)  # sky, car, void / road, car, bicyclist
+    assert camvid_binary_labels(raw).tolist() == [[0, 1, 255], [0, 1, 0]]
+
+
+def test_camvid_binary_smoke_run_records_dice(tmp_path, capsys):
+    root = tmp_path / "data"
+    make_fake_camvid(root, n=(4, 2, 2), size=(48, 64))
+    out = tmp_path / "results"
+    code, text = _run(["run", "--suite", "camvid_binary", "--profile", "smoke", "--data-root", str(root), "--out",
+                       str(out), "--quiet", "--methods", "pbn", "--set", "data.severities=[1]",
+                       "--set", "data.size=[48,64]",
+                       "--set", "data.corruptions=contrast", "--set", "pbn.class_weights=median_frequency",
+                       "--set", "pbn.train_samples=2", "--no-report"], capsys)
+    assert code == 0, text
+    recs = [json.loads(p.read_text()) for p in out.glob("camvid_binary/records/**/*.json")]
+    assert {r["kind"] for r in recs} == {"val", "id", "shift"} and all(r["status"] == "ok" for r in recs)
+    for r in recs:
+        m = r["metrics"]
+        assert len(m["iou_per_class"]) == 2 and m["dice_per_image"] is not None
+        assert m["dice"] is None or 0 <= m["dice"] <= 1
+    pbn = next(r for r in recs if r["method"] == "pbn" and r["kind"] == "id")
+    w = pbn["diagnostics"]["class_weights"]
+    assert w["option"] == "median_frequency" and w["raw"][1] > w["raw"][0]  # cars (1/12 of the fixture) weigh more
+
+
+@pytest.mark.real_data
+def test_the_car_share_of_the_real_training_labels():
+    from pathlib import Path
+
+    from PIL import Image
+
+    from tests.conftest import real_data_root
+
+    real = real_data_root()
+    if real is None or not (real / "CamVid" / "trainannot").is_dir():
+        pytest.skip("real CamVid not unpacked (run ../shared/data/unpack.sh data)")
+    fg = labelled = images_with = 0
+    files = sorted(Path(real / "CamVid" / "trainannot").glob("*.png"))
+    for f in files:
+        y = camvid_binary_labels(np.asarray(Image.open(f)))
+        fg += int((y == 1).sum())
+        labelled += int((y != 255).sum())
+        images_with += bool((y == 1).any())
+    assert len(files) == 367 and images_with == 360
+    assert 0.060 < fg / labelled < 0.062

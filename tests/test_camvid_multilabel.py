@@ -1,0 +1,162 @@
+"""The ``camvid_multilabel`` suite (issue 39, part 2): presence targets against a hand-worked 4 x 4
+label map (the void label neither a class nor in the share's denominator, the threshold inclusive),
+the suite on a tiny CamVid tree written here (targets, prevalence, the CamVid-C cells reused from the
+camvid suite's directory), a smoke run through the CLI, and on the real data the training prevalences
+that docs/medical.md and the suite's docstring state."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from bench.cli import main
+from datasets.presence import class_presence, pixel_shares
+from datasets.segmentation import CAMVID_CLASSES, LabelFiles, camvid_labels
+
+REAL = Path(__file__).resolve().parents[1] / "data"
+
+#: CamVid values as stored (11 = void): 16 pixels, 5 of them void, 11 labelled;
+#: class 0 has 6 pixels (6/11 = 0.545), class 1 has 2 (2/11 = 0.182; 2/16 = 0.125 of all pixels),
+#: class 3 has 3 (3/11 = 0.273); no other class has a pixel
+RAW = np.array([[0, 0, 0, 0],
+                [0, 0, 1, 1],
+                [3, 3, 3, 11],
+                [11, 11, 11, 11]], dtype=np.uint8)
+
+
+def _hand(present: set[int]) -> list[float]:
+    return [1.0 if k in present else 0.0 for k in range(len(CAMVID_CLASSES))]
+
+
+def _label_png(tmp_path: Path, raw: np.ndarray = RAW) -> Path:
+    path = tmp_path / "map.png"
+    Image.fromarray(raw).save(path)
+    return path
+
+
+def test_shares_leave_void_out(tmp_path):
+    y = LabelFiles([_label_png(tmp_path)], camvid_labels)[:]  # read as the suite reads it: 11 -> 255
+    shares = pixel_shares(y, 11, 255)[0]
+    np.testing.assert_allclose(shares[[0, 1, 3]], [6 / 11, 2 / 11, 3 / 11])
+    assert shares.sum() == pytest.approx(1.0) and (shares[[2, 4, 5, 6, 7, 8, 9, 10]] == 0).all()
+
+
+@pytest.mark.parametrize("threshold, present", [
+    (0.15, {0, 1, 3}),       # class 1: 2/11 = 0.18 passes (2/16 = 0.125 of all pixels would not)
+    (0.2, {0, 3}),           # class 1 fails
+    (3 / 11, {0, 3}),        # class 3 exactly at the threshold counts as present (>=)
+    (0.3, {0}),
+    (0.6, set()),
+    (1e-9, {0, 1, 3}),       # a class without pixels is never present
+])
+def test_presence_against_the_hand_worked_map(tmp_path, threshold, present):
+    y = LabelFiles([_label_png(tmp_path)], camvid_labels)[:]
+    got = class_presence(y, 11, threshold, 255)
+    assert got.dtype == torch.float32 and got.shape == (1, 11)
+    assert got[0].tolist() == _hand(present)
+
+
+def test_the_void_label_is_not_a_class():
+    """An image that is all void has no class present, whatever the threshold; void never lands in a column."""
+    y = torch.full((1, 4, 4), 255)
+    assert class_presence(y, 11, 1e-9, 255).sum() == 0
+    with pytest.raises(ValueError, match="outside 0..10"):
+        class_presence(torch.full((1, 2, 2), 11), 11, 0.5, 255)  # an unmapped 11 is an error, not a 12th class
+
+
+# ------------------------------------------------------------------- the suite on a tiny tree
+
+
+def make_camvid(root: Path, n=(6, 2, 4), seed: int = 0) -> Path:
+    """``root/CamVid/{train,val,test}{,annot}/*.png``: 48 x 64 RGB images, label maps of stripes whose
+    widths vary per image (so presence varies), a void band at the bottom."""
+    rng = np.random.default_rng(seed)
+    for split, count in zip(("train", "val", "test"), n):
+        (root / "CamVid" / split).mkdir(parents=True, exist_ok=True)
+        (root / "CamVid" / f"{split}annot").mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            lab = np.full((48, 64), 3, np.uint8)  # road everywhere
+            lab[:12] = 0  # sky: 12 rows
+            lab[12:12 + int(rng.integers(0, 8)), :] = 1  # building: 0-7 rows
+            lab[:, : int(rng.integers(0, 3))] = 9  # pedestrian: 0-2 columns
+            lab[44:] = 11  # void
+            img = (rng.integers(0, 255, (48, 64, 3))).astype(np.uint8)
+            Image.fromarray(img).save(root / "CamVid" / split / f"f{i:03d}.png")
+            Image.fromarray(lab).save(root / "CamVid" / f"{split}annot" / f"f{i:03d}.png")
+    return root
+
+
+def test_suite_targets_and_cells_on_a_tiny_tree(tmp_path):
+    from bench.suites import SUITES
+
+    root = make_camvid(tmp_path / "root")
+    suite = SUITES.get("camvid_multilabel")()
+    cfg = {"size": [48, 64], "corruptions": ["gaussian_noise"], "severities": [2], "presence_threshold": 0.02}
+    d = suite.load(root, cfg, download=False)
+    assert suite.task.kind == "multilabel" and suite.task.num_outputs == 11
+    # by hand from the label maps: share over the non-void pixels, present at >= 0.02
+    hand = []
+    for p in sorted((root / "CamVid" / "trainannot").glob("*.png")):
+        raw = np.asarray(Image.open(p)).astype(int)
+        lab = raw[raw != 11]
+        hand.append([float((lab == k).sum() / lab.size >= 0.02) for k in range(11)])
+    assert d.train_y.tolist() == hand
+    assert d.extras["label_prevalence"] == pytest.approx(np.mean(hand, 0).tolist())
+    assert json.loads(d.extras["artifacts"]["data.json"])["presence_threshold"] == 0.02
+    assert [(e.kind, e.shift, e.severity, e.n) for e in d.eval_sets] == [("id", "clean", 0.0, 4),
+                                                                         ("shift", "gaussian_noise", 2.0, 4)]
+    shift = d.eval_sets[1]
+    assert torch.equal(shift.y, d.eval_sets[0].y)  # the corrupted copies keep their image's targets
+    # the cells are the camvid suite's directory at this size (one generated copy for both suites)
+    assert Path(shift.x.paths[0]).parts[-5:-3] == ("CamVid-C-48x64", "gaussian_noise")
+    assert SUITES.get("camvid")().c_dir(SUITES.get("camvid")().data_cfg({"size": [48, 64]})) == "CamVid-C-48x64"
+
+
+def test_missing_camvid_exits_2_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "out"
+    code = main(["run", "--suite", "camvid_multilabel", "--profile", "smoke", "--data-root", str(tmp_path / "none"),
+                 "--out", str(out), "--methods", "deterministic", "--quiet"])
+    text = capsys.readouterr()
+    assert code == 2 and "CamVid" in text.out + text.err
+    assert not out.exists() or not any(out.rglob("*"))
+    assert not (tmp_path / "none").exists()
+
+
+def test_smoke_run_through_the_cli(tmp_path, capsys):
+    from methods import METHODS
+
+    if "multilabel" not in METHODS.get("deterministic").tasks:
+        pytest.skip("the methods do not accept multilabel tasks yet")
+    root, out = make_camvid(tmp_path / "root", n=(8, 2, 4)), tmp_path / "out"
+    code = main(["run", "--suite", "camvid_multilabel", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
+                 "--methods", "deterministic", "--quiet"])
+    text = capsys.readouterr()
+    assert code == 0, text.out + text.err
+    recs = [json.loads(p.read_text()) for p in out.glob("camvid_multilabel/records/**/*.json")]
+    evals = sorted((r["kind"], r["shift"], r["severity"]) for r in recs if r.get("kind") in ("id", "shift"))
+    assert evals == sorted([("id", "clean", 0.0)] + [("shift", c, float(s)) for c in ("gaussian_noise", "contrast")
+                                                     for s in (1, 3)])
+    assert all(r["task"] == "multilabel" and r["num_labels"] == 11 for r in recs if r.get("kind") == "id")
+
+
+# ------------------------------------------------------------------------------ the real data
+
+
+@pytest.mark.real_data
+def test_real_training_prevalence_at_the_default_threshold():
+    """The prevalences docs/medical.md and the suite's docstring state (120 x 160, threshold 0.01)."""
+    if not (REAL / "CamVid" / "trainannot").is_dir():
+        pytest.skip("CamVid not unpacked (../shared/data/unpack.sh data CamVid-240x180)")
+    from bench.suites.camvid_multilabel import PRESENCE_THRESHOLD
+    from datasets.segmentation import camvid_split
+
+    pairs = camvid_split(REAL, "train")
+    y = LabelFiles([lab for _, lab in pairs], camvid_labels, (120, 160))[:]
+    prev = class_presence(y, 11, PRESENCE_THRESHOLD, 255).double().mean(0).numpy()
+    stated = [0.99, 0.96, 0.40, 1.00, 0.83, 0.84, 0.40, 0.28, 0.79, 0.22, 0.09]
+    np.testing.assert_allclose(prev, stated, atol=0.005 + 1e-9)
+    assert len(y) == 367
