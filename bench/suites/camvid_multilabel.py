@@ -109,18 +109,10 @@ class CamVidMultilabel(CamVidC):
         return class_presence(label_maps, len(CAMVID_CLASSES), threshold, IGNORE)
 
     def load(self, data_root: Path, data_cfg: dict, download: bool = False) -> SuiteData:
-        from datasets.corruptions.folder import is_official_copy
-
         cfg = self.data_cfg(data_cfg)
         root = Path(data_root)
-        (train, val, test), to_ids = self.splits(root, cfg)
-        size = tuple(int(v) for v in cfg["size"]) if cfg["size"] else None
+        (train, val, test), to_ids, size, c_dir = self.split_files(root, cfg)
         thr = float(cfg["presence_threshold"])
-        if cfg["n_train"]:
-            train = train[: cfg["n_train"]]
-        if cfg["n_test"]:
-            test = test[: cfg["n_test"]]
-        c_dir = self.C_DIR if is_official_copy(root / self.C_DIR) else self.c_dir(cfg)
 
         def images(pairs):
             return SegImages([p for p, _ in pairs], MEAN, STD, size)

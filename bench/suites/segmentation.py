@@ -142,19 +142,26 @@ class _CorruptedSegmentation(Suite):
             return self.C_DIR
         return f"{self.C_DIR}-{int(size[0])}x{int(size[1])}"
 
-    def load(self, data_root: Path, data_cfg: dict, download: bool) -> SuiteData:
+    def split_files(self, root: Path, cfg: dict):
+        """The (image, label) file pairs of train / val / test (``n_train`` / ``n_test`` applied), the
+        label-id mapping, the evaluation size (None: native) and the corrupted copy's directory: an
+        official copy (no GENERATED.json) is read from C_DIR at any size (resized as the clean
+        images), else the generated one of :meth:`c_dir`. Shared with the suites built on this one."""
         from datasets.corruptions.folder import is_official_copy
 
-        cfg = self.data_cfg(data_cfg)
-        root = Path(data_root)
         (train, val, test), to_ids = self.splits(root, cfg)
-        size = tuple(cfg["size"]) if cfg["size"] else None
+        size = tuple(int(v) for v in cfg["size"]) if cfg["size"] else None
         if cfg["n_train"]:
             train = train[: cfg["n_train"]]
         if cfg["n_test"]:
             test = test[: cfg["n_test"]]
-        # an official copy (no GENERATED.json) is read from C_DIR at any size (resized as the clean images)
         c_dir = self.C_DIR if is_official_copy(root / self.C_DIR) else self.c_dir(cfg)
+        return (train, val, test), to_ids, size, c_dir
+
+    def load(self, data_root: Path, data_cfg: dict, download: bool) -> SuiteData:
+        cfg = self.data_cfg(data_cfg)
+        root = Path(data_root)
+        (train, val, test), to_ids, size, c_dir = self.split_files(root, cfg)
 
         def images(pairs):
             return SegImages([p for p, _ in pairs], MEAN, STD, size)
