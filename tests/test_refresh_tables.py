@@ -99,4 +99,21 @@ def test_every_table_over_kept_records_is_what_its_command_makes_now(only):
     a stale table, or a command that fails, fails here (tables over the earlier machines' results/
     cannot be rebuilt and are left out by the filter)."""
     mod = _module()
-    assert mod.main(["--check", f"--only={only}"]) == 0, f"stale tables (run benchmarks/refresh_tables.py --only '{only}')"
+    # in this interpreter (the same code as the subprocess each table's command names, without a
+    # start-up and the torch import per table: test_in_process_runs_are_the_subprocess_output)
+    assert mod.main(["--check", "--in-process", f"--only={only}"]) == 0, \
+        f"stale tables (run benchmarks/refresh_tables.py --only '{only}')"
+
+
+def test_in_process_runs_are_the_subprocess_output():
+    """A bench CLI command, a module and a script give the same text in this interpreter as in a
+    subprocess, and a failing command fails both ways."""
+    mod = _module()
+    for cmd in (".venv/bin/python -m bench tune --suite toy --spaces",
+                ".venv/bin/python benchmarks/perf_table.py --file docs/records/perf/cpu.json --cases thread_policy",
+                ".venv/bin/python -m bench.validity --results docs/ablations"):
+        assert mod.run(cmd, in_process=True) == mod.run(cmd), cmd
+    for in_process in (False, True):
+        with pytest.raises(SystemExit, match="table command failed"):
+            mod.run(".venv/bin/python -m bench tune --suite nope --profile quick --out docs/tuning --markdown",
+                    in_process=in_process)
