@@ -27,11 +27,14 @@ import pandas as pd
 
 from bench.errors import BenchError
 
-TASKS = ("classification", "segmentation", "regression")
+TASKS = ("classification", "segmentation", "regression", "multilabel")
 #: the methods run when ``methods=`` is not given: cheap ones that work on any network
 DEFAULT_METHODS = {"classification": ("deterministic", "temperature_scaling", "deep_ensemble", "laplace_last_layer"),
                    "segmentation": ("deterministic", "temperature_scaling", "deep_ensemble"),
-                   "regression": ("deterministic", "deep_ensemble")}
+                   "regression": ("deterministic", "deep_ensemble"),
+                   "multilabel": ("deterministic", "temperature_scaling", "deep_ensemble")}
+#: the tasks whose predictive gives OOD scores (ood= sets)
+OOD_TASKS = ("classification", "multilabel")
 #: the executors bench.evaluate runs on (the batch executors need bench run's job options)
 API_EXECUTORS = ("local", "dask")
 _PLAIN = re.compile(r"[A-Za-z0-9_-]+")
@@ -57,6 +60,9 @@ class Evaluation:
     records: list[Path] = field(default_factory=list)
     report: list[Path] = field(default_factory=list)
     metrics: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: the (model, method configuration) pairs refused when the run was planned, not run:
+    #: ``{model, method, label, reason}`` each (bench.config.RunPlan.not_run); the other cells ran
+    not_run: list = field(default_factory=list)
 
     def table(self, metric: str = "nll") -> pd.DataFrame:
         """``metrics.<metric>`` averaged over seeds: a row per (model, method configuration), a
@@ -115,9 +121,9 @@ def _eval_sets(test, shifts, ood, task_kind: str, what_reads):
                 raise BenchError(f"shifts[{family!r}]: severity {sev!r} is not a number; shifts= is {{family: "
                                  f"{{severity: dataset}}}}") from None
             heads.append(("shift", str(family), sev, ds, True))
-    if ood and task_kind != "classification":
+    if ood and task_kind not in OOD_TASKS:
         raise BenchError(f"ood= sets are scored by how well a classifier's uncertainty separates them; a {task_kind} "
-                         f"task has no OOD scores (leave ood= out)")
+                         f"task has no OOD scores (leave ood= out; OOD sets: {', '.join(OOD_TASKS)})")
     for name, ds in (ood or {}).items():
         heads.append(("ood", _check_name(str(name), "OOD set name", _SET_NAME), None, ds, False))
     return [(kind, shift, sev, what_reads(ds, f"{kind} set {shift}" + ("" if sev is None else f" {sev:g}"), labels))
@@ -167,9 +173,11 @@ def evaluate(model, train, val, test, *, shifts: dict | None = None, ood: dict |
     (``lenet5``, ``mymodule:factory``, ``timm:resnet18``), or ``{name: any of these}`` to compare
     several. ``train``, ``val``: the training and validation sets; ``test``: the in-distribution
     test set (or ``{name: set}``); ``shifts``: ``{family: {severity: set}}``; ``ood``:
-    ``{name: set}`` (classification); sets as :mod:`bench.user_data` takes them.
-    ``task``: classification | segmentation | regression; ``num_classes``: else inferred from the
-    labels. ``train_config``: :class:`bench.training.TrainConfig` fields (epochs, lr, ...);
+    ``{name: set}`` (classification, multilabel); sets as :mod:`bench.user_data` takes them.
+    ``task``: classification | segmentation | regression | multilabel (targets ``(n, L)`` of 0/1, one
+    logit per label, binary cross-entropy summed over the labels); ``num_classes``: the classes (the
+    labels L for multilabel), else inferred from the labels (the targets' columns).
+    ``train_config``: :class:`bench.training.TrainConfig` fields (epochs, lr, ...);
     ``method_options``: ``{method: {option: value}}``. ``map_checkpoint``: a state-dict file that is
     the MAP network of every seed, or ``{seed: file}`` (nothing trained for it; methods that train
     from scratch or from several MAP networks are then skipped, as on a pretrained suite).
@@ -199,8 +207,8 @@ def build_suite(model, train, val, test, *, shifts=None, ood=None, task="classif
     from bench.config import resolve_plan
     from bench.data import EvalSet, SuiteData, data_digest
     from bench.suites import SUITES
-    from bench.tasks import classification, regression, segmentation
-    from bench.user_data import cast_labels, check_shapes, infer_num_classes, materialise
+    from bench.tasks import classification, multilabel, regression, segmentation
+    from bench.user_data import cast_labels, check_shapes, infer_num_classes, infer_num_labels, materialise
     from bench.user_suite import UserNetwork, UserSuite
     from methods import METHODS
 
@@ -224,6 +232,8 @@ def build_suite(model, train, val, test, *, shifts=None, ood=None, task="classif
     in_shape = check_shapes(every, task)
     if task == "regression":
         task_obj = regression()
+    elif task == "multilabel":
+        task_obj = multilabel(infer_num_labels(every, num_classes))
     else:
         ignore = 255 if task == "segmentation" else None
         k = int(num_classes) if num_classes is not None else infer_num_classes(every, ignore)
@@ -281,7 +291,7 @@ def run_suite(suite, plan, *, out="results", device="auto", force=False, report=
                              suites=[suite.name])
     records = grid_records(suite, plan, out, METHODS, args.device, suite.map_checkpoint)
     return Evaluation(out=out, suite=suite.name, exit_code=code, summary=summary, records=records, report=pages,
-                      metrics=records_frame(records))
+                      metrics=records_frame(records), not_run=plan.not_run())
 
 
 def summary_has_records(out: Path, suite: str) -> bool:

@@ -453,6 +453,9 @@ def run_plan(args, suite, plan, methods: list[str]):
               f"device {device}, data root {data_root}", file=sys.stderr)
     for name, why in plan.skipped.items():
         print(f"[{suite.name}] {name}: skipped ({why})", file=sys.stderr)
+    for r in plan.refused:  # a method that cannot run on a user's network: its cells there are not run
+        print(f"[{suite.name}] warning: {r['label']} not run on {r['model']} (refused when planned; the other "
+              f"cells run): {r['reason']}", file=sys.stderr)
     # a suite whose MAP network is pretrained: every model's weights file is found before the data
     pretrained = ({m: suite.pretrained_weights(m, plan.data, download=not args.no_download) for m in plan.models}
                   if getattr(suite, "pretrained_map", False) else None)
@@ -483,9 +486,11 @@ def run_plan(args, suite, plan, methods: list[str]):
     # (a grid with some failed cells exits 0: its failed records sit beside the results)
     all_failed = bool(summary.failed) and len(summary.failed) >= len(grid_cells(plan))
     verdict = f"; every cell failed (exit code {EXIT_ALL_FAILED})" if all_failed else ""
+    not_run = (f", {len(plan.refused) * len(plan.seeds)} not run (refused when planned: "
+               f"{', '.join(sorted({r['label'] + ' on ' + r['model'] for r in plan.refused}))})" if plan.refused else "")
     if not args.quiet:
         print(f"[{suite.name}] done: {summary.fitted} fitted, {summary.loaded} loaded, {summary.skipped} skipped, "
-              f"{len(summary.failed)} failed, {summary.records} records written{verdict}", file=sys.stderr)
+              f"{len(summary.failed)} failed{not_run}, {summary.records} records written{verdict}", file=sys.stderr)
         for f in summary.failed:
             print(f"  failed: {f}", file=sys.stderr)
     elif all_failed:

@@ -74,6 +74,19 @@ class RunPlan:
     methods: dict[str, list[dict]] = field(default_factory=dict)  # method -> list of configs (sweep)
     note: str = ""
     skipped: dict[str, str] = field(default_factory=dict)  # method -> why the suite cannot run it
+    # the (model, method configuration) pairs a method refused at plan time (Method.check_network
+    # on a user's network): {model, method, label, config, reason} each; their cells are not run
+    # (bench.executors.grid.grid_cells), the other cells are, and the records carry the list (not_run)
+    refused: list[dict] = field(default_factory=list)
+
+    def runs(self, model: str, method: str, config: dict) -> bool:
+        """Whether the cell (model, method, config) is planned: not refused at plan time."""
+        return not any(r["model"] == model and r["method"] == method and r["config"] == config
+                       for r in self.refused)
+
+    def not_run(self) -> list[dict]:
+        """What the records of this plan say was not run, and why: {model, method, label, reason}."""
+        return [{k: r[k] for k in ("model", "method", "label", "reason")} for r in self.refused]
 
 
 def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
@@ -125,6 +138,7 @@ def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
     if not methods:
         raise BenchError("no method to run (--methods is empty)")
     plan = RunPlan(suite.name, profile, models, plan_seeds, train_cfg, data, note=prof.get("note", ""))
+    unsupported: dict[str, str] = {}  # method -> why it does not support the suite's task
     for name in methods:
         cls = method_registry.get(name)
         base = {**cls.profile_defaults.get(profile, {}), **prof.get("methods", {}).get(name, {})}
@@ -132,19 +146,21 @@ def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
         unknown = (set(base) | set(sweep)) - set(cls.defaults)
         if unknown:
             raise BenchError(f"unknown option(s) {sorted(unknown)} for method {name!r}; valid: {sorted(cls.defaults) or 'none'}")
-        if suite.task.kind not in cls.tasks:
-            why = cls.UNSUPPORTED.get(suite.task.kind)
-            raise BenchError(f"method {name!r} does not support {suite.task.kind} tasks (suite {suite.name})"
-                             + (f": {why}" if why else "") + f"; it supports: {', '.join(cls.tasks)}")
+        supported = suite.task.kind in cls.tasks
         keys = list(sweep)
         configs = []
         for combo in itertools.product(*(sweep[k] for k in keys)) if keys else [()]:
             overrides = {**base, **dict(zip(keys, combo))}
-            cls.check_config(overrides)
+            cls.check_config(overrides)  # a bad option is bad input (exit 2), even for a method skipped below
             check_task = getattr(cls, "check_task_config", None)
-            if check_task is not None:  # options that depend on the suite's task (e.g. one weight per class)
+            if check_task is not None and supported:  # options that depend on the task (e.g. one weight per class)
                 check_task(suite.task, overrides)
             configs.append({**cls.defaults, **overrides})
+        if not supported:  # skipped with its reason, the other methods run (exit 2 only when none can)
+            why = cls.UNSUPPORTED.get(suite.task.kind)
+            unsupported[name] = (f"method {name!r} does not support {suite.task.kind} tasks (suite {suite.name})"
+                                 + (f": {why}" if why else "") + f"; it supports: {', '.join(cls.tasks)}")
+            continue
         if getattr(suite, "pretrained_map", False):
             # the MAP network is a published pretrained one: a method that trains its own network(s)
             # from scratch would need the whole training set (e.g. ImageNet's 1.28 M images)
@@ -156,17 +172,32 @@ def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
                 continue
             configs = kept
         plan.methods[name] = configs
+    pretrained_skips = list(plan.skipped)
     # a user's network (not a registered one): every method says now whether it can run on it
-    # (Method.check_network; bench.network), before any data is read or anything trained
+    # (Method.check_network; bench.network), before any data is read or anything trained. A refused
+    # (model, method configuration) pair is skipped with its reason (printed, kept in the records,
+    # listed in the report); the other cells run
     from bench.network import check_plan_networks
 
-    check_plan_networks(suite, suite.data_cfg(data), plan.models,
-                        {n: (method_registry.get(n), cs) for n, cs in plan.methods.items()})
-    if not plan.methods:
-        raise BenchError(f"no method of --methods {','.join(methods)} can run on suite {suite.name}: "
-                         + "; ".join(f"{m}: {why}" for m, why in plan.skipped.items()))
-    if plan.skipped:
-        line = "skipped: " + ", ".join(plan.skipped) + " (they train from scratch; the MAP network is pretrained)"
+    for r in check_plan_networks(suite, suite.data_cfg(data), plan.models,
+                                 {n: (method_registry.get(n), cs) for n, cs in plan.methods.items()}):
+        plan.refused.append({**r, "label": method_label(r["method"], r["config"], method_registry.get(r["method"]).defaults)})
+    for name in list(plan.methods):  # a configuration refused on every model: out of the plan
+        plan.methods[name] = [c for c in plan.methods[name] if any(plan.runs(m, name, c) for m in plan.models)]
+        if not plan.methods[name]:
+            del plan.methods[name]
+    plan.skipped.update(unsupported)
+    if not plan.methods:  # nothing can run: bad input (exit 2), nothing written
+        reasons = [f"{m}: {why}" for m, why in plan.skipped.items()]
+        if plan.refused:
+            reasons.append("these methods cannot run on these networks (leave them out of --methods, or change the "
+                           "network):\n  " + "\n  ".join(f"{r['label']} on {r['model']}: {r['reason']}"
+                                                           for r in plan.refused))
+        raise BenchError(f"no method of --methods {','.join(methods)} can run on suite {suite.name}"
+                         + (f" with --set models={','.join(plan.models)}" if plan.refused else "") + ":\n"
+                         + "\n".join(reasons))
+    if pretrained_skips:
+        line = "skipped: " + ", ".join(pretrained_skips) + " (they train from scratch; the MAP network is pretrained)"
         plan.note = "; ".join(filter(None, [plan.note, line]))
     return plan
 

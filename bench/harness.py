@@ -345,6 +345,8 @@ def cell_identity(suite, plan: RunPlan, store: ResultsStore, registry, model_nam
             "device": device_description(device), **worker_identity(), **record_fields(cls)}
     if plan.note:
         base["eval_note"] = plan.note
+    if plan.refused:  # the pairs a method refused when the run was planned: the report lists them (not run)
+        base["not_run"] = plan.not_run()
     if pretrained and model_name in pretrained:
         base["pretrained_weights"] = pretrained[model_name]
     return CellIdentity(cls, label, identity, chash, store.run_dir(suite.name, model_name, method_name, chash, seed),

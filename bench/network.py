@@ -27,7 +27,7 @@
 * **Plan-time checks** (:func:`check_plan_networks`): ``bench run`` builds each user network
   (model specs, ``bench.evaluate``'s networks; the registered ones are known to work) and asks
   every method's :meth:`methods.base.Method.check_network` whether it can run on it, before any
-  data is read or anything trained.
+  data is read or anything trained; a refused pair is skipped with its reason, the other cells run.
 """
 from __future__ import annotations
 
@@ -328,15 +328,16 @@ def try_on_probe(fn: Callable[[], object], what: str) -> None:
 # ---------------------------------------------------------------------------------- plan-time checks
 
 
-def check_plan_networks(suite, data: dict, models, methods: dict) -> None:
+def check_plan_networks(suite, data: dict, models, methods: dict) -> list[dict]:
     """Every (method, model) pair of a plan for the user networks among ``models`` (names not in
     :data:`bench.models.MODELS`): ``cls.check_network(build, x, task, config)`` for each
-    configuration; one BenchError listing every pair that cannot run, with the reason, before
-    anything is trained. ``methods``: ``{name: (cls, [configs])}``."""
+    configuration, before anything is trained. Returns the refusals, ``{model, method, config,
+    reason}`` each (the BenchError's message; empty: every pair can run); the plan skips their
+    cells and runs the others (:func:`bench.config.resolve_plan`). ``methods``: ``{name: (cls, [configs])}``."""
     from bench.models import MODELS
 
     task = suite.task
-    problems = []
+    refused = []
     for model in models:
         if model in MODELS:
             continue
@@ -356,16 +357,10 @@ def check_plan_networks(suite, data: dict, models, methods: dict) -> None:
             check = getattr(cls, "check_network", None)
             if check is None:
                 continue
-            seen = set()
             for cfg in configs:
                 try:
                     with torch.random.fork_rng(devices=[]):
                         check(build, x, task, cfg)
                 except BenchError as exc:
-                    msg = str(exc)
-                    if msg not in seen:
-                        seen.add(msg)
-                        problems.append(f"{name} on {model}: {msg}")
-    if problems:
-        raise BenchError("these methods cannot run on these networks (leave them out of --methods, or change the "
-                         "network):\n  " + "\n  ".join(problems))
+                    refused.append({"model": model, "method": name, "config": cfg, "reason": str(exc)})
+    return refused

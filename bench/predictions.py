@@ -17,6 +17,9 @@ and the arrays:
   ``labels`` (N,) int64 (not on OOD sets, whose labels are not in the task's label space);
 * regression: ``mean``, ``var`` (as the predictive's, float32), ``sample_means`` /
   ``sample_vars`` (S, ...) when the method samples (dropped first), ``targets`` (float);
+* multilabel: ``probs`` (N, L) per-label probabilities (rows do not sum to 1), ``sample_probs``
+  (S, N, L) of a sampling method (dropped first), both at the storage dtype as for
+  classification, and ``targets`` (N, L) of 0/1 as the data gave them (not on OOD sets);
 * segmentation: refused (the record says so): per-pixel probabilities of a test split are
   N x H x W x K values (CamVid's 233 test images at 360 x 480 x 11 classes: 1.8 GB at float32,
   885 MB at float16), beyond any bound that suits a results folder.
@@ -52,6 +55,8 @@ DEFAULT_MAX_MB = 64.0
 DTYPES = ("float32", "float16")
 #: the record fields a file's ``meta`` repeats (rescore checks they match the record naming it)
 IDENTITY = ("suite", "model", "method", "config_hash", "seed", "kind", "shift", "severity", "task")
+#: the tasks whose predictive is kept (segmentation's per-pixel one is refused)
+KEPT_TASKS = ("classification", "regression", "multilabel")
 #: what cannot be rescored without the per-sample predictive
 SAMPLE_METRICS = ("mutual_information", "auroc_mi")
 
@@ -102,9 +107,9 @@ def _planned(task_kind: str, pred, policy: PredictionPolicy):
         keep = policy.dtype == "float32" and t.dtype in (torch.float32, torch.float64)
         return None if keep else np.dtype(policy.dtype)
 
-    if task_kind == "classification":
+    if task_kind in ("classification", "multilabel"):
         main = {"probs": (pred.probs, f(pred.probs))}
-        if pred.variance is not None:
+        if getattr(pred, "variance", None) is not None:
             main["variance"] = (pred.variance, None)
         samples = {} if pred.sample_probs is None else {"sample_probs": (pred.sample_probs, f(pred.sample_probs))}
     else:
@@ -132,7 +137,7 @@ def keep_predictions(root: Path, record_path: Path, record: dict, pred, eval_set
     """Write the predictive ``pred`` of ``record`` (its evaluation set ``eval_set``) beside the
     record file, atomically, and return the record's ``predictions`` entry (see the module doc)."""
     task_kind = record["task"]
-    if task_kind not in ("classification", "regression"):
+    if task_kind not in KEPT_TASKS:
         return refused(f"{task_kind}: per-pixel predictions are not kept (N x H x W x K values per split; "
                        "docs/predictions.md)", "segmentation")
     main, samples = _planned(task_kind, pred, policy)
@@ -159,11 +164,12 @@ def keep_predictions(root: Path, record_path: Path, record: dict, pred, eval_set
         entry["samples"] = "kept"
     arrays = {k: _numpy(t, dtype) for k, (t, dtype) in {**main, **samples}.items()}
     if labels is not None:
-        arrays["labels" if task_kind == "classification" else "targets"] = labels
+        arrays["labels" if task_kind == "classification" else "targets"] = labels  # multilabel: (N, L) 0/1
         entry["labels_sha256"] = labels_sha256(labels)
     entry["arrays"] = {k: list(a.shape) for k, a in arrays.items()}
     meta = {"schema": SCHEMA, **{k: record.get(k) for k in IDENTITY}, "n": record.get("n"),
-            "num_classes": record.get("num_classes"), "method_label": record.get("method_label"),
+            "num_classes": record.get("num_classes"), "num_labels": record.get("num_labels"),
+            "method_label": record.get("method_label"),
             "dtype": policy.dtype, "samples": entry["samples"], "labels_sha256": entry.get("labels_sha256"),
             "arrays": {k: {"shape": list(a.shape), "dtype": a.dtype.str} for k, a in arrays.items()},
             "git_commit": record.get("git_commit"), "created_at": record.get("finished_at")}
@@ -179,7 +185,8 @@ def keep_predictions(root: Path, record_path: Path, record: dict, pred, eval_set
 
 def satisfies(record: dict, root: Path, policy: PredictionPolicy) -> bool:
     """Whether ``record`` needs no re-evaluation for a run that keeps predictions under ``policy``:
-    its file is there, or it was refused for a reason the policy cannot change (segmentation), or
+    its file is there, or it was refused for a reason the policy cannot change (segmentation; a
+    multilabel record refused so by code that did not keep multilabel predictives is redone), or
     its samples (or everything) were left out by a bound no smaller than ``policy``'s."""
     p = record.get("predictions")
     if not isinstance(p, dict):
@@ -190,5 +197,7 @@ def satisfies(record: dict, root: Path, policy: PredictionPolicy) -> bool:
             return False
         limited = p.get("samples") == "dropped"
     else:
+        if record.get("task") in KEPT_TASKS and p.get("reason") != "bound":  # refused by older code (multilabel)
+            return False
         limited = p.get("reason") == "bound"
     return not (limited and float(policy.max_mb) > float(p.get("max_mb") or 0))

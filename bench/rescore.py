@@ -140,7 +140,7 @@ def load_predictions(root: Path, rec: dict) -> tuple[dict, dict]:
     y = arrays.get("labels", arrays.get("targets"))
     if y is not None and labels_sha256(y) != meta.get("labels_sha256"):
         raise PredictionsError(f"{path}: its labels do not hash to the labels_sha256 its meta states")
-    n, k = rec.get("n"), rec.get("num_classes")
+    n, k = rec.get("n"), rec.get("num_labels") if rec.get("task") == "multilabel" else rec.get("num_classes")
     first = arrays.get("probs", arrays.get("mean"))
     if first is None or (n is not None and first.shape[0] != n) or \
             ("probs" in arrays and (first.ndim != 2 or (k is not None and first.shape[1] != k))):
@@ -166,6 +166,13 @@ def recompute(rec: dict, arrays: dict, id_arrays: dict | None, extra: list) -> t
     if rec["task"] == "regression":
         mean, var, y = arrays["mean"], arrays["var"], arrays["targets"]
         return M.regression_metrics(_t(mean), _t(var), _t(y)), {}, skipped
+    if rec["task"] == "multilabel":  # bench.multilabel_metrics, as the harness scores it; no registered metrics
+        from bench import multilabel_metrics as ML
+
+        probs, sp = _t(arrays["probs"]), _t(arrays.get("sample_probs"))
+        if rec["kind"] == "ood":
+            return (*ML.ood_metrics(_t(id_arrays["probs"]), probs, _t(id_arrays.get("sample_probs")), sp), skipped)
+        return (*ML.multilabel_metrics(probs, _t(arrays["targets"]), sp), skipped)
     probs = _t(arrays["probs"])
     sp, var = _t(arrays.get("sample_probs")), _t(arrays.get("variance"))
     if rec["kind"] == "ood":
@@ -186,12 +193,25 @@ def recompute(rec: dict, arrays: dict, id_arrays: dict | None, extra: list) -> t
 def _equal(a, b) -> bool:
     if a is None or b is None:
         return a is None and b is None
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):  # per-label lists (multilabel)
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         a, b = float(a), float(b)
         if math.isnan(a) or math.isnan(b):
             return math.isnan(a) and math.isnan(b)
         return abs(a - b) <= ATOL + RTOL * abs(b)
     return a == b
+
+
+def _delta(a, b) -> float:
+    """|a - b|, the largest over the entries of per-label lists; NaN where it is not a number."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+        d = [_delta(x, y) for x, y in zip(a, b) if not (x is None and y is None)]
+        return max(d) if d else float("nan")
+    try:
+        return abs(float(a) - float(b))
+    except (TypeError, ValueError):
+        return float("nan")
 
 
 def _jsonable(obj):
@@ -279,10 +299,7 @@ def _rescore_cell(root: Path, group: list[Found], extra: list, dry_run: bool, st
         for k in added:
             s.added[k] += 1
         for k, v in changed.items():
-            try:
-                s.changed[k].append(abs(float(v["now"]) - float(v["stored"])))
-            except (TypeError, ValueError):
-                s.changed[k].append(float("nan"))
+            s.changed[k].append(_delta(v["now"], v["stored"]))
         if not changed:
             s.reproduced += 1
         new_curves = _jsonable({**(rec.get("curves") or {}), **curves})

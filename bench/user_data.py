@@ -6,7 +6,8 @@ numpy arrays (an OOD set: ``x`` alone). Sets are read once, in order (a shufflin
 through its dataset, unshuffled: the same data gives the same digest, so a second call resumes),
 into memory: inputs as float32, given to the network as they are (normalise them yourself), labels
 as int64 (classification: ``(n,)`` class indices; segmentation: ``(n, H, W)`` label maps, 255
-ignored) or float32 targets ``(n,)`` (regression).
+ignored), float32 targets ``(n,)`` (regression) or float32 0/1 targets ``(n, L)`` (multilabel: one
+column per label, 1 where the label is present).
 """
 from __future__ import annotations
 
@@ -98,10 +99,13 @@ def materialise(obj, what: str, *, labels: bool = True) -> Split:
 
 def cast_labels(split: Split, task_kind: str, what: str) -> Split:
     """Labels as the task takes them: int64 class indices (classification ``(n,)``, segmentation
-    ``(n, H, W)``), float32 targets ``(n,)`` for regression (``(n, 1)`` is squeezed)."""
+    ``(n, H, W)``), float32 targets ``(n,)`` for regression (``(n, 1)`` is squeezed), float32 0/1
+    targets ``(n, L)`` for multilabel (bool, integer or floating 0s and 1s)."""
     y = split.y
     if y is None:
         return split
+    if task_kind == "multilabel":
+        return Split(split.x, multilabel_targets(y, what))
     if task_kind == "regression":
         if y.dim() == 2 and y.shape[1] == 1:
             y = y[:, 0]
@@ -116,6 +120,37 @@ def cast_labels(split: Split, task_kind: str, what: str) -> Split:
         shape = "(n,) class indices" if task_kind == "classification" else "(n, H, W) label maps"
         raise BenchError(f"{what}: {task_kind} labels must be {shape}; got shape {tuple(y.shape)}")
     return Split(split.x, y.long())
+
+
+def multilabel_targets(y: torch.Tensor, what: str) -> torch.Tensor:
+    """``y`` as float32 multi-label targets: (n, L) with every value 0 or 1 (a BenchError naming
+    what is valid otherwise: class indices (n,) are a classification task's labels)."""
+    valid = ("multilabel targets must be (n, L) 0/1 values, one column per label (1: the label is present; "
+             "bool, integer or float)")
+    if y.dim() != 2 or y.shape[1] < 1:
+        hint = " (class indices (n,) are task='classification' labels)" if y.dim() == 1 else ""
+        raise BenchError(f"{what}: {valid}; got shape {tuple(y.shape)}{hint}")
+    if y.is_complex():
+        raise BenchError(f"{what}: {valid}; got {y.dtype}")
+    bad = ~((y == 0) | (y == 1))
+    if bool(bad.any()):
+        raise BenchError(f"{what}: {valid}; {int(bad.sum())} value(s) are neither 0 nor 1 (e.g. "
+                         f"{y[bad][0].item():g})")
+    return y.float()
+
+
+def infer_num_labels(splits: dict[str, Split], num_labels: int | None = None) -> int:
+    """The labels L of a multilabel task: the targets' columns, the same in every labelled set, and
+    ``num_labels`` when it is given (``num_classes=``); a BenchError naming the sets otherwise."""
+    widths = {name: int(s.y.shape[1]) for name, s in splits.items() if s.y is not None}
+    found = sorted(set(widths.values()))
+    if len(found) > 1:
+        raise BenchError("multilabel targets must have the same labels (columns) in every set; got "
+                         + ", ".join(f"{name}: {w}" for name, w in widths.items()))
+    if num_labels is not None and found and int(num_labels) != found[0]:
+        raise BenchError(f"num_classes={num_labels}, but the multilabel targets have {found[0]} labels (columns); "
+                         f"leave num_classes out or give {found[0]}")
+    return int(num_labels) if num_labels is not None else found[0]
 
 
 def infer_num_classes(splits: dict[str, Split], ignore_index: int | None = None) -> int:

@@ -143,8 +143,9 @@ class Method(abc.ABC):
         """Called when a run is planned, for every user network (a model spec or ``bench.evaluate``'s
         network; not the registered ones): raise a BenchError saying why this method cannot run on
         the network ``build_model(dropout=...)`` builds (a fresh CPU copy per call) -- naming the
-        module -- so that the run stops before anything is trained. ``x``: a probe batch of the
-        suite's inputs. Default: any network. A failure at fit time is still a failed cell."""
+        module -- so that its cells on this network are skipped, with that reason, before anything
+        is trained (the other cells run). ``x``: a probe batch of the suite's inputs. Default: any
+        network. A failure at fit time is still a failed cell."""
 
     @classmethod
     def starts_from(cls, config: dict) -> str:

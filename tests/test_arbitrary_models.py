@@ -185,23 +185,31 @@ def test_every_method_fits_a_user_network_or_refuses_it_at_plan_time(name, share
         assert torch.allclose(torch.cat([probs(m, x[:7]), probs(m, x[7:])]), p, atol=1e-5), "batch-size dependent"
 
 
-def test_a_plan_refuses_incompatible_pairs_before_training(tmp_path):
-    """`bench run --set models=MODULE:FACTORY` with a method that cannot run on it: exit 2 (a
-    BenchError) at plan time, every refused pair listed with the module named."""
+def test_a_plan_skips_incompatible_pairs_before_training(tmp_path):
+    """`bench run --set models=MODULE:FACTORY` with methods that cannot run on it: each refused pair
+    is left out of the plan at plan time, with the module named in its reason, and the other methods
+    stay (tests/test_refused_pairs.py: the run, exit 0); exit 2 (a BenchError listing every refused
+    pair) only when no method can run."""
     from bench.config import resolve_plan
     from bench.suites import SUITES
 
     suite = SUITES.get("mnist_rotated")()
+    plan = resolve_plan(suite, "smoke", ["deterministic", "vdp", "laplace_last_layer", "mc_dropout"],
+                        {"models": ["test_arbitrary_models:doubled_net"]}, method_registry=METHODS)
+    assert list(plan.methods) == ["deterministic"]
+    why = {r["method"]: r["reason"] for r in plan.refused}
+    assert set(why) == {"vdp", "laplace_last_layer", "mc_dropout"}
+    assert {r["model"] for r in plan.refused} == {"test_arbitrary_models.doubled_net"}
+    assert "Doubled" in why["vdp"] and "'fc'" in why["laplace_last_layer"] and "'fc'" in why["mc_dropout"]
     with pytest.raises(BenchError) as err:
-        resolve_plan(suite, "smoke", ["deterministic", "vdp", "laplace_last_layer", "mc_dropout"],
+        resolve_plan(suite, "smoke", ["vdp", "laplace_last_layer", "mc_dropout"],
                      {"models": ["test_arbitrary_models:doubled_net"]}, method_registry=METHODS)
     msg = str(err.value)
     assert "vdp on test_arbitrary_models.doubled_net" in msg and "Doubled" in msg
-    assert "laplace_last_layer on" in msg and "mc_dropout on" in msg and "'fc'" in msg
-    assert "deterministic on" not in msg
+    assert "laplace_last_layer" in msg and "mc_dropout" in msg and "'fc'" in msg
     plan = resolve_plan(suite, "smoke", ["laplace_last_layer", "mc_dropout", "pbn"],
                         {"models": ["test_arbitrary_models:user_net"]}, method_registry=METHODS)
-    assert plan.models == ["test_arbitrary_models.user_net"]
+    assert plan.models == ["test_arbitrary_models.user_net"] and plan.refused == []
 
 
 # ------------------------------------------------------------------------------ the head contract

@@ -43,14 +43,19 @@ def test_method_option_out_of_range_is_named_with_the_valid_range(tmp_path, caps
     assert not (tmp_path / "r").exists()
 
 
-def test_a_method_that_does_not_support_the_task_is_refused_at_plan_time(tmp_path, capsys):
-    """The toy suite is regression; subnet_laplace is classification-only: refused before the
-    deterministic method (listed first) has trained or written anything."""
-    args = ["run", "--suite", "toy", "--profile", "smoke", "--methods", "deterministic,subnet_laplace",
-            "--out", str(tmp_path / "r")]
+def test_a_method_that_does_not_support_the_task_is_skipped_at_plan_time(tmp_path, capsys):
+    """The toy suite is regression; subnet_laplace is classification-only: skipped with its reason
+    when the run is planned, the deterministic method runs (issue 37: a refused method does not stop
+    the grid); alone, it is refused (exit 2) before anything is written."""
+    args = ["run", "--suite", "toy", "--profile", "smoke", "--methods", "subnet_laplace", "--out", str(tmp_path / "r")]
     assert main(args) == 2
     assert "does not support regression tasks" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+    args = ["run", "--suite", "toy", "--profile", "smoke", "--methods", "deterministic,subnet_laplace", "--no-report",
+            "--out", str(tmp_path / "r"), "--set", "train.epochs=20"]
+    assert main(args) == 0
+    assert "subnet_laplace: skipped (method 'subnet_laplace' does not support regression tasks" in capsys.readouterr().err
+    assert [p.name.split("-")[0] for p in (tmp_path / "r" / "toy" / "records" / "mlp_100").iterdir()] == ["deterministic"]
 
 
 def test_empty_method_and_seed_lists_are_errors(tmp_path, capsys):

@@ -10,9 +10,11 @@ from bench.config import RunPlan
 
 
 def grid_cells(plan: RunPlan) -> list[tuple[str, str, dict, int]]:
-    """(model, method, method config, seed) of every cell, in the order a local run does them."""
+    """(model, method, method config, seed) of every cell, in the order a local run does them; a
+    (model, method config) pair refused when the run was planned (``plan.refused``) has none."""
     return [(model, method, cfg, seed) for model in plan.models
-            for method, configs in plan.methods.items() for cfg in configs for seed in plan.seeds]
+            for method, configs in plan.methods.items() for cfg in configs if plan.runs(model, method, cfg)
+            for seed in plan.seeds]
 
 
 def map_dependencies(plan: RunPlan, registry, pretrained: dict | None = None) -> dict[tuple, list[tuple[str, int]]]:

@@ -187,7 +187,30 @@ def _overview(df: pd.DataFrame, suite: str, generated_at: str) -> Section:
     if absent:
         s.add(Paragraph("Methods that do not support this task (not run):"))
         s.add(Bullets(absent))
+    refused = _refused_pairs(df)
+    if refused:
+        s.add(Paragraph("Not run: refused when the run was planned (the method cannot run on that network; the "
+                        "other cells ran):"))
+        s.add(Bullets(refused))
     return s
+
+
+def _refused_pairs(df: pd.DataFrame) -> list[str]:
+    """``"label on model: reason"`` for every (model, method configuration) pair the records say was
+    refused when their run was planned (``not_run``; bench.config.RunPlan.refused), unless some
+    record of that pair exists (a later run ran it)."""
+    if "not_run" not in df:
+        return []
+    have = {(str(m), str(lab)) for m, lab in zip(df["model"], df["method_label"])}
+    out = []
+    for entries in df["not_run"]:
+        for r in entries if isinstance(entries, list) else []:
+            if not isinstance(r, dict) or (str(r.get("model")), str(r.get("label"))) in have:
+                continue
+            line = f"{r.get('label')} on {r.get('model')}: {r.get('reason')}"
+            if line not in out:
+                out.append(line)
+    return out
 
 
 def _data_banner(ok: pd.DataFrame, suite: str) -> Banner | None:
@@ -229,7 +252,12 @@ def _regime_banner(df: pd.DataFrame, suite: str) -> Banner | None:
     k = distinct(mine["num_classes"]) if "num_classes" in mine else []
     if not k and cls is not None and cls.task.kind == "classification":  # records made before num_classes
         k = [cls.task.num_outputs]
+    multilabel = "task" in mine and distinct(mine["task"]) == ["multilabel"]
+    if multilabel:
+        text += _multilabel_map_line(clean)
     for col, what in (("metrics.accuracy", "clean accuracy"), ("metrics.miou", "clean mIoU")):
+        if multilabel:
+            break
         if col in clean and clean[col].notna().any():
             text += f" The MAP network reaches {clean[col].mean():.1%} {what}"
             if len(k) == 1 and what == "clean accuracy":
@@ -238,6 +266,25 @@ def _regime_banner(df: pd.DataFrame, suite: str) -> Banner | None:
             break
     return Banner(text + " Rows that fail their validity checks (bench.validity) are marked ✗ or ? in every "
                          "table: they measure the set-up, not the method.")
+
+
+def _multilabel_map_line(clean: pd.DataFrame) -> str:
+    """The banner's MAP sentence on a multi-label suite: Hamming accuracy is per (example, label)
+    pair, and with rare labels a network that says "absent" everywhere scores high, so it is named
+    as such, set beside the training-prevalence predictor's, and given with the mean AUROC."""
+    def mean(col):
+        vals = pd.to_numeric(clean[col], errors="coerce") if col in clean else pd.Series(dtype=float)
+        return vals.mean() if vals.notna().any() else None
+
+    acc, auroc, ref = mean("metrics.accuracy"), mean("metrics.auroc_mean"), mean("reference.accuracy")
+    parts = []
+    if acc is not None:
+        parts.append(f"{acc:.1%} clean Hamming accuracy (the fraction of (example, label) pairs right at p > 0.5"
+                     + (f"; predicting each label's training prevalence: {ref:.1%}" if ref is not None else "")
+                     + ")")
+    if auroc is not None:
+        parts.append(f"a clean mean AUROC over the labels of {auroc:.3f} (0.5: no ranking)")
+    return f" The MAP network reaches {' and '.join(parts)}." if parts else ""
 
 
 def _provenance(df: pd.DataFrame, generated_at: str = "") -> Section:
