@@ -573,6 +573,7 @@ def cmd_tune(args) -> int:
         print(tuning.spaces_markdown())
         return 0
     if args.markdown:
+        SUITES.get(args.suite)  # an unknown suite: exit 2 naming the valid ones
         path = tuning.tuning_path(args.out, args.suite, args.profile)
         if not path.is_file():
             raise BenchError(f"no stored tuning at {path}; run python -m bench tune --suite {args.suite} "

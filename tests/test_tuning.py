@@ -184,3 +184,9 @@ def test_tuning_one_method_keeps_the_others_entries(tmp_path):
     assert doc["methods"]["mc_dropout"] == {"choices": [], "sets": ["a=1"]}      # kept, with its own --set
     assert doc["methods"]["vdp"] == {"choices": [1], "sets": ["b=2"]}            # replaced by this run's
     assert doc["not_chosen"] == {"pbn": "no records"}
+
+
+def test_markdown_of_an_unknown_suite_names_the_valid_ones(tmp_path, capsys):
+    assert main(["tune", "--suite", "nope", "--profile", "quick", "--out", str(tmp_path), "--markdown"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown suite 'nope'" in err and "mnist_rotated" in err
