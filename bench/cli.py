@@ -557,7 +557,7 @@ def cmd_select(args) -> int:
     if args.markdown:
         print(selection_markdown(choose_from_store(args.results, args.suite, args.method, args.tune, model=args.model)))
         return 0
-    for c in select(args.results, args.suite, args.method, args.tune, model=args.model):
+    for c in select(args.results, args.suite, args.method, args.tune, model=args.model, swept_only=True):
         print(f"{c['model']} {c['method']}: chose {c['chosen']} ({c['metric']}, seeds {c['seeds']}) -> {c['path']}")
         for r in c["candidates"]:
             print(f"    {r['values']}  {r['score']:.5f}  {r['config_hash']}")

@@ -128,9 +128,18 @@ def choose_from_store(results: str | Path, suite: str, method: str, tuned: list[
 
 
 def select(results: str | Path, suite: str, method: str, tuned: list[str], model: str | None = None,
-           **only) -> list[dict]:
-    """Choose on validation from the stored records and write the choices; returns them."""
+           swept_only: bool = False, **only) -> list[dict]:
+    """Choose on validation from the stored records and write the choices; returns them.
+    ``swept_only``: options that the records never vary (one value among every candidate of a
+    model) leave nothing to choose: BenchError (exit 2) naming the value and how to sweep, nothing
+    written (``bench select``; ``bench tune`` chooses among the configurations it has and says so)."""
     choices = choose_from_store(results, suite, method, tuned, model=model, **only)
+    for c in choices if swept_only else []:
+        flat = [t for t in c["tuned"] if len({json.dumps(r["values"][t], default=str) for r in c["candidates"]}) < 2]
+        if flat:
+            raise BenchError(f"nothing to choose for {method} on {c['model']}: every validation record has "
+                             + ", ".join(f"{t}={c['candidates'][0]['values'][t]!r}" for t in flat)
+                             + f"; sweep it first (e.g. --set {method}.{flat[0]}=A,B) or leave it out of --tune")
     for c in choices:
         c["path"] = str(write_selection(results, suite, c))
     return choices

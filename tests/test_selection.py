@@ -75,3 +75,11 @@ def test_select_markdown_writes_nothing(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "| p | seed 0 | mean | validity | chosen |" in text and text.count("**chosen**") == 1
     assert sorted(p for p in out.rglob("*") if p.is_file()) == before
+    # an option the records never vary leaves nothing to choose: exit 2, named, nothing written
+    assert main(["select", "--results", str(out), "--suite", "toy", "--method", "mc_dropout", "--tune", "samples"]) == 2
+    err = capsys.readouterr().err
+    assert "nothing to choose for mc_dropout" in err and "samples=" in err and "--set mc_dropout.samples=A,B" in err
+    assert sorted(p for p in out.rglob("*") if p.is_file()) == before
+    # the swept one is chosen and written
+    assert main(["select", "--results", str(out), "--suite", "toy", "--method", "mc_dropout", "--tune", "p"]) == 0
+    assert list(out.glob("toy/selections/*/mc_dropout-p.json"))
