@@ -450,7 +450,8 @@ def run_plan(args, suite, plan, methods: list[str]):
     data_root = resolve_data_root(args.data_root)
     if not args.quiet:
         print(f"[{suite.name}] profile {plan.profile}: models {plan.models}, methods {methods}, seeds {plan.seeds}, "
-              f"device {device}, data root {data_root}", file=sys.stderr)
+              f"device {device}, " + ("data in memory (bench.evaluate)" if getattr(suite, "IN_MEMORY", False)
+                                      else f"data root {data_root}"), file=sys.stderr)
     for name, why in plan.skipped.items():
         print(f"[{suite.name}] {name}: skipped ({why})", file=sys.stderr)
     for r in plan.refused:  # a method that cannot run on a user's network: its cells there are not run

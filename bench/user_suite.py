@@ -76,6 +76,7 @@ class UserSuite(Suite):
     SHA-256 prefixes of the user's MAP checkpoints); each evaluation set carries its own digest as
     its fingerprint (other test data is re-evaluated, nothing refitted).
     """
+    IN_MEMORY = True  # the data are the user's tensors, not files under a data root
 
     description = "a researcher's own data and network (bench.evaluate)"
     DEFAULT_DATA = {"fit_digest": "", "map_checkpoint": None, "eval_batch_size": 1000}

@@ -356,3 +356,12 @@ def test_an_unimportable_module_exits_2_through_python_m_bench(tmp_path):
     assert p.returncode == 2, p.stderr
     assert "module no_such_module cannot be imported" in p.stderr and "MODULE:FACTORY" in p.stderr
     assert "timm:NAME" in p.stderr and "lenet_300_100" in p.stderr
+
+
+def test_the_run_line_says_the_data_are_in_memory(tmp_path, capsys):
+    """bench.evaluate has no data root: its first line says so instead of naming the output folder."""
+    r = bench.evaluate(model=TinyNet, methods=["deterministic"], seeds=[0], out=tmp_path / "mine", train_config=TRAIN,
+                       profile="smoke", report=False, **data())
+    assert r.exit_code == 0
+    err = capsys.readouterr().err
+    assert "data in memory (bench.evaluate)" in err and "data root" not in err
