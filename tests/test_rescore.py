@@ -22,6 +22,7 @@ from bench.predictions import SCHEMA, PredictionPolicy, keep_predictions, labels
 from bench.predictive import ClassificationPredictive
 from bench.rescore import ATOL, RTOL
 from bench.store import load_records
+from kept_files import npz_arrays, records_under
 
 METHODS = "deterministic,mc_dropout"
 
@@ -47,14 +48,7 @@ def results(kept_run, tmp_path):
     return dst
 
 
-def _records(root):
-    return {p.relative_to(root).as_posix(): json.loads(p.read_text())
-            for p in sorted(root.rglob("*.json")) if "records" in p.relative_to(root).parts}
-
-
-def _arrays(root, rec):
-    with np.load(root / rec["predictions"]["file"], allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
+_records, _arrays = records_under, npz_arrays
 
 
 def _close(a, b):

@@ -15,6 +15,7 @@ from test_multilabel_api import bars, net
 from bench.cli import main
 from bench.predictions import SCHEMA, labels_sha256, satisfies, PredictionPolicy
 from bench.rescore import ATOL, RTOL
+from kept_files import npz_arrays, records_under
 
 METHODS = ["deterministic", "mc_dropout"]
 S = 4
@@ -36,14 +37,7 @@ def _run(out, *extra):
     return code
 
 
-def _records(root):
-    return {p.relative_to(root).as_posix(): json.loads(p.read_text())
-            for p in sorted(root.rglob("*.json")) if "records" in p.relative_to(root).parts}
-
-
-def _arrays(root, rec):
-    with np.load(root / rec["predictions"]["file"], allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
+_records, _arrays = records_under, npz_arrays
 
 
 def _close(a, b):
