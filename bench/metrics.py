@@ -73,7 +73,12 @@ def reliability_bins(probs: torch.Tensor, y: torch.Tensor, n_bins: int = ECE_BIN
     """Counts, summed confidences and summed correctness per equal-width confidence bin
     (``top``: :func:`_top` of ``probs`` when the caller has it)."""
     conf, pred = _top(probs) if top is None else top
-    correct = (pred == y).double()
+    return confidence_bins(conf, (pred == y).double(), n_bins)
+
+
+def confidence_bins(conf: torch.Tensor, correct: torch.Tensor, n_bins: int = ECE_BINS) -> dict:
+    """Counts, summed ``conf`` and summed ``correct`` (1 / 0 per entry) per equal-width bin of
+    ``conf``: the reliability curve's format (also the multi-label one, bench.multilabel_metrics)."""
     # bin b holds confidences in (b/n, (b+1)/n]; confidence exactly 0 goes to bin 0
     idx = (torch.ceil(conf * n_bins) - 1).clamp(0, n_bins - 1).long()
     count = torch.bincount(idx, minlength=n_bins).double()
@@ -171,9 +176,11 @@ def aurc(probs: torch.Tensor, y: torch.Tensor, top=None) -> float:
     return (cum_tied / k).mean().item()
 
 
-def entropy_histogram(ent: torch.Tensor, num_classes: int, bins: int = 30) -> dict:
-    edges = torch.linspace(0.0, math.log(num_classes), bins + 1, dtype=torch.float64)
-    idx = torch.bucketize(ent.double().clamp(0, math.log(num_classes)), edges[1:-1], right=False)
+def entropy_histogram(ent: torch.Tensor, num_classes: int, bins: int = 30, top: float | None = None) -> dict:
+    """Histogram of entropies over [0, top] (default log K, the largest entropy of K classes)."""
+    top = math.log(num_classes) if top is None else top
+    edges = torch.linspace(0.0, top, bins + 1, dtype=torch.float64)
+    idx = torch.bucketize(ent.double().clamp(0, top), edges[1:-1], right=False)
     counts = torch.bincount(idx, minlength=bins)
     return {"edges": edges.tolist(), "counts": counts.tolist()}
 

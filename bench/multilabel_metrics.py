@@ -109,20 +109,12 @@ def _mean(values: list) -> float | None:
 def reliability_bins(probs: torch.Tensor, y: torch.Tensor, n_bins: int = ECE_BINS) -> dict:
     """The report's reliability diagram over every (example, label) pair pooled: p against the
     frequency of y = 1 (``correct_sum`` holds the positives, in the classification curve's format)."""
-    p, hit = probs.double().reshape(-1), y.double().reshape(-1)
-    idx = (torch.ceil(p * n_bins) - 1).clamp(0, n_bins - 1).long()
-    return {"edges": torch.linspace(0, 1, n_bins + 1).tolist(),
-            "count": torch.bincount(idx, minlength=n_bins).double().tolist(),
-            "confidence_sum": torch.bincount(idx, weights=p, minlength=n_bins).tolist(),
-            "correct_sum": torch.bincount(idx, weights=hit, minlength=n_bins).tolist()}
+    return M.confidence_bins(probs.double().reshape(-1), y.double().reshape(-1), n_bins)
 
 
 def entropy_histogram(ent: torch.Tensor, num_labels: int, bins: int = 30) -> dict:
     """Histogram of the summed-label entropies over [0, L log 2]."""
-    top = num_labels * math.log(2)
-    edges = torch.linspace(0.0, top, bins + 1, dtype=torch.float64)
-    idx = torch.bucketize(ent.double().clamp(0, top), edges[1:-1], right=False)
-    return {"edges": edges.tolist(), "counts": torch.bincount(idx, minlength=bins).tolist()}
+    return M.entropy_histogram(ent, num_labels, bins, top=num_labels * math.log(2))
 
 
 def multilabel_metrics(probs: torch.Tensor, y: torch.Tensor,
