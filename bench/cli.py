@@ -191,10 +191,18 @@ def build_parser() -> argparse.ArgumentParser:
                     help="of a method tuned by bench tune, only the configuration it chose (the stored "
                          "<results>/<suite>/tuning/<profile>.json); its other configurations (rejected candidates, an "
                          "earlier space's sweep) are left out")
+    lb.add_argument("--with-controls", action="store_true",
+                    help="with --chosen-only: also rank each kept configuration's controls (the method's CONTROLS, "
+                         "bench list: e.g. PBN's chosen options with a random subnetwork, or with no stochastic "
+                         "weight), each named in a note")
     lb.add_argument("--include-smoke", action="store_true",
                     help="also rank smoke-profile records (marked as such wherever shown)")
     lb.add_argument("--print-tables", action="store_true",
                     help="print the ranked tables as markdown on stdout (for README/docs) instead of the summary")
+    lb.add_argument("--pareto-figure", default=None, metavar="PATH",
+                    help="also write the board's Pareto figure to PATH (PNG; for README/docs): the ranking metric "
+                         "against costs that do not depend on the machine's load (prediction MFLOP per example, "
+                         "stochastic parameters), method names as labels; the filters must leave one board")
 
     tu = sub.add_parser("tune", help="the tuning protocol: sweep every method's deciding options (the same number "
                                      "of configurations each, bench/tuning.py) and choose on the validation split")
@@ -275,6 +283,8 @@ def cmd_list(_args) -> int:
         for key, why in cls.OWN_BUDGET.items():
             print(f"  {'':16s} replaces the profile's train.{key}: {why}")
         print(f"  {'':16s} validity checks: {', '.join(cls.VALIDITY_CHECKS)}")
+        for cname, over in cls.CONTROLS.items():
+            print(f"  {'':16s} control: {cname} ({', '.join(f'{k}={v}' for k, v in over.items())})")
     print("\nvalidity checks (bench.validity; a row that fails one is marked and never ranked best):")
     for cname in CHECKS.names():
         print(f"  {cname}: {CHECKS.get(cname).description}")
@@ -517,28 +527,39 @@ def cmd_report(args) -> int:
 def cmd_leaderboard(args) -> int:
     from bench.leaderboard import build_boards, load_runs, select_runs, write_leaderboard
 
+    if args.with_controls and not args.chosen_only:
+        raise BenchError("--with-controls goes with --chosen-only (the controls of the configurations it keeps)")
     check_writable(args.out, "leaderboard directory (--out)")
+    if args.pareto_figure:
+        check_writable(Path(args.pareto_figure).parent, "folder of the Pareto figure (--pareto-figure)")
     filters = {"suite": args.suite, "model": args.model, "profile": args.profile, "method": args.method,
                "commit": args.commit, "exclude_label": args.exclude_label}
     df = select_runs(load_runs(args.results), suites=args.suite, models=args.model, profiles=args.profile,
                      methods=args.method, commits=args.commit, include_smoke=args.include_smoke,
                      exclude_labels=args.exclude_label)
     if args.chosen_only:
-        from bench.tuning import chosen_configs, not_chosen
+        from bench.tuning import chosen_configs, control_rows, not_chosen
 
         chosen = chosen_configs(args.results)
         if not chosen:
             raise BenchError(f"--chosen-only: no stored tuning under {', '.join(args.results)} "
                              "(<results>/<suite>/tuning/<profile>.json: run python -m bench tune)")
-        df = df[~not_chosen(df, chosen)]
+        kept = ~not_chosen(df, chosen)
+        controls, control_notes = control_rows(df, kept) if args.with_controls else (kept & False, {})
+        df = df[kept | controls]
     boards = build_boards(df, args.metric)
     if args.chosen_only:
         from bench.tuning import edge_notes
 
         edges = edge_notes(args.results)
         for b in boards:
-            b.notes += edges.get((b.suite, b.profile, b.model), [])
+            b.notes += edges.get((b.suite, b.profile, b.model), []) + control_notes.get((b.suite, b.profile, b.model), [])
     paths = write_leaderboard(boards, args.out, args.results, filters, args.metric)
+    if args.pareto_figure:
+        from bench.leaderboard.pareto import write_pareto_figure
+
+        write_pareto_figure(boards, args.pareto_figure)
+        paths["pareto figure"] = args.pareto_figure
     if args.print_tables:
         from bench.leaderboard.output import tables_markdown
 

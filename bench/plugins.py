@@ -375,6 +375,14 @@ def static_contract_problems(cls: type) -> list[str]:
         unknown = sorted(str(k) for k in keys if k not in defaults)
         if unknown:
             out.append(f"{attr} names option(s) {unknown} that are not in defaults {sorted(defaults)}")
+    controls = cls.CONTROLS
+    if not isinstance(controls, dict) or not all(isinstance(v, dict) and v for v in controls.values()):
+        out.append(f"CONTROLS must map a control's name to the option values that make it, e.g. "
+                   f"{{'random subnetwork': {{'criterion': 'random'}}}}, not {controls!r}")
+    else:
+        unknown = sorted({str(k) for v in controls.values() for k in v if k not in defaults})
+        if unknown:
+            out.append(f"CONTROLS names option(s) {unknown} that are not in defaults {sorted(defaults)}")
     if isinstance(cls.tasks, str) or not set(cls.tasks) <= set(TASK_KINDS):
         out.append(f"tasks must be a tuple of {', '.join(TASK_KINDS)}, got {cls.tasks!r}")
     declared = cls.STARTS_FROM

@@ -251,3 +251,63 @@ def not_chosen(df, chosen: dict):
     return pd.Series([(s, p, m, meth) in chosen and chosen[(s, p, m, meth)] != h for s, p, m, meth, h in keys],
                      index=df.index)
 
+
+
+def _same_options(a: dict, b: dict, later: dict) -> bool:
+    """Two method configurations equal, an option missing from one (a record made before the
+    option existed) counting as its value in ``later`` (``Method.LATER_OPTIONS``)."""
+    return all(a.get(k, later.get(k, _MISSING)) == b.get(k, later.get(k, _MISSING)) for k in set(a) | set(b))
+
+
+_MISSING = object()
+
+
+def control_rows(df, kept):
+    """The controls of the configurations ``kept`` (a boolean mask over ``df``) leaves in a board:
+    records of the same suite, profile, model, method, training and data configuration whose method
+    options are a kept configuration's with one of the method's ``CONTROLS`` applied (e.g. PBN's
+    chosen options with a random subnetwork). Returns ``(mask, notes)``: the control records, and
+    per ``(suite, profile, model)`` one note per control naming the configuration it controls and
+    what it switches off."""
+    import json
+
+    import pandas as pd
+
+    from methods import METHODS
+
+    mask = pd.Series(False, index=df.index)
+    notes: dict[tuple[str, str, str], list[str]] = {}
+    if df.empty or not kept.any():
+        return mask, notes
+
+    def blob(v):
+        return json.dumps(v, sort_keys=True, default=str)
+
+    firsts = df.drop_duplicates(["suite", "profile", "model", "method", "config_hash"])
+    for _, base in firsts[kept.loc[firsts.index]].iterrows():
+        if base["method"] not in METHODS.names():
+            continue
+        cls = METHODS.get(base["method"])
+        if not cls.CONTROLS or not isinstance(base["method_config"], dict):
+            continue
+        same = firsts[(firsts["suite"] == base["suite"]) & (firsts["profile"] == base["profile"])
+                      & (firsts["model"] == base["model"]) & (firsts["method"] == base["method"])
+                      & (firsts["config_hash"] != base["config_hash"])]
+        for name, over in cls.CONTROLS.items():
+            target = {**base["method_config"], **over}
+            if _same_options(target, base["method_config"], cls.LATER_OPTIONS):
+                continue
+            for _, cand in same.iterrows():
+                if not (isinstance(cand["method_config"], dict)
+                        and _same_options(cand["method_config"], target, cls.LATER_OPTIONS)
+                        and blob(cand["train_config"]) == blob(base["train_config"])
+                        and blob(cand["data_config"]) == blob(base["data_config"])):
+                    continue
+                mask |= ((df["suite"] == cand["suite"]) & (df["profile"] == cand["profile"])
+                         & (df["model"] == cand["model"]) & (df["method"] == cand["method"])
+                         & (df["config_hash"] == cand["config_hash"]))
+                what = ", ".join(f"{k}={v}" for k, v in sorted(over.items()))
+                notes.setdefault((base["suite"], base["profile"], base["model"]), []).append(
+                    f"{cand['method_label']}: control of {base['method_label']}: {name} ({what}), everything else "
+                    "the same; it separates what the method's mechanism does from what its set-up does")
+    return mask, notes

@@ -201,6 +201,15 @@ def _vi_train(run: dict) -> dict:
     return (run.get("diagnostics") or {}).get("train") or {}
 
 
+def _no_stochastic_weight(run: dict) -> str | None:
+    """Why the VI checks do not apply to a fit with no stochastic weight (PBN's ``n_bayes=0``: the
+    fine-tuning-only control has no sigma; its MAP and informativeness checks decide), else None."""
+    k = (run.get("diagnostics") or {}).get("k")
+    if k is None:
+        k = (run.get("cost") or {}).get("stochastic_params")
+    return "no stochastic weight: the same pipeline without VI (a control)" if k is not None and _num(k) == 0 else None
+
+
 def _median_log_change(diag: dict) -> float | None:
     ratio = _num((diag.get("sigma_change") or {}).get("median_ratio"))
     if ratio is None or ratio <= 0:
@@ -246,6 +255,8 @@ def vi_rate_limit(run: dict) -> CheckResult:
     ceiling or more means the variances moved at full speed for most of training: the final
     sigma is set by the budget (a longer run or a larger rate moves it further), not by the ELBO.
     The last epoch's relative change cannot see this: a decaying rate makes it small anyway."""
+    if why := _no_stochastic_weight(run):
+        return _result("vi_rate_limit", NOT_APPLICABLE, why)
     name, tr = "vi_rate_limit", _vi_train(run)
     opt = tr.get("rho_optimizer")
     if opt is None:
@@ -283,6 +294,8 @@ def vi_moved(run: dict) -> CheckResult:
     the stationarity check shows the ELBO is at rest there. With Adam a KL pull per weight
     (beta / divisor) below Adam's epsilon moves rho at a fraction of its rate: the number is
     reported."""
+    if why := _no_stochastic_weight(run):
+        return _result("vi_moved", NOT_APPLICABLE, why)
     name, diag, tr = "vi_moved", run.get("diagnostics") or {}, _vi_train(run)
     change = _median_log_change(diag)
     if change is None:
@@ -334,6 +347,8 @@ def vi_stationarity(run: dict) -> CheckResult:
     value), split into the likelihood's and the KL's parts; the residual is their sum over the
     sum of their magnitudes: 0 at rest, -1 when only the KL acts (sigma too small for the
     likelihood to care), +1 when only the likelihood does."""
+    if why := _no_stochastic_weight(run):
+        return _result("vi_stationarity", NOT_APPLICABLE, why)
     st = _stationarity(run.get("diagnostics") or {})
     if st is None:
         return _result("vi_stationarity", NOT_MEASURED, "not measured (the record predates the check: rerun the cell)")

@@ -1,4 +1,4 @@
-"""Regenerate every results table of README.md and docs/*.md from the stored records.
+"""Regenerate every results table (and figure) of README.md and docs/*.md from the stored records.
 
 A generated table sits between two markers that name the command producing it:
 
@@ -10,9 +10,18 @@ This script runs each command (from the repository root) and replaces what is be
 markers with its output, so README and docs always agree with the results store. Tables are
 never typed by hand.
 
+A generated figure is a one-line marker naming the command that writes it (the command's
+arguments ending in .png or .svg are the figures it writes, kept in git beside the page):
+
+    <!-- figure: .venv/bin/python -m bench leaderboard ... --pareto-figure docs/figures/x.png -->
+
+Each such command is run too; --check runs it with its figures written to a temporary folder
+instead and compares their bytes with the committed files (figure commands give the same bytes
+for the same records).
+
     .venv/bin/python benchmarks/refresh_tables.py                 # README.md and docs/**/*.md
     .venv/bin/python benchmarks/refresh_tables.py docs/pbn.md     # one file
-    .venv/bin/python benchmarks/refresh_tables.py --check         # exit 1 if any table is stale
+    .venv/bin/python benchmarks/refresh_tables.py --check         # exit 1 if any table or figure is stale
     .venv/bin/python benchmarks/refresh_tables.py --only docs/records   # the tables of the kept records
 """
 from __future__ import annotations
@@ -26,6 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"(<!-- table: (?P<cmd>.+?) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+FIGURE = re.compile(r"^<!-- figure: (?P<cmd>.+?) -->$", re.M)
+FIGURE_SUFFIXES = (".png", ".svg")
 
 
 def run(cmd: str, in_process: bool = False) -> str:
@@ -93,10 +104,54 @@ def refresh(path: Path, only: str | None = None, in_process: bool = False, cache
     return new != text
 
 
+def figure_commands(path: Path, only: str | None = None) -> list[str]:
+    """The commands of the figure markers of ``path`` (those containing ``only``, when given)."""
+    return [c for c in FIGURE.findall(path.read_text()) if only is None or only in c]
+
+
+def make_figures(cmd: str, in_process: bool = False, into: Path | None = None) -> dict[str, bytes]:
+    """Run a figure command; figure path named in it (relative to the repository root) -> the bytes
+    written. ``into``: a folder the figures are written to instead of their own paths (a check
+    that leaves the committed files alone)."""
+    argv = shlex.split(cmd)
+    named = [i for i, a in enumerate(argv) if a.endswith(FIGURE_SUFFIXES)]
+    if not named:
+        raise SystemExit(f"figure command names no .png or .svg file: {cmd}")
+    written = {}
+    for k, i in enumerate(named):
+        written[argv[i]] = ROOT / argv[i] if into is None else Path(into) / f"{k}-{Path(argv[i]).name}"
+        argv[i] = str(written[argv[i]])
+    run(shlex.join(argv), in_process)
+    return {name: p.read_bytes() for name, p in written.items()}
+
+
+def refresh_figures(path: Path, only: str | None = None, in_process: bool = False, check: bool = False,
+                    done: set | None = None) -> list[str]:
+    """Regenerate (``check``: compare) the figures of ``path``'s figure markers; returns the figures
+    that changed (``check``: that are stale or missing). ``done``: commands already run."""
+    import tempfile
+
+    done = set() if done is None else done
+    changed = []
+    for cmd in figure_commands(path, only):
+        if cmd in done:
+            continue
+        done.add(cmd)
+        names = [a for a in shlex.split(cmd) if a.endswith(FIGURE_SUFFIXES)]
+        before = {n: (ROOT / n).read_bytes() if (ROOT / n).exists() else None for n in names}
+        if check:
+            with tempfile.TemporaryDirectory() as tmp:
+                after = make_figures(cmd, in_process, into=Path(tmp))
+        else:
+            after = make_figures(cmd, in_process)
+        changed += [n for n in names if after[n] != before[n]]
+    return changed
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("files", nargs="*")
-    p.add_argument("--check", action="store_true", help="report stale tables and exit 1, change nothing")
+    p.add_argument("--check", action="store_true", help="report stale tables and figures and exit 1, change nothing")
     p.add_argument("--only", default=None, help="only the tables whose command contains this text, e.g. "
                    "'docs/records' (the records kept in git) on a machine whose results/ lacks the others")
     p.add_argument("--in-process", action="store_true",
@@ -104,7 +159,7 @@ def main(argv=None) -> int:
                         "(the same code, without the start-up per table: the tests' check)")
     a = p.parse_args(argv)
     files = [Path(f) for f in a.files] or [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-    stale, cache = [], {}
+    stale, stale_figures, cache, done = [], [], {}, set()
     for f in files:
         if a.check:
             before = f.read_text()
@@ -112,12 +167,17 @@ def main(argv=None) -> int:
             if changed:
                 stale.append(str(f))
                 f.write_text(before)
-        elif refresh(f, a.only, a.in_process, cache):
-            print(f"updated {f}")
+            stale_figures += refresh_figures(f, a.only, a.in_process, check=True, done=done)
+        else:
+            if refresh(f, a.only, a.in_process, cache):
+                print(f"updated {f}")
+            for fig in refresh_figures(f, a.only, a.in_process, done=done):
+                print(f"updated {fig}")
     if stale:
         print("stale tables in: " + ", ".join(stale))
-        return 1
-    return 0
+    if stale_figures:
+        print("stale figures: " + ", ".join(stale_figures))
+    return 1 if stale or stale_figures else 0
 
 
 if __name__ == "__main__":

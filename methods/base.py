@@ -137,6 +137,12 @@ class Method(abc.ABC):
     VALIDITY_CHECKS: ClassVar[tuple[str, ...]] = ("informative",)
     #: task kind -> why the method does not support it (shown by ``bench list`` and the report)
     UNSUPPORTED: ClassVar[dict[str, str]] = {}
+    #: the controls that separate what the method's mechanism does from what its set-up does: name ->
+    #: the option values that switch the mechanism off (e.g. a random subnetwork of the same size,
+    #: the same pipeline with no stochastic weight). A control is the chosen configuration with these
+    #: values set; ``bench leaderboard --chosen-only --with-controls`` ranks it beside the choice and
+    #: ``bench list`` shows them (:func:`bench.tuning.control_rows`)
+    CONTROLS: ClassVar[dict[str, dict[str, Any]]] = {}
 
     @classmethod
     def check_network(cls, build_model: Callable[..., nn.Module], x: torch.Tensor, task: Task, config: dict) -> None:

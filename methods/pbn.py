@@ -338,6 +338,9 @@ class VIMethod(Method):
 class PBN(VIMethod):
     STARTS_FROM = "map"
     VALIDITY_CHECKS = VIMethod.VALIDITY_CHECKS + ("map_converged",)  # and the MAP network it starts from
+    # Sec. 4.3's random subnetwork of the same size; and the same pipeline with no stochastic weight
+    # (the MAP network fine-tuned for the same epochs at the same rate): what the extra training does
+    CONTROLS = {"random subnetwork": {"criterion": "random"}, "fine-tuning only": {"n_bayes": 0}}
     description = ("partial Bayesian network: top-k |gradient| subnetwork of the MAP network, "
                    "mean-field VI on it (Algorithm 1 of the PBN paper)")
     defaults = {

@@ -52,6 +52,8 @@ class SubnetLaplace(LaplaceMethod):
     hessian_structure = "full"
     VALIDITY_CHECKS = ("informative", "map_converged", "laplace_prior_grid", "laplace_attainable_variance",
                        "laplace_predictive_variance")
+    # a random subnetwork of the same size (the paper's Fig. 4-5 "Rand" baseline): what the criterion adds
+    CONTROLS = {"random subnetwork": {"criterion": "random"}}
     defaults = {
         # the paper's Wasserstein criterion (Q3) with its authors' estimator of the marginal
         # variances, diagonal SWAG; "wasserstein_diag_laplace" estimates them with a diagonal Laplace

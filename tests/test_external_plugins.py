@@ -165,10 +165,12 @@ def test_the_plan_warns_about_broken_contract_rules_and_starts_from_is_inferred(
     scratchy = METHODS.get("scratchy")
     assert scratchy.starts_from({}) == "scratch" and static_contract_problems(scratchy) == []
     bad = write(tmp_path / "p" / "bad_opts.py", plugin_source(name="bad_opts").replace(
-        "    defaults =", '    PREDICT_OPTIONS = "t"\n    constraints = {"nope": None}\n    defaults ='))
+        "    defaults =", '    PREDICT_OPTIONS = "t"\n    constraints = {"nope": None}\n'
+                                                                     '    CONTROLS = {"random": {"nada": 1}}\n    defaults ='))
     load_file(bad)
     problems = " | ".join(static_contract_problems(METHODS.get("bad_opts")))
     assert "PREDICT_OPTIONS must be a tuple" in problems and "constraints names option(s) ['nope']" in problems
+    assert "CONTROLS names option(s) ['nada']" in problems
     assert main(["check-plugin", str(bad), "--static"]) == 1
     assert main(["check-plugin", str(scratch), "--static"]) == 0
 

@@ -151,6 +151,29 @@ def test_pbn_ablations_random_subnet_and_random_init(setup):
     assert idx_pl.numel() == 40 and meta["criterion"]["per_layer"] and meta["criterion"]["squared"]
 
 
+def test_fine_tuning_only_control_fits_with_no_stochastic_weight(setup):
+    """PBN's fine-tuning-only control (n_bayes=0, a CONTROLS entry): the same pipeline trains the
+    MAP network further with no stochastic weight; it fits (the sigma stationarity measurement has
+    nothing to measure), its predictive is deterministic, it moved away from the MAP network, and
+    its VI validity checks are not applicable while the others still decide."""
+    from bench.validity import NOT_APPLICABLE, verdict
+
+    ctx, loader, _ = setup
+    assert METHODS.get("pbn").CONTROLS["fine-tuning only"] == {"n_bayes": 0}
+    method = METHODS.get("pbn")(ctx, n_bayes=0)
+    method.fit(loader(), synthetic(20, 5))
+    assert method.num_stochastic_params() == 0 and method.meta["sigma_stationarity"] == {}
+    x_test, _ = synthetic(30, 7)
+    pred = method.predict(x_test)
+    torch.testing.assert_close(pred.sample_probs, pred.sample_probs[:1].expand_as(pred.sample_probs))
+    map_net = ctx.map_cache.get(ctx.seed)
+    assert any(not torch.equal(a, b) for a, b in zip(method.vi.net.parameters(), map_net.parameters()))
+    run = {"task": "classification", "diagnostics": method.meta, "method_config": method.config,
+           "cost": {"stochastic_params": 0}, "train_config": {"schedule": "cosine"}}
+    checks = {c["name"]: c["status"] for c in verdict(run, ("vi_rate_limit", "vi_moved", "vi_stationarity"))["checks"]}
+    assert checks == dict.fromkeys(("vi_rate_limit", "vi_moved", "vi_stationarity"), NOT_APPLICABLE)
+
+
 def test_mfvi_all_weights_stochastic(setup):
     ctx, loader, _ = setup
     torch.manual_seed(0)

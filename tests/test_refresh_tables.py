@@ -40,12 +40,40 @@ def test_only_refreshes_the_tables_whose_command_matches(tmp_path):
                                f"<!-- table: {gone} -->\n| keep me |\n<!-- /table -->\n")
 
 
+def test_marked_figure_is_regenerated_and_checked_by_its_bytes(tmp_path):
+    """A figure marker's command is run and writes the figures it names; --check writes them to a
+    temporary folder instead and compares their bytes with the committed files."""
+    fig = tmp_path / "fig.png"
+    doc = tmp_path / "doc.md"
+    cmd = f""".venv/bin/python -c "import sys; open(sys.argv[1], 'wb').write(b'v2')" {fig}"""
+    doc.write_text(f"<!-- figure: {cmd} -->\n![a figure]({fig.name})\n")
+    fig.write_bytes(b"v1")
+    mod = _module()
+    assert mod.main([str(doc), "--check"]) == 1 and fig.read_bytes() == b"v1"  # --check changes nothing
+    assert mod.main([str(doc)]) == 0 and fig.read_bytes() == b"v2"
+    assert mod.main([str(doc), "--check"]) == 0
+    fig.unlink()
+    assert mod.main([str(doc), "--check"]) == 1 and not fig.exists()  # a missing figure is stale
+
+
+def test_readme_pareto_figure_is_what_its_command_makes_from_the_kept_records(tmp_path):
+    """The README's Pareto figure over docs/tuning (bench leaderboard --pareto-figure), regenerated
+    into a temporary folder, has the committed file's bytes: the same records give the same PNG."""
+    mod = _module()
+    cmds = mod.figure_commands(ROOT / "README.md", only="--results docs/tuning")
+    assert any("--pareto-figure docs/figures/" in c for c in cmds), cmds
+    for cmd in cmds:
+        for name, png in mod.make_figures(cmd, in_process=True, into=tmp_path).items():
+            assert png == (ROOT / name).read_bytes(), \
+                f"{name} is stale (run benchmarks/refresh_tables.py --only 'docs/tuning')"
+
+
 def _docs():
     return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def test_every_generated_table_names_its_command_visibly_under_it():
-    """GitHub hides HTML comments: the command of each table is also a line under it."""
+    """GitHub hides HTML comments: the command of each table (and figure) is also a line under it."""
     import re
 
     missing = []
@@ -54,7 +82,12 @@ def test_every_generated_table_names_its_command_visibly_under_it():
         cmd = None
         for i, line in enumerate(lines):
             m = re.match(r"<!-- table: (.+?) -->$", line)
-            if m:
+            fig = re.match(r"<!-- figure: (.+?) -->$", line)
+            if fig:  # the image, its caption, then the command
+                after = " ".join(x for x in lines[i + 1:i + 6] if x.strip()).replace(".venv/bin/python ", "python ")
+                if fig.group(1).replace(".venv/bin/python ", "python ") not in after:
+                    missing.append(f"{f.relative_to(ROOT)}:{i + 1}")
+            elif m:
                 cmd = m.group(1).replace(".venv/bin/python ", "python ")
             elif line == "<!-- /table -->" and cmd:
                 after = " ".join(x for x in lines[i + 1:i + 4] if x.strip())

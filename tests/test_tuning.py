@@ -190,3 +190,50 @@ def test_markdown_of_an_unknown_suite_names_the_valid_ones(tmp_path, capsys):
     assert main(["tune", "--suite", "nope", "--profile", "quick", "--out", str(tmp_path), "--markdown"]) == 2
     err = capsys.readouterr().err
     assert "unknown suite 'nope'" in err and "mnist_rotated" in err
+
+
+def test_controls_of_a_kept_configuration_are_found_by_their_options():
+    """``--with-controls``: of the records a board keeps, the method's CONTROLS (PBN: a random
+    subnetwork, no stochastic weight) with every other option, the training and the data the same
+    are added with a note; a rejected candidate's control, a control trained differently and one of
+    another model are not."""
+    import pandas as pd
+
+    chosen = {"beta_start": 0.01, "rho_lr": 0.05, "criterion": "gradient", "n_bayes": None, "r_bayes": 0.01}
+    train, data = {"epochs": 10, "lr": 0.05}, {"subset": None}
+
+    def row(h, label, opts, model="m", tr=train):
+        return {"suite": "s", "profile": "quick", "model": model, "method": "pbn", "config_hash": h,
+                "method_label": label, "method_config": opts, "train_config": tr, "data_config": data, "seed": 0}
+
+    rows = [row("c", "pbn[chosen]", chosen),
+            row("r", "pbn[random]", {**chosen, "criterion": "random"}),
+            row("f", "pbn[finetune]", {**chosen, "n_bayes": 0}),
+            row("x", "pbn[rejected]", {**chosen, "rho_lr": 0.01}),
+            row("xr", "pbn[rejected random]", {**chosen, "rho_lr": 0.01, "criterion": "random"}),
+            row("t", "pbn[random, 20 epochs]", {**chosen, "criterion": "random"}, tr={**train, "epochs": 20}),
+            row("o", "pbn[random, other model]", {**chosen, "criterion": "random"}, model="other"),
+            row("mg", "pbn[magnitude]", {**chosen, "criterion": "magnitude"})]
+    df = pd.DataFrame(rows + [{**r, "seed": 1} for r in rows])
+    kept = df["config_hash"] == "c"
+    mask, notes = tuning.control_rows(df, kept)
+    assert sorted(set(df.loc[mask, "config_hash"])) == ["f", "r"] and mask.sum() == 4
+    assert [n.split(":")[0] for n in notes[("s", "quick", "m")]] == ["pbn[random]", "pbn[finetune]"]
+    assert "random subnetwork (criterion=random)" in notes[("s", "quick", "m")][0]
+    # a record made before an option existed counts it at its LATER_OPTIONS value
+    from methods import METHODS
+    later = dict(METHODS.get("pbn").LATER_OPTIONS)
+    if later:
+        k, v = next(iter(later.items()))
+        old = df.copy()
+        old["method_config"] = [{kk: vv for kk, vv in c.items() if kk != k} if h == "r" else {**c, k: v}
+                                for c, h in zip(old["method_config"], old["config_hash"])]
+        assert sorted(set(old.loc[tuning.control_rows(old, kept)[0], "config_hash"])) == ["f", "r"]
+    # nothing kept, nothing added
+    assert not tuning.control_rows(df, kept & False)[0].any()
+
+
+def test_with_controls_needs_chosen_only(tmp_path, capsys):
+    assert main(["leaderboard", "--results", str(tmp_path), "--with-controls", "--out", str(tmp_path / "lb")]) == 2
+    assert "--with-controls goes with --chosen-only" in capsys.readouterr().err
+    assert not (tmp_path / "lb").exists()

@@ -58,6 +58,8 @@ def sigma_stationarity(model: nn.Module, rhos: list[torch.Tensor], likelihood: C
     fraction of such entries, ``kl_pulls_up`` / ``likelihood_pulls_down`` split it by the sign
     (g_i < 0: the KL wants a larger sigma; > 0: the likelihood wants a smaller one).
     """
+    if not sum(r.numel() for r in rhos):  # no stochastic weight (e.g. PBN's fine-tuning-only control)
+        return {}
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
     was_training = model.training
     per_batch = []
