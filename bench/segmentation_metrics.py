@@ -100,6 +100,8 @@ DEFINITIONS = {
                       "neither in the ground truth nor predicted",
     "mean_dice": "mean of the defined per-class Dice scores",
     "dice_empty_images": "binary tasks: images with no foreground in the labels and none predicted (Dice 1 each)",
+    "foreground_share": "binary tasks: the share of the set's valid pixels labelled foreground (class 1); what an "
+                        "uninformed predictor's scores follow from (bench.validity's informative check)",
 }
 
 
@@ -320,6 +322,7 @@ class SegmentationScores:
             "dice_per_class": dice,
             "mean_dice": mean(dice),
             "dice_empty_images": self.dice_empty_images if self.dice_images else None,
+            "foreground_share": float(gt[1]) / n if self.num_classes == 2 else None,
         }
         if self.with_samples:
             out["error_auroc_mi"] = binned_auroc(self.hist_mi[1], self.hist_mi[0])[0]

@@ -108,7 +108,9 @@ def _result(name, status, reason, **numbers) -> CheckResult:
 # -- every method: a predictor well above chance -----------------------------------------------------
 @register_check("informative", "clean NLL at most 75 % of a uniform guess's ln K and accuracy at least twice chance "
                                "(classification, segmentation pixels); multilabel: clean NLL below the training-"
-                               "prevalence predictor's and mean per-label AUROC at least 0.6")
+                               "prevalence predictor's and mean per-label AUROC at least 0.6; binary segmentation: "
+                               "clean NLL below the foreground-share predictor's and the foreground Dice at least "
+                               "twice a random mask's (at most halfway to 1)")
 def informative(run: dict) -> CheckResult:
     """A network near chance cannot test an uncertainty claim: every method on it is near-uniform,
     and near-uniform predictors score well on ECE and badly on everything else. The clean NLL must
@@ -117,6 +119,8 @@ def informative(run: dict) -> CheckResult:
     name, task, k = "informative", run.get("task"), run.get("num_classes")
     if task == "multilabel":
         return _informative_multilabel(run)
+    if task == "segmentation" and _num(k) == 2:
+        return _informative_binary_segmentation(run)
     if task not in ("classification", "segmentation"):
         return _result(name, NOT_APPLICABLE, f"{task} task")
     m = run.get("metrics") or {}
@@ -132,6 +136,32 @@ def informative(run: dict) -> CheckResult:
     if acc < INFORMATIVE_ACCURACY_X_CHANCE * chance:
         return _result(name, FAIL, f"near chance: clean accuracy {acc:.3g} against chance {chance:.3g}", **nums)
     return _result(name, PASS, f"clean NLL {nll / ln_k:.0%} of ln K, accuracy {acc / chance:.1f}x chance", **nums)
+
+
+def _informative_binary_segmentation(run: dict) -> CheckResult:
+    """Binary segmentation (``camvid_binary``: cars against the rest): twice chance would ask for
+    100 % pixel accuracy, and a uniform guess's ln 2 is far above what the all-background
+    predictor scores when the foreground is rare. The references follow from the foreground share
+    p of the set's pixels (``metrics.foreground_share``), as the multi-label check's follow from the
+    label prevalence: the clean NLL must be below the constant prevalence predictor's, the binary
+    entropy H(p); and the foreground's Dice must be at least twice a random mask's of the same share
+    (whose Dice is p), or halfway from p to 1 where twice p would be out of reach (p > 1/3)."""
+    name, m = "informative", run.get("metrics") or {}
+    nll, p, dice = _num(m.get("nll")), _num(m.get("foreground_share")), _num(m.get("dice"))
+    if nll is None or dice is None or p is None or not 0 < p < 1:
+        return _result(name, NOT_MEASURED, "no clean-test NLL, Dice or foreground share in the record "
+                                           "(binary segmentation)")
+    ref_nll = -(p * math.log(p) + (1 - p) * math.log(1 - p))
+    need = min(2 * p, (1 + p) / 2)
+    nums = dict(nll=nll, reference_nll=ref_nll, foreground_share=p, dice=dice, dice_needed=need)
+    if nll >= ref_nll:
+        return _result(name, FAIL, f"uninformed: clean NLL {nll:.3g} is not below the foreground-share "
+                                   f"predictor's H({p:.3g}) = {ref_nll:.3g}", **nums)
+    if dice < need:
+        return _result(name, FAIL, f"near chance: foreground Dice {dice:.3g} is below {need:.3g} (a random mask "
+                                   f"of the foreground's share scores {p:.3g})", **nums)
+    return _result(name, PASS, f"clean NLL {nll / ref_nll:.0%} of the foreground-share predictor's, foreground "
+                               f"Dice {dice:.3g} (a random mask: {p:.3g})", **nums)
 
 
 def _informative_multilabel(run: dict) -> CheckResult:

@@ -46,6 +46,55 @@ def test_informative_fails_near_chance_and_passes_a_real_network():
     assert V.CHECKS.get("informative").fn({"task": "regression"}).status == V.NOT_APPLICABLE
 
 
+def test_informative_on_binary_segmentation_follows_the_foreground_share():
+    """Binary segmentation (K = 2): twice chance would need 100 % pixel accuracy. Hand-worked on 100
+    valid pixels (and one ignored), 5 of them foreground (p = 0.05), scored by the real metric
+    accumulator: the all-background predictor at the prevalence (NLL H(0.05), Dice 0) fails, a
+    network finding 4 of the 5 with 1 false positive (Dice 2*4 / (2*4 + 1 + 1) = 0.8) passes, and
+    one whose Dice is below twice the share (a mask of 10 pixels hitting 0.5 of 5: Dice 1/15)
+    fails; the share is in the record's metrics, so kept records (curves dropped) are checked alike."""
+    from bench.segmentation_metrics import SegmentationScores
+
+    labels = torch.zeros(101, dtype=torch.long)
+    labels[:5] = 1
+    labels[100] = 255  # ignored
+
+    def scores(fg_prob):
+        acc = SegmentationScores(2)
+        probs = torch.stack([1 - fg_prob, fg_prob], 1)
+        acc.update(probs, labels)
+        return {"task": "segmentation", "num_classes": 2, "metrics": acc.result()}
+
+    check = V.CHECKS.get("informative").fn
+    constant = scores(torch.full((101,), 0.05))
+    assert constant["metrics"]["foreground_share"] == pytest.approx(0.05)
+    h = -(0.05 * math.log(0.05) + 0.95 * math.log(0.95))
+    assert constant["metrics"]["nll"] == pytest.approx(h)
+    res = check(constant)
+    assert res.status == V.FAIL and "not below the foreground-share predictor's" in res.reason
+    good_p = torch.full((101,), 0.02)
+    good_p[:4], good_p[4], good_p[5] = 0.95, 0.3, 0.7  # 4 of 5 found, one false positive
+    good = scores(good_p)
+    assert good["metrics"]["dice"] == pytest.approx(0.8)
+    res = check(good)
+    assert res.status == V.PASS and res.numbers["dice_needed"] == pytest.approx(0.1)
+    weak_p = torch.full((101,), 0.01)
+    weak_p[0], weak_p[5:14] = 0.9, 0.6  # 1 of 5 found, 9 false positives: Dice 2 / (2 + 9 + 4)
+    weak = scores(weak_p)
+    assert weak["metrics"]["dice"] == pytest.approx(2 / 15)
+    weak["metrics"].update(dice=0.09, nll=0.1)  # the Dice rule alone: below 2p = 0.1 at an NLL that passes
+    res = check(weak)
+    assert res.status == V.FAIL and "near chance: foreground Dice" in res.reason
+    # a balanced task asks halfway from p to 1 (twice p = 1 is out of reach)
+    balanced = {"task": "segmentation", "num_classes": 2, "metrics": {"nll": 0.3, "dice": 0.8, "foreground_share": 0.5}}
+    assert check(balanced).status == V.PASS and check(balanced).numbers["dice_needed"] == pytest.approx(0.75)
+    # without the share (a record made before it was measured): not measured, not a pass
+    assert check({"task": "segmentation", "num_classes": 2, "metrics": {"nll": 0.1, "dice": 0.8}}).status == V.NOT_MEASURED
+    # K > 2 keeps twice chance on pixel accuracy
+    assert check({"task": "segmentation", "num_classes": 11,
+                  "metrics": {"nll": 0.5, "pixel_accuracy": 0.8}}).status == V.PASS
+
+
 # -- Adam's step limit ---------------------------------------------------------------------------------
 def simulated_adam_travel(lr: float, steps: int, cfg: TrainConfig, steps_per_epoch: int) -> float:
     """The distance torch's Adam moves a scalar under a constant gradient and the schedule."""
