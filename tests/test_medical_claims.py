@@ -1,0 +1,189 @@
+"""``benchmarks/medical_claims.py``: the medical PBN paper's claims against records written here in the
+store's layout. A claim the records support, one they contradict, one whose PBN row fails its
+validity checks (never a verdict, whatever its numbers say), one with no records (the command that
+makes them, which resolves to the configuration the table looks for), and bad input (exit 2)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.config import method_label
+from bench.store import ResultsStore, config_hash
+from methods import METHODS
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("medical_claims", ROOT / "benchmarks" / "medical_claims.py")
+mc = importlib.util.module_from_spec(_spec)
+sys.modules["medical_claims"] = mc
+_spec.loader.exec_module(mc)
+
+SUITE, PROFILE, MODEL = "camvid_multilabel", "quick", "resnet_small"
+SEEDS = (0, 1, 2)
+TRAIN = {"schedule": "cosine", "batch_size": 16, "epochs": 30}
+#: a MAP network whose validation NLL is at rest over its last epochs (check map_converged)
+AT_REST = {"map_training": {"val_nll": [1.0 + 1.0 / (e + 1) ** 3 for e in range(12)]}}
+
+
+def vi_diag(median_ratio: float, residual: float) -> dict:
+    """A VI fit's diagnostics: sigma moved x``median_ratio`` (log 0.41 of Adam's ceiling 0.01 x 200
+    x 0.5 = 1.0 at 1.5) and the objective's relative gradient in sigma ``residual``."""
+    return {"sigma_change": {"median_ratio": median_ratio},
+            "train": {"rho_optimizer": "adam", "rho_lr": 0.01, "epochs": 3, "steps": 200, "num_train": 367,
+                      "final_beta": 0.01, "kl_divisor": 367},
+            "sigma_stationarity": {"residual": residual, "residual_se": 0.02}, **AT_REST}
+
+
+LEARNED = vi_diag(1.5, 0.05)        # passes vi_rate_limit, vi_moved, vi_stationarity
+NOT_LEARNED = vi_diag(1.0, -0.9)    # sigma stayed at its initial value, only the KL acts on it
+
+#: clean-test Hamming accuracy per row and seed: PBN 1 % above the deterministic network by 0.02 on
+#: every seed (M2 supported), the fully Bayesian network above PBN by 0.05 (M3 contradicted), the
+#: ensemble within 0.002 of PBN (M1: no worse than the 0.01 margin, supported)
+ACCURACY = {"pbn": [0.900, 0.910, 0.905], "deterministic": [0.880, 0.889, 0.886],
+            "mfvi": [0.950, 0.961, 0.954], "deep_ensemble": [0.901, 0.912, 0.905]}
+ROWS = {"pbn": mc.PBN_1, "deterministic": mc.DETERMINISTIC, "mfvi": mc.FULL_VI, "deep_ensemble": mc.ENSEMBLE}
+
+
+def write(root, method: str, seeds=SEEDS, pbn_diag=LEARNED, row=None):
+    row = row or ROWS[method]
+    cfg = mc.profile_config(SUITE, PROFILE, row)
+    chash = config_hash({"method": method, **cfg})
+    store = ResultsStore(root)
+    diag = pbn_diag if method in ("pbn", "mfvi") else AT_REST
+    for seed in seeds:
+        acc = ACCURACY[method][seed]
+        base = {"status": "ok", "suite": SUITE, "profile": PROFILE, "task": "multilabel", "method": method,
+                "method_label": method_label(method, cfg, METHODS.get(method).defaults), "method_config": cfg,
+                "config_hash": chash, "model": MODEL, "seed": seed, "train_config": TRAIN, "num_labels": 11,
+                "finished_at": "2026-01-01T00:00:00+00:00"}
+        run = store.run_dir(SUITE, MODEL, method, chash, seed)
+        store.write(run, {**base, "kind": "id", "shift": "clean", "severity": 0, "n": 233, "diagnostics": diag,
+                          "reference": {"nll": 5.0},
+                          "metrics": {"accuracy": acc, "nll": 2.0, "auroc_mean": 0.8, "brier": 0.1 - acc / 10,
+                                      "entropy": 2.0}})
+        # a corrupted cell: not the clean test set the claims read
+        store.write(run, {**base, "kind": "shift", "shift": "fog", "severity": 5, "n": 60,
+                          "metrics": {"accuracy": 0.1, "nll": 9.0, "auroc_mean": 0.5, "brier": 0.5, "entropy": 5.0}})
+
+
+def line(out: str, key: str) -> str:
+    rows = [ln for ln in out.splitlines() if ln.startswith(f"| {key}: ")]
+    assert len(rows) == 1, out
+    return rows[0]
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = mc.main(list(argv))
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+@pytest.fixture(scope="module")
+def learned(tmp_path_factory):
+    """Every row passes its checks; seeds 0-1 in one directory and seed 2 in another (pooled)."""
+    a, b = tmp_path_factory.mktemp("a"), tmp_path_factory.mktemp("b")
+    for method in ACCURACY:
+        write(a, method, seeds=(0, 1))
+        write(b, method, seeds=(2,))
+    return a, b
+
+
+def test_supported_and_contradicted_claims(learned, capsys):
+    code, out, _ = run(capsys, "--results", str(learned[0]), str(learned[1]), "--suite", SUITE)
+    assert code == 0
+    m2 = line(out, "M2")
+    assert m2.endswith("| verdict: supported |")
+    assert "seeds 0, 1, 2" in m2 and "gain PBN 1 % − deterministic +0.0200," in m2
+    assert "paired over seeds 0, 1, 2" in m2
+    assert "PBN 1 % 0.9050 ± 0.0050 (3 seeds)" in m2       # the clean test set only, not the corrupted cell
+    m3 = line(out, "M3")
+    assert m3.endswith("| verdict: contradicted |") and "gain PBN 1 % − fully Bayesian -0.0500," in m3
+    assert line(out, "M1").endswith("| verdict: supported |")      # within the 0.01 margin of the ensemble
+    # PBN 20 % was not run: its command, with the option that makes it
+    m8 = line(out, "M8")
+    assert "not run here yet: `python -m bench run --suite camvid_multilabel --profile quick --methods pbn " \
+           "--set pbn.r_bayes=0.2`" in m8 and "verdict:" not in m8
+
+
+def test_a_row_failing_its_checks_is_never_a_verdict(tmp_path, capsys):
+    for method in ACCURACY:
+        write(tmp_path, method, pbn_diag=NOT_LEARNED if method == "pbn" else LEARNED)
+    code, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    assert code == 0
+    for key in ("M1", "M2", "M3", "M4", "M5", "M6", "M7"):   # every claim PBN 1 % takes part in
+        ln = line(out, key)
+        assert "not a verdict: PBN 1 %: vi_moved: sigma stayed at its initial value" in ln, ln
+        assert "verdict: supported" not in ln and "verdict: contradicted" not in ln
+        assert "PBN 1 %: `pbn[epochs=3,lr=0.005] ✗`, seeds 0, 1, 2" in ln   # the profile's PBN, marked
+    # the numbers are still shown (M2's would read as supported)
+    assert "gain PBN 1 % − deterministic +0.020" in line(out, "M2")
+    assert "verdict: supported" not in out and "verdict: contradicted" not in out
+
+
+def write_camvid_cost(root, seeds=SEEDS):
+    """camvid (the suite camvid_binary shares its network and profile with): PBN took 600 s to train
+    per seed and 0.1 s per image to predict on 100 images: 610 s a seed."""
+    store = ResultsStore(root)
+    for seed in seeds:
+        run = store.run_dir("camvid", "unet_small", "pbn", "abc", seed)
+        store.write(run, {"status": "ok", "suite": "camvid", "profile": PROFILE, "method": "pbn", "model": "unet_small",
+                          "method_label": "pbn", "config_hash": "abc", "seed": seed, "kind": "id", "shift": "clean",
+                          "severity": 0, "n": 100, "task": "segmentation",
+                          "cost": {"train_time_s": 600.0, "predict_time_per_example_s": 0.1}})
+
+
+def test_no_records_prints_the_commands_that_make_them(tmp_path, capsys):
+    write_camvid_cost(tmp_path)
+    code, out, _ = run(capsys, "--results", str(tmp_path), "--suite", "camvid_binary")
+    assert code == 0
+    s8 = line(out, "S8")
+    assert "PBN 1 % squared: no records; PBN 1 %: no records" in s8
+    assert ("not run here yet: `python -m bench run --suite camvid_binary --profile quick --methods pbn` and "
+            "`python -m bench run --suite camvid_binary --profile quick --methods pbn --set pbn.squared=true`") in s8
+    # what it costs, from camvid's records of the same network and profile: 3 seeds x 610 s
+    assert "(~0.5 h for 3 seeds: pbn ~10 min per seed, training with its MAP network and evaluation, as " \
+           "camvid's quick records" in s8
+    assert "`python -m bench run --suite camvid_binary --profile quick --methods pbn --set "\
+           "pbn.class_weights=median_frequency`" in line(out, "S7")
+    assert "--methods pbn,deep_ensemble`" in line(out, "S1")
+    assert "verdict:" not in out.split("How each claim")[0]
+
+
+@pytest.mark.parametrize("row", [mc.PBN_1_SQUARED, mc.PBN_1_WEIGHTED, mc.PBN_20, mc.ENSEMBLE])
+def test_the_printed_command_makes_the_configuration_the_table_looks_for(row):
+    """What ``--set`` gives the run (bench.config.parse_sets, resolve_plan) is the row's configuration."""
+    import shlex
+
+    from bench.config import parse_sets, resolve_plan
+    from bench.suites import SUITES
+    from methods import METHODS
+
+    argv = shlex.split(mc.command("camvid_binary", PROFILE, [row]).strip("`"))
+    sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+    methods = argv[argv.index("--methods") + 1].split(",")
+    plan = resolve_plan(SUITES.get("camvid_binary")(), PROFILE, methods, parse_sets(sets), method_registry=METHODS)
+    cfg = plan.methods[row.method][0]
+    assert cfg == mc.profile_config("camvid_binary", PROFILE, row)
+    assert all(cfg[k] == v for k, v in row.options.items())
+
+
+def test_records_of_other_options_are_used_but_marked(tmp_path, capsys):
+    """A configuration that matches the row's own options but not the profile's (here PBN at another
+    learning rate) stands in for the row, and says so."""
+    other = mc.Row("PBN 1 %", "pbn", {**mc.PBN_1.options, "lr": 0.01})
+    write(tmp_path, "pbn", row=other)
+    write(tmp_path, "deterministic")
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    assert "not the profile's options" in line(out, "M2") and line(out, "M2").endswith("| verdict: supported |")
+
+
+def test_unknown_suite_or_results_directory_exit_2(tmp_path, capsys):
+    code, out, err = run(capsys, "--suite", "cifar10c", "--results", str(tmp_path))
+    assert code == 2 and "unknown suite(s) cifar10c" in err and "camvid_binary" in err and not out
+    code, out, err = run(capsys, "--results", str(tmp_path / "nowhere"))
+    assert code == 2 and "does not exist" in err and not out
+    code, out, err = run(capsys, "--suite", SUITE, "--profile", "nope", "--results", str(tmp_path))
+    assert code == 2 and "no profile 'nope'" in err
