@@ -194,6 +194,9 @@ class LaplaceMethod(Method):
         return copy.deepcopy(self.ctx.map_cache.get(self.ctx.seed)).to(self.ctx.device).eval()
 
     def make_laplace(self, model: nn.Module, backend: str):
+        from bench.laplace import import_laplace
+
+        import_laplace()  # first, without its dependencies' torch.jit FutureWarnings
         from laplace import Laplace
 
         net = copy.deepcopy(model).eval()  # BackPACK / ASDL hook into the model: its own copy

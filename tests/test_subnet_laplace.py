@@ -442,3 +442,51 @@ def test_the_subnetwork_indices_reach_laplace_torch_as_a_cpu_long_tensor_on_any_
     assert isinstance(idx, torch.LongTensor) and idx.tolist() == [3, 1, 7]
     Laplace(plain_net(), "classification", subset_of_weights="subnetwork", hessian_structure="full",
             subnetwork_indices=idx)  # laplace-torch's own check passes
+
+
+FRESH_PROCESS_FIT = """
+import sys, warnings
+warnings.simplefilter("error", FutureWarning)  # before anything is imported: a FutureWarning fails the fit
+import torch
+from torch import nn
+from bench.data import TensorLoader
+from bench.tasks import classification
+from bench.training import TrainConfig
+from methods.base import MethodContext
+from methods.subnet_laplace import SubnetLaplace
+
+assert "laplace" not in sys.modules, "laplace-torch is imported lazily: by the fit below"
+
+class Cache:
+    def get(self, seed):
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(5, 6), nn.Tanh(), nn.Linear(6, 3)).eval()
+    def upstream_time(self, seeds):
+        return 0.0
+
+g = torch.Generator().manual_seed(0)
+x, y = torch.randn(48, 5, generator=g), torch.randint(0, 3, (48,), generator=g)
+ctx = MethodContext(task=classification(3), build_model=lambda dropout=0.0: Cache().get(0), train=TrainConfig(epochs=1),
+                    device=torch.device("cpu"), seed=0, map_cache=Cache(), num_train=48)
+m = SubnetLaplace(ctx, n_subnet=10, **dict(a.split("=") for a in sys.argv[1:])).fit(
+    TensorLoader(x, y, 16, shuffle=False), (x[:24], y[:24]))
+assert "laplace" in sys.modules and m.num_stochastic_params() == 10
+"""
+
+
+@pytest.mark.slow  # a fresh Python process imports torch and laplace-torch: about 10 s each
+@pytest.mark.parametrize("options", [[], ["criterion=wasserstein_diag_laplace", "backend=asdl"]],
+                         ids=["defaults", "diag_laplace_criterion-asdl"])
+def test_a_subnet_laplace_fit_raises_no_future_warning_in_a_fresh_process(options):
+    """Importing laplace-torch (at a fit's first use of it) imports ASDL and linear_operator, whose
+    ``@torch.jit.script`` functions each warn "`torch.jit.script` is deprecated" (FutureWarning)
+    under torch 2.14: bench.laplace.import_laplace ignores exactly that warning around the import.
+    A fresh process, since the import happens once (this process has imported laplace-torch)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-c", FRESH_PROCESS_FIT, *options], cwd=root, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]

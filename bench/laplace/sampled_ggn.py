@@ -53,6 +53,9 @@ def image_gradients(model, params, x, y, *, ignore_index: int, n_samples: int, g
 
 
 def _build_backend():
+    from bench.laplace import import_laplace
+
+    import_laplace()  # first, without its dependencies' torch.jit FutureWarnings
     from laplace.curvature import GGNInterface
 
     class SampledPixelGGN(GGNInterface):

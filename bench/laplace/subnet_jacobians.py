@@ -36,6 +36,9 @@ OUTPUT_CHUNK_FLOATS = 2**24
 
 
 def _ggn_interface():
+    from bench.laplace import import_laplace
+
+    import_laplace()  # first, without its dependencies' torch.jit FutureWarnings
     from laplace.curvature import GGNInterface
 
     return GGNInterface

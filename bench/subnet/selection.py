@@ -398,6 +398,9 @@ DIAG_BACKEND_ORDER = ("backpack", "asdl")
 
 def laplace_backend(name: str):
     """laplace-torch's GGN backend class for ``"asdl" | "backpack" | "curvlinops"``."""
+    from bench.laplace import import_laplace
+
+    import_laplace()  # first, without its dependencies' torch.jit FutureWarnings
     from laplace.curvature import AsdlGGN, BackPackGGN, CurvlinopsGGN
 
     table = {"asdl": AsdlGGN, "backpack": BackPackGGN, "curvlinops": CurvlinopsGGN}
@@ -482,6 +485,9 @@ def fit_diag_laplace(model: nn.Module, loader, *, likelihood: str = "classificat
     """
     import time
 
+    from bench.laplace import import_laplace
+
+    import_laplace()  # first, without its dependencies' torch.jit FutureWarnings
     from laplace import Laplace
     from laplace.utils import LargestVarianceDiagLaplaceSubnetMask
 
