@@ -792,3 +792,24 @@ def test_per_corruption_error_table_by_hand():
     # b has the lowest errors everywhere but fails its checks: never bold; c wins fog, a and c tie on snow
     assert t.best_rows("m1") == set()
     assert t.best_rows("m2") >= {"fog"} and "fog" not in t.best_rows("m0")
+
+
+def test_configurations_of_one_label_are_named_by_the_settings_they_differ_in():
+    """Two MAP networks trained at different rates share the label 'deterministic': the tables name
+    each by the training / data settings that differ ('Labels say exactly what ran'), and fall back to
+    the config hash only when those settings do not tell them apart."""
+    import pandas as pd
+
+    from bench.reporting.data import _unique_labels
+
+    def row(h, lr, size=None, label="deterministic"):
+        return {"suite": "s", "profile": "quick", "model": "m", "method_label": label, "config_hash": h,
+                "train_config": {"lr": lr, "epochs": 5}, "data_config": {"size": size}}
+
+    df = pd.DataFrame([row("aaaaaaaa", 0.05), row("bbbbbbbb", 0.01), row("aaaaaaaa", 0.05), row("c", 0.1, label="x")])
+    assert list(_unique_labels(df)) == ["deterministic [train.lr=0.05]", "deterministic [train.lr=0.01]",
+                                        "deterministic [train.lr=0.05]", "x"]
+    df = pd.DataFrame([row("aaaaaaaa", 0.05, [64, 80]), row("bbbbbbbb", 0.05, [120, 160])])
+    assert list(_unique_labels(df)) == ["deterministic [data.size=[64, 80]]", "deterministic [data.size=[120, 160]]"]
+    same = pd.DataFrame([row("aaaaaaaa", 0.05), row("bbbbbbbb", 0.05)])  # e.g. a plugin's source changed
+    assert list(_unique_labels(same)) == ["deterministic#aaaaaa", "deterministic#bbbbbb"]

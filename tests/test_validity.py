@@ -440,3 +440,22 @@ def test_a_method_on_the_map_network_carries_that_networks_curve(fake_mnist, tmp
     assert len(curve) == 5 and curve == ids.loc["deterministic", "diagnostics"]["map_training"]["val_nll"]
     checks = {c["name"]: c for c in ids.loc["temperature_scaling", "validity"]["checks"]}
     assert checks["map_converged"]["status"] in (V.PASS, V.FAIL)
+
+
+def test_regime_table_compares_a_multilabel_map_with_the_prevalence_predictor(tmp_path):
+    """python -m bench.validity --results: a multi-label board's MAP accuracy and NLL are read against
+    the training-prevalence predictor's (its informative reference), not 1/K and ln K."""
+    import shutil
+
+    from bench.store import load_records
+
+    from pathlib import Path
+
+    shutil.copytree(Path(__file__).resolve().parents[1] / "docs" / "records" / "camvid_multilabel",
+                    tmp_path / "camvid_multilabel")
+    df = load_records(tmp_path, "camvid_multilabel")
+    m = df[(df["method_label"] == "deterministic") & (df["kind"] == "id")]
+    line = next(r for r in V.regime_markdown(tmp_path).splitlines() if r.startswith("| camvid_multilabel"))
+    acc, ref = m["metrics.accuracy"].mean(), m["reference.accuracy"].mean()
+    assert f"| {acc:.3f} ({ref:.3f}) |" in line and f"| {(m['metrics.nll'] / m['reference.nll']).mean():.0%} |" in line
+    assert f"({1 / 11:.3f})" not in line

@@ -149,9 +149,28 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     return attach_validity(df)
 
 
+def _config_differences(rows: pd.DataFrame) -> dict[str, str]:
+    """``config_hash -> "train.lr=0.05,data.size=[64, 80]"``: the training and data settings in
+    which the configurations of ``rows`` (one method label) differ, each hash's own values."""
+    import json
+
+    flat: dict[str, dict[str, str]] = {}
+    for _, r in rows.drop_duplicates("config_hash").iterrows():
+        vals = {}
+        for prefix, col in (("train", "train_config"), ("data", "data_config")):
+            cfg = r.get(col) if col in rows.columns else None
+            for k, v in (cfg.items() if isinstance(cfg, dict) else ()):
+                vals[f"{prefix}.{k}"] = v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
+        flat[r["config_hash"]] = vals
+    keys = sorted({k for v in flat.values() for k in v})
+    differing = [k for k in keys if len({v.get(k, "–") for v in flat.values()}) > 1]
+    return {h: ",".join(f"{k}={v.get(k, '–')}" for k in differing) for h, v in flat.items()}
+
+
 def _unique_labels(df: pd.DataFrame) -> pd.Series:
-    """``method_label``, suffixed with the config hash when one label covers several configs
-    of the same suite, profile and model (those would otherwise be averaged together)."""
+    """``method_label``, made distinct when one label covers several configs of the same suite,
+    profile and model (those would otherwise be averaged together): by the training and data
+    settings they differ in (``deterministic [train.lr=0.05]``), else by the config hash."""
     label = df["method_label"].astype(str)
     hashes = df["config_hash"].astype(object)
     out = label.copy()
@@ -159,8 +178,12 @@ def _unique_labels(df: pd.DataFrame) -> pd.Series:
     for _, idx in df.groupby(keys, dropna=False).groups.items():
         distinct = sorted({h for h in hashes.loc[idx] if isinstance(h, str) and h})
         if len(distinct) > 1:
-            out.loc[idx] = [f"{lab}#{h[:6]}" if isinstance(h, str) and h else lab
-                            for lab, h in zip(label.loc[idx], hashes.loc[idx])]
+            rows = df.loc[idx]
+            diffs = _config_differences(rows[rows["config_hash"].isin(distinct)])
+            named = [diffs.get(h, "") for h in distinct]
+            usable = all(named) and len(set(named)) == len(named)
+            out.loc[idx] = [(f"{lab} [{diffs[h]}]" if usable else f"{lab}#{h[:6]}") if isinstance(h, str) and h
+                            else lab for lab, h in zip(label.loc[idx], hashes.loc[idx])]
     return out
 
 
