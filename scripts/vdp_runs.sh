@@ -6,13 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure_venv.sh
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMP_WAIT_POLICY=PASSIVE
-R=".venv/bin/python -m bench run --suite mnist_noise --profile quick --data-root ${DATA_ROOT:-data} --no-report --set models=lenet_300_100"
+export OUT=${OUT:-results}
+R=".venv/bin/python -m bench run --suite mnist_noise --profile quick --data-root ${DATA_ROOT:-data} --no-report --out $OUT --set models=lenet_300_100"
 # 1. the KL weight of Sec. 5, swept and chosen on validation (the defaults otherwise)
 $R --methods vdp --set vdp.kl_weight=0.00001,0.0001,0.001,0.01,0.1,1
 K=$(.venv/bin/python - <<'PY'
+import os
 from bench.selection import choose_on_validation
 from bench.store import load_records
-df = load_records("results", "mnist_noise")
+df = load_records(os.environ["OUT"], "mnist_noise")
 df = df[df["status"] == "ok"]
 for c in choose_on_validation(df, "vdp", ["kl_weight"], model="lenet_300_100"):
     if all(k == "kl_weight" for k in c["candidates"][0]["values"]) and len(c["candidates"]) >= 5:
@@ -33,7 +35,8 @@ $R --methods deterministic,mfvi
 
 # 4. CIFAR-10 (cifar10_noise, resnet_small, seeds 0-2): the shared SGD MAP network, the Adam control and
 #    the KL weight swept over four decades and chosen on validation the same way (docs/vdp.md, "CIFAR-10")
-C=".venv/bin/python -m bench run --suite cifar10_noise --profile quick --data-root ${DATA_ROOT:-data} --no-report"
+[ "${CIFAR:-1}" = 0 ] && exit 0
+C=".venv/bin/python -m bench run --suite cifar10_noise --profile quick --data-root ${DATA_ROOT:-data} --no-report --out $OUT"
 for s in 0 1 2; do
   $C --seeds $s --methods deterministic
   $C --seeds $s --methods deterministic --set deterministic.optimizer=adam --set deterministic.lr=0.001 --set deterministic.weight_decay=0

@@ -1,26 +1,43 @@
 #!/usr/bin/env bash
 # The runs behind the variational-inference tables of README.md, docs/pbn.md and docs/ssvi.md
 # (rotated MNIST, quick profile, seeds 0-2). Resumable: finished cells are skipped. On 2 cores run
-# two of the blocks at a time (each with OMP_NUM_THREADS=1); the tables then come from
-#   .venv/bin/python benchmarks/refresh_tables.py
+# two of the blocks at a time (each with OMP_NUM_THREADS=1). OUT (default results) is the results
+# folder; MODELS (default "lenet_300_100 lenet5") the rotated-MNIST networks; CIFAR=0 skips the
+# CIFAR-10-C block. Keep the records with
+#   .venv/bin/python scripts/keep_records.py save mnist_rotated --results $OUT --archive docs/ablations
+# and the tables then come from .venv/bin/python benchmarks/refresh_tables.py
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure_venv.sh
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMP_WAIT_POLICY=PASSIVE
-B=".venv/bin/python -m bench run --suite mnist_rotated --profile quick --data-root ${DATA_ROOT:-data} --no-report"
-for model in lenet_300_100 lenet5; do
+export OUT=${OUT:-results}
+B=".venv/bin/python -m bench run --suite mnist_rotated --profile quick --data-root ${DATA_ROOT:-data} --no-report --out $OUT"
+for model in ${MODELS:-lenet_300_100 lenet5}; do
   R="$B --set models=$model"
   # MAP networks, PBN's fine-tuning rate swept for the validation choice, full VI, SSVI and its dense baseline
   $R --methods deterministic,pbn,mfvi --set pbn.lr=0.05,0.005
   $R --methods ssvi --set ssvi.density=0.1,1.0
 done
 R="$B --set models=lenet_300_100"
-.venv/bin/python -m bench select --suite mnist_rotated --method pbn --tune lr     # -> 0.05 (docs/pbn.md)
+.venv/bin/python -m bench select --results $OUT --suite mnist_rotated --method pbn --tune lr
+# the rate chosen on validation for LeNet-300-100 (docs/pbn.md); the sweeps below run at it
+LR=$(.venv/bin/python - <<'PY'
+import os
+from bench.selection import choose_on_validation
+from bench.store import load_records
+df = load_records(os.environ["OUT"], "mnist_rotated")
+df = df[df["status"] == "ok"]
+for c in choose_on_validation(df, "pbn", ["lr"], model="lenet_300_100"):
+    if all(k == "lr" for k in c["candidates"][0]["values"]) and len(c["candidates"]) >= 2:
+        print(c["chosen"]["lr"]); break
+PY
+)
+echo "PBN fine-tuning rate chosen on validation: $LR"
 # PBN controls and the r_bayes sweep at the chosen rate; the fine-tuning-only control
-$R --methods pbn --set pbn.lr=0.05 --set pbn.r_bayes=0.01,0.05,0.1 --set pbn.criterion=gradient,random,magnitude
-$R --methods pbn --set pbn.lr=0.05 --set pbn.r_bayes=0.01,0.05,0.1 --set pbn.init=random
-$R --methods pbn --set pbn.lr=0.05 --set pbn.r_bayes=0.001,0.2,0.4
-$R --methods pbn --set pbn.lr=0.05 --set pbn.n_bayes=0
+$R --methods pbn --set pbn.lr=$LR --set pbn.r_bayes=0.01,0.05,0.1 --set pbn.criterion=gradient,random,magnitude
+$R --methods pbn --set pbn.lr=$LR --set pbn.r_bayes=0.01,0.05,0.1 --set pbn.init=random
+$R --methods pbn --set pbn.lr=$LR --set pbn.r_bayes=0.001,0.2,0.4
+$R --methods pbn --set pbn.lr=$LR --set pbn.n_bayes=0
 $R --methods deep_ensemble
 # SSVI: 5 % (Table 1), the removal criteria, the sigma0 sweep (Fig. 2 right) with dense VI
 $R --methods ssvi --set ssvi.density=0.05
@@ -30,9 +47,10 @@ $R --methods mfvi --set mfvi.sigma_init=0.003,0.01
 # how rho's optimiser decides whether sigma moves (one epoch, seed 0)
 $R --methods mfvi --seeds 0 --set mfvi.epochs=1 --set mfvi.rho_optimizer=sgd --set mfvi.rho_lr=0.01,1,100
 $R --methods mfvi --seeds 0 --set mfvi.epochs=1 --set mfvi.rho_optimizer=adam --set mfvi.rho_lr=0.001,0.01,0.1
+[ "${CIFAR:-1}" = 0 ] && exit 0
 # CIFAR-10 / CIFAR-10-C (cifar10c suite, resnet_small, 12 epochs): the VI rows of README.md and
 # the SSVI density comparison of docs/ssvi.md
-C=".venv/bin/python -m bench run --suite cifar10c --profile quick --data-root ${DATA_ROOT:-data} --no-report"
+C=".venv/bin/python -m bench run --suite cifar10c --profile quick --data-root ${DATA_ROOT:-data} --no-report --out $OUT"
 $C --methods deterministic,pbn,mfvi --set pbn.lr=0.05,0.005
-.venv/bin/python -m bench select --suite cifar10c --method pbn --tune lr
+.venv/bin/python -m bench select --results $OUT --suite cifar10c --method pbn --tune lr
 $C --methods ssvi --set ssvi.density=0.05,0.1,1.0
