@@ -87,8 +87,9 @@ class VIMethod(Method):
         # batch size (common Bayes-by-backprop code; a N/B times stronger pull towards the prior)
         "kl_scale": "dataset",
         # the likelihood's class weights (medical PBN paper Sec. 3.1: "a weighted cross-entropy"):
-        # "none" | "median_frequency" (from the training labels) | K numbers; normalised to mean 1
-        # over the training observations, so that KL / N keeps its N (bench/class_weights.py)
+        # "none" | "median_frequency" | "balanced" (from the training labels) | K numbers (multi-label:
+        # the labels' positives); normalised to mean 1 over the training observations, so that KL / N
+        # keeps its N (bench/class_weights.py)
         "class_weights": "none",
     }
 
@@ -109,7 +110,7 @@ class VIMethod(Method):
         self.vi: PartialVI | None = None
         self.meta: dict = {}
         self._predict_eps: torch.Tensor | None = None
-        self._class_weights: torch.Tensor | None = None  # normalised (K,), or None: the task's own loss
+        self._class_weights: torch.Tensor | None = None  # normalised (K,) / (2, L) multi-label, or None: the task's own loss
 
     # -- hooks -------------------------------------------------------------------------------
     def build_posterior(self, train) -> tuple[nn.Module, torch.Tensor, dict]:

@@ -179,3 +179,106 @@ def test_the_default_keeps_the_kept_records_identity(method):
     other = cell_identity(suite, plan, store, METHODS, "lenet_300_100", method,
                           {**cfg, "class_weights": "median_frequency"}, 0, torch.device("cpu"))
     assert other.chash != cid.chash and "class_weights=median_frequency" in other.label
+
+
+# -- multi-label (the medical paper's ChestMNIST setting) and scikit-learn's "balanced" ----------------
+L_LABELS = 3
+
+
+def _multilabel_data():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(N_TRAIN, 4, generator=g)
+    y = torch.zeros(N_TRAIN, L_LABELS)
+    y[:36, 0] = 1  # label 0: 36 of 48 positive
+    y[:6, 1] = 1  # label 1: 6 of 48 positive (rare)
+    y[::2, 2] = 1  # label 2: 24 of 48
+    return x, y
+
+
+def _multilabel_loss(tmp_path, monkeypatch, **config):
+    import methods.pbn as pbn_mod
+    from bench.tasks import multilabel
+
+    seen = {}
+
+    def fake_train(model, loader, cfg, loss_fn, **kw):
+        seen["loss_fn"] = loss_fn
+        return {"train_seconds": 0.0, "epoch_loss": [], "epoch_stats": []}
+
+    def build(dropout=0.0):
+        torch.manual_seed(1)
+        return nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, L_LABELS))
+
+    monkeypatch.setattr(pbn_mod, "train_model", fake_train)
+    ctx = MethodContext(task=multilabel(L_LABELS), build_model=build, train=TrainConfig(epochs=1, batch_size=16, lr=0.01),
+                        device=torch.device("cpu"), seed=0, map_cache=None, num_train=N_TRAIN, work_dir=tmp_path)
+    x, y = _multilabel_data()
+    m = METHODS.get("mfvi")(ctx, train_samples=2, **config)
+    m.fit(TensorLoader(x, y, 16, shuffle=False), None)
+    return m, seen["loss_fn"], x, y
+
+
+def test_the_weighted_multilabel_elbo_equals_a_hand_computation(tmp_path, monkeypatch):
+    """Positive weights per label (PyTorch's pos_weight), normalised over the N x L label entries."""
+    pos = [1.0, 4.0, 2.0]
+    m, loss_fn, x, y = _multilabel_loss(tmp_path, monkeypatch, class_weights=pos)
+    xb, yb = x[:16], y[:16]
+    torch.manual_seed(5)
+    got = float(loss_fn(m.vi, xb, yb, 0.5))
+    torch.manual_seed(5)
+    with torch.no_grad():
+        logits = m.vi(xb, n_samples=2).double()
+    n_pos = [36, 6, 24]
+    mass = sum((N_TRAIN - n_pos[k]) * 1.0 + n_pos[k] * pos[k] for k in range(L_LABELS)) / (N_TRAIN * L_LABELS)
+    data = 0.0
+    for s in range(2):
+        for i in range(16):
+            for k in range(L_LABELS):
+                p = 1 / (1 + math.exp(-float(logits[s, i, k])))
+                t = float(yb[i, k])
+                w = (pos[k] if t == 1 else 1.0) / mass
+                data += w * -(t * math.log(p) + (1 - t) * math.log(1 - p))
+    data /= 2 * 16
+    expected = data + beta_schedule(0.5, 0.2, 0.01) * _hand_kl(m.vi) / N_TRAIN
+    assert math.isclose(got, expected, rel_tol=1e-5), (got, expected)
+    info = m.meta["class_weights"]
+    assert info["train_label_counts"] == [[12, 42, 24], n_pos]
+    assert info["normalised"][1] == pytest.approx([v / mass for v in pos], rel=1e-6)
+
+
+def test_unit_multilabel_weights_give_the_task_loss():
+    from bench.tasks import multilabel
+
+    task = multilabel(L_LABELS)
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(10, L_LABELS, generator=g)
+    y = (torch.rand(10, L_LABELS, generator=g) > 0.5).float()
+    got = cw.weighted_nll(task, logits, y, torch.ones(2, L_LABELS))
+    assert torch.allclose(got, task.loss(logits, y))
+
+
+def test_balanced_weights_are_scikit_learns():
+    from sklearn.utils.class_weight import compute_class_weight
+
+    _, y = _data()
+    ours = cw.balanced_weights(cw.class_counts(y, K, None))
+    theirs = compute_class_weight("balanced", classes=torch.arange(K).numpy(), y=y.numpy())
+    assert ours.tolist() == pytest.approx(theirs.tolist(), rel=1e-6)
+    # multi-label: per label, its negatives and positives as two classes
+    _, ym = _multilabel_data()
+    table = cw.multilabel_balanced_weights(cw.multilabel_counts(ym))
+    for k in range(L_LABELS):
+        sk = compute_class_weight("balanced", classes=torch.tensor([0, 1]).numpy(), y=ym[:, k].long().numpy())
+        assert [float(table[0, k]), float(table[1, k])] == pytest.approx(sk.tolist(), rel=1e-6)
+    # already mean 1 over the label entries: normalising changes nothing
+    assert torch.allclose(cw.normalise(table, cw.multilabel_counts(ym)), table, rtol=1e-6)
+
+
+def test_multilabel_refuses_median_frequency_and_a_wrong_count():
+    from bench.tasks import multilabel
+
+    with pytest.raises(BenchError, match="balanced"):
+        cw.check_task("median_frequency", multilabel(L_LABELS))
+    with pytest.raises(BenchError, match="2 weights for 3 labels"):
+        cw.check_task([1, 2], multilabel(L_LABELS))
+    cw.check_task("balanced", multilabel(L_LABELS))
