@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The runs behind the binary-segmentation rows of docs/results/medical.md (camvid_binary, quick
+# profile, seeds 0-2): the MAP network, PBN at 1 % and the three single-option changes the claims
+# compare it with (squared saliency, median-frequency class weights, 20 % Bayesian), full VI and
+# the 5-member ensemble. Resumable: finished cells are skipped, and every command after the first
+# reuses the MAP networks of the same results folder. OUT (default results) is the results folder.
+# Keep the records with
+#   .venv/bin/python scripts/keep_records.py save camvid_binary --results $OUT --archive docs/records
+# and the tables then come from .venv/bin/python benchmarks/refresh_tables.py docs/results/medical.md
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/ensure_venv.sh
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMP_WAIT_POLICY=PASSIVE
+OUT=${OUT:-results}
+B=".venv/bin/python -m bench run --suite camvid_binary --profile quick --data-root ${DATA_ROOT:-data} --no-report --out $OUT"
+$B --methods deterministic,pbn                          # claims S5, S7, S8: PBN 1 % and its MAP network
+$B --methods pbn --set pbn.squared=true                 # S8: squared-gradient saliency
+$B --methods pbn --set pbn.class_weights=median_frequency   # S7: the paper's class-weighted ELBO
+$B --methods pbn --set pbn.r_bayes=0.2                  # S5: 20 % Bayesian
+$B --methods deep_ensemble                              # S1, S3, S6
+$B --methods mfvi                                       # S2, S4: the fully Bayesian network
