@@ -23,9 +23,10 @@ from torch import nn
 from bench.errors import BenchError
 from bench.laplace.prior import grid_search_prior_precision
 from bench.laplace.subnet_jacobians import backend_class
+from bench.laplace.multilabel import glm_mc_sigmoid_probs, multilabel_nll, probit_sigmoid_probs
 from bench.laplace.predictive import glm_mc_probs, nll, probit_probs
 from bench.options import OneOf, Range
-from bench.predictive import ClassificationPredictive
+from bench.predictive import ClassificationPredictive, MultilabelPredictive, concat
 from bench.seeding import derive_seed
 from bench.subnet.selection import as_torch_loader
 from methods.base import Method
@@ -77,8 +78,9 @@ class LaplaceMethod(Method):
     VALIDITY_CHECKS = ("informative", "map_converged", "laplace_prior_grid", "laplace_predictive_variance")
 
     tasks = ("classification",)
-    UNSUPPORTED = {"multilabel": "laplace-torch has no Bernoulli (sigmoid) likelihood, and this project's "
-                                 "GGN and predictive code (bench/laplace) is written for the softmax"}
+    UNSUPPORTED = {"multilabel": "its curvature comes from laplace-torch's BackPACK / ASDL backends, which have "
+                                 "only the softmax GGN here (no Bernoulli / sigmoid likelihood); subnet_laplace "
+                                 "supports multilabel with its own subnet-Jacobian backend"}
     #: laplace.Laplace(subset_of_weights=..., hessian_structure=...)
     subset_of_weights = "all"
     hessian_structure = "full"
@@ -207,8 +209,12 @@ class LaplaceMethod(Method):
             kw["backend_kwargs"] = {"ignore_index": int(self.ctx.task.ignore_index),
                                     "n_samples": int(self.config["ggn_samples"]),
                                     "seed": derive_seed(self.name, "ggn-labels", self.ctx.seed)}
+        # multilabel: laplace-torch's "classification" approximation with the Bernoulli GGN backend
+        # (bench.laplace.subnet_jacobians; the likelihood string only sets sigma_noise 1 and the log
+        # likelihood -loss there); the predictive is this class's own (_predict_chunk)
         return Laplace(net, "classification", subset_of_weights=self.subset_of_weights,
-                       hessian_structure=self.hessian_structure, backend=backend_class(backend),
+                       hessian_structure=self.hessian_structure,
+                       backend=backend_class(backend, self.ctx.task.kind),
                        prior_precision=float(self.config["prior_precision"]), **kw)
 
     def _val_chunks(self, val):
@@ -231,7 +237,8 @@ class LaplaceMethod(Method):
 
     def labelled(self, probs: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The rows of ``probs`` that have a label, and their labels: all of them for
-        classification; for segmentation the pixels of ``y`` (B, H, W) that are not ignored."""
+        classification and multilabel (a row: an example's L labels); for segmentation the
+        pixels of ``y`` (B, H, W) that are not ignored."""
         task = self.ctx.task
         if task.kind != "segmentation":
             return probs, y
@@ -239,10 +246,15 @@ class LaplaceMethod(Method):
         keep = y != task.ignore_index
         return probs[keep], y[keep]
 
+    def val_loss(self, probs: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Mean NLL of the labelled rows ``y`` under ``probs``: the categorical one, or on a
+        multilabel task the binary cross-entropy summed over the labels (mean over examples)."""
+        return multilabel_nll(probs, y) if self.ctx.task.kind == "multilabel" else nll(probs, y)
+
     def val_nll_function(self, chunks):
         """``tau -> mean validation NLL`` of :meth:`val_predictors` (over labelled pixels for
-        segmentation); ``inf`` where the posterior cannot be formed (a failed Cholesky factor at a
-        tiny prior precision)."""
+        segmentation; per example, summed over its labels, for multilabel); ``inf`` where the
+        posterior cannot be formed (a failed Cholesky factor at a tiny prior precision)."""
         predictors = self.val_predictors(chunks)
 
         def val_nll(tau: float) -> float:
@@ -252,7 +264,7 @@ class LaplaceMethod(Method):
                 with torch.no_grad():
                     for probs, y in predictors:
                         p, t = self.labelled(probs(), y)
-                        total += float(nll(p, t)) * len(t)
+                        total += float(self.val_loss(p, t)) * len(t)
                         n += len(t)
             except torch.linalg.LinAlgError:
                 return math.inf
@@ -367,6 +379,8 @@ class LaplaceMethod(Method):
         return self.la._glm_predictive_distribution(x)
 
     def _predict_chunk(self, x):
+        if self.ctx.task.kind == "multilabel":
+            return self._predict_chunk_multilabel(x)
         c = self.config
         S = int(c["n_samples"])
         if c["pred_type"] == "glm" and c["glm_sampler"] == "jvp":
@@ -385,12 +399,33 @@ class LaplaceMethod(Method):
         probs = self.la.predictive_samples(x, pred_type="nn", n_samples=S, generator=self._generator())
         return ClassificationPredictive.from_samples(probs.float())
 
+    def _predict_chunk_multilabel(self, x):
+        """The predictive of L independent Bernoullis: per label ``E[sigmoid(f_l)]`` under the
+        linearised predictive's ``f ~ N(f_mu, J Sigma J^T)`` by the probit approximation
+        ``sigmoid(f_mu / sqrt(1 + pi/8 var))`` or Monte Carlo (moments or Jacobian-vector
+        products), or the mean sigmoid of sampled networks (bench/laplace/multilabel.py)."""
+        c = self.config
+        S = int(c["n_samples"])
+        if c["pred_type"] == "glm" and c["glm_sampler"] == "jvp":
+            from bench.laplace.jvp_glm import glm_logit_samples, posterior_offsets
+
+            _, f = glm_logit_samples(self.la.model, x, posterior_offsets(self.la, S, self._generator()))
+            return MultilabelPredictive.from_samples(torch.sigmoid(f).float())
+        if c["pred_type"] == "glm":
+            f_mu, f_var = self.glm_moments(x)
+            if c["link_approx"] == "probit":
+                return MultilabelPredictive(probit_sigmoid_probs(f_mu, f_var).float())
+            return MultilabelPredictive.from_samples(glm_mc_sigmoid_probs(f_mu, f_var, S, self._generator()).float())
+        # laplace-torch's predictive_samples applies a softmax: its sampled networks' logits instead
+        f = self.la._nn_functional_samples(x, n_samples=S, generator=self._generator())
+        return MultilabelPredictive.from_samples(torch.sigmoid(f).float())
+
     def predict(self, x):
         if self.la is None:
             raise BenchError(f"{self.name}: predict before fit / load_state_dict")
         chunk = int(self.config["predict_batch_size"])
         parts = [self._predict_chunk(x[i:i + chunk]) for i in range(0, len(x), chunk)]
-        return parts[0] if len(parts) == 1 else ClassificationPredictive.cat(parts)
+        return parts[0] if len(parts) == 1 else concat(parts)
 
     def state_dict(self):
         # laplace-torch's state: MAP vector, curvature (H: the s x s GGN, a diagonal, or

@@ -22,6 +22,16 @@ subnetwork-inference-laplace.txt), section "The full subnetwork inference algori
 
 The memory a configuration needs is checked before the (slow) selection and again before the
 fit (:mod:`bench.laplace.memory`).
+
+Multi-label networks (task kind ``multilabel``: L independent Bernoullis, one sigmoid per logit)
+are supported with the subnet-only Jacobian backend only, whose Bernoulli variant
+(``BernoulliSubnetJacobianGGN``) has the GGN ``sum_n J_n^T diag(p_n (1 - p_n)) J_n``; laplace-torch's
+backends (the fallback for subnet weights outside Linear / Conv2d layers) have only the softmax's.
+The predictive is per label (``sigmoid(f_mu / sqrt(1 + pi/8 var))``, or Monte Carlo of the
+sigmoids; :mod:`bench.laplace.multilabel`), the prior search's validation loss the binary
+cross-entropy summed over labels. The criteria with a diagonal-Laplace estimate (a softmax
+likelihood fit) are refused there; SWAG (``wasserstein``) and ``gradient`` train / differentiate
+the task's own loss, and ``random`` / ``magnitude`` use no data.
 """
 from __future__ import annotations
 
@@ -34,9 +44,10 @@ from torch import nn
 from bench.errors import BenchError
 from bench.network import check_stochastic_layers
 from bench.laplace.memory import FLOAT_BYTES, activation_numel, check_memory, default_memory_limit
+from bench.laplace.multilabel import probit_sigmoid_probs
 from bench.laplace.predictive import probit_probs
 from methods._laplace_base import LaplaceMethod
-from bench.laplace.subnet_jacobians import SUBNET_BACKENDS, subnet_jacobian_backend
+from bench.laplace.subnet_jacobians import MULTILABEL_BACKENDS, SUBNET_BACKENDS, subnet_jacobian_backend
 from bench.seeding import derive_seed
 from bench.options import OneOf, Range
 from bench.subnet.selection import (CRITERIA, DegenerateSubnetError, candidate_indices, data_seed, layer_distribution,
@@ -90,13 +101,36 @@ class SubnetLaplace(LaplaceMethod):
     JACOBIAN_CACHE_BYTES = 2 * 2**30
 
     JVP_SAMPLER = True
-    tasks = ("classification", "segmentation")  # segmentation: pixels as observations, sampled-label GGN
+    # segmentation: pixels as observations, sampled-label GGN; multilabel: the subnet backend's Bernoulli GGN
+    tasks = ("classification", "segmentation", "multilabel")
+    UNSUPPORTED: dict[str, str] = {}
+    #: criteria whose marginal variances come from a diagonal Laplace of laplace-torch's backends:
+    #: a softmax likelihood fit, wrong for multi-label targets
+    SOFTMAX_CRITERIA = ("wasserstein_diag_laplace", "largest_variance_diag_laplace")
 
     def __init__(self, ctx, **config):
         super().__init__(ctx, **config)
         if self.config["backend"] not in SUBNET_BACKENDS:
             raise BenchError(f"subnet_laplace: backend must be one of {', '.join(SUBNET_BACKENDS)}")
+        self.check_task_config(ctx.task, self.config)
         self.indices: torch.Tensor | None = None
+
+    @classmethod
+    def check_task_config(cls, task, config: dict) -> None:
+        """Options that depend on the suite's task, when the run is planned (exit 2): on a
+        multilabel task the Bernoulli GGN exists for the subnet-only Jacobian backend only, and
+        the diagonal-Laplace criteria fit a softmax likelihood."""
+        if task.kind != "multilabel":
+            return
+        backend = config.get("backend", "auto")
+        if backend not in ("auto",) + MULTILABEL_BACKENDS:
+            raise BenchError(f"subnet_laplace: backend {backend!r} has only the softmax GGN; on a multilabel task "
+                             f"the Bernoulli (sigmoid) GGN is the subnet-only Jacobian backend's (backend=auto or subnet)")
+        criterion = config.get("criterion", cls.defaults["criterion"])
+        if criterion in cls.SOFTMAX_CRITERIA:
+            raise BenchError(f"subnet_laplace: criterion {criterion!r} estimates the marginal variances with a "
+                             f"softmax-likelihood diagonal Laplace (laplace-torch's backends); on a multilabel task use "
+                             f"wasserstein (SWAG on the task's loss), gradient, magnitude or random")
 
     @classmethod
     def check_network(cls, build_model, x, task, config):
@@ -142,6 +176,14 @@ class SubnetLaplace(LaplaceMethod):
         Jacobians of all weights); Curvlinops' subnet path is torch.func over all weights: only on
         request. benchmarks/laplace_memory.py measures the backends' time and memory."""
         want = self.config["backend"]
+        if self.ctx.task.kind == "multilabel":
+            bad = subnet_jacobian_backend().unsupported(model, self.indices)
+            if bad:
+                raise BenchError(
+                    f"subnet_laplace: on a multilabel task the Bernoulli (sigmoid) GGN is computed by the subnet-only "
+                    f"Jacobian backend, which supports Linear / Conv2d weights only; the subnet has weights in "
+                    f"{bad[:3]}, for which the fallback (BackPACK / ASDL) has only the softmax GGN")
+            return "subnet", "multilabel: the Bernoulli (sigmoid) GGN of the subnet-only Jacobians"
         if self.segmentation_backend():
             return "sampled", ("segmentation: Jacobian backends take one row per input example; the subnet GGN "
                                "from labels drawn per pixel (bench/laplace/sampled_ggn.py)")
@@ -225,13 +267,15 @@ class SubnetLaplace(LaplaceMethod):
         cache_bytes = n_val * int(self.meta.get("n_outputs", 10)) * self.num_stochastic_params() * FLOAT_BYTES
         if not (c["pred_type"] == "glm" and c["link_approx"] == "probit") or cache_bytes > self.JACOBIAN_CACHE_BYTES:
             return super().val_predictors(chunks)
+        # multilabel: a sigmoid per label instead of the softmax (bench/laplace/multilabel.py)
+        link = probit_sigmoid_probs if self.ctx.task.kind == "multilabel" else probit_probs
         dev = self.ctx.device
         out = []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for x, y in chunks:
                 Js, f_mu = (t.detach() for t in self.la.backend.jacobians(x.to(dev)))
-                out.append((lambda Js=Js, f_mu=f_mu: probit_probs(f_mu, self.la.functional_variance(Js)), y))
+                out.append((lambda Js=Js, f_mu=f_mu: link(f_mu, self.la.functional_variance(Js)), y))
         return out
 
     def load_state_dict(self, state):

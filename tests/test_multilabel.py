@@ -162,8 +162,8 @@ def test_informative_check_compares_with_the_prevalence_reference():
 
 
 # -- end to end: every method on a tiny multi-label problem -----------------------------------------
-SUPPORTING = ["deterministic", "temperature_scaling", "mc_dropout", "deep_ensemble", "pbn", "mfvi", "ssvi"]
-REFUSING = ["laplace_diag", "laplace_last_layer", "subnet_laplace", "vdp"]
+SUPPORTING = ["deterministic", "temperature_scaling", "mc_dropout", "deep_ensemble", "pbn", "mfvi", "ssvi", "subnet_laplace"]
+REFUSING = ["laplace_diag", "laplace_last_layer", "vdp"]
 L = 3
 
 
@@ -190,7 +190,8 @@ def tiny_suite(methods):
              EvalSet("ood", "bright", None, ox * 5, None, fingerprint="bright")]
     cfg = {"models": ["lenet_300_100"], "seeds": [0], "train": {"epochs": 1, "batch_size": 32, "lr": 0.05},
            "data": {"fit_digest": data_digest(tx, ty, vx, vy), "map_checkpoint": None, "eval_batch_size": 1000},
-           "methods": {"deep_ensemble": {"members": 2}, "mc_dropout": {"samples": 4}}, "note": ""}
+           "methods": {"deep_ensemble": {"members": 2}, "mc_dropout": {"samples": 4},
+                       "subnet_laplace": {"n_subnet": 50, "swag_n_snapshots": 8, "grid_size": 5}}, "note": ""}
     suite = UserSuite("multilabel_tiny", task, (1, 8, 8), SuiteData(tx, ty, vx, vy, evals),
                       {"lenet_300_100": UserNetwork("lenet_300_100", "lenet_300_100", (1, 8, 8), task)},
                       "custom", cfg, tuple(methods))

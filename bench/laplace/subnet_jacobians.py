@@ -8,7 +8,9 @@ builds only the s subnet columns, from each layer's input and the gradient at it
 (Linear and Conv2d layers), so memory scales with s, not P. tests/test_subnet_laplace.py checks
 that the GGN and the predictive equal BackPACK's / ASDL's; benchmarks/laplace_memory.py measures
 time and peak memory per backend beside the guard's estimate (no measured table is kept in the
-docs: rerun it for current figures).
+docs: rerun it for current figures). :func:`bernoulli_subnet_backend` is its multi-label variant:
+the GGN of independent Bernoulli (sigmoid) likelihoods, ``sum_n J_n^T diag(p_n (1 - p_n)) J_n``
+(tests/test_subnet_laplace_multilabel.py).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bench.errors import BenchError
 from bench.subnet.selection import laplace_backend
 
 #: backends a subnetwork Laplace accepts (``auto``: the subnet-only Jacobians when every subnet
@@ -257,7 +260,63 @@ def _build_subnet_jacobian_backend():
     return SubnetJacobianGGN
 
 
+def _build_bernoulli_subnet_backend():
+    SubnetJacobianGGN = subnet_jacobian_backend()
+
+    class BernoulliSubnetJacobianGGN(SubnetJacobianGGN):
+        """:class:`SubnetJacobianGGN` for multi-label networks (task kind ``multilabel``): L
+        independent Bernoulli likelihoods, one sigmoid per output logit, instead of
+        laplace-torch's softmax (its only classification likelihood).
+
+        The log-likelihood's Hessian in the logits is ``-diag(p (1 - p))`` with ``p = sigmoid(f)``
+        (the labels are independent given f), so the GGN over the subnet is
+        ``H = sum_n J_n^T diag(p_n (1 - p_n)) J_n`` -- the Hessian, in the subnet weights, of the
+        summed binary cross-entropy of the network linearised at the MAP. The loss laplace-torch
+        accumulates (``la.loss``, its log likelihood ``-la.loss``) is the summed binary
+        cross-entropy with logits over examples and labels (times ``factor``, 1 as for the
+        softmax). laplace-torch's ``Laplace(model, "classification", ...)`` is used as it is:
+        its likelihood string only chooses the loss / GGN of the backend here, ``sigma_noise`` 1
+        and the log likelihood ``-loss``; the predictive (probit / Monte Carlo of sigmoids) is
+        the method's own (:mod:`bench.laplace.multilabel`).
+        """
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if self.stochastic:
+                raise NotImplementedError("BernoulliSubnetJacobianGGN computes the exact GGN only")
+            self.lossfunc = bernoulli_loss
+            self.factor = 1.0
+
+        def _get_functional_hessian(self, f: torch.Tensor) -> torch.Tensor:
+            p = torch.sigmoid(f)
+            return torch.diag_embed(p * (1 - p))
+
+        def full(self, x, y, **kwargs):
+            """``(loss, H)``: the summed BCE and ``sum_n J_n^T diag(p_n (1 - p_n)) J_n``."""
+            Js, f = self.jacobians(x)
+            p = torch.sigmoid(f)
+            H = torch.einsum("bcp,bc,bcq->pq", Js, p * (1 - p), Js)
+            loss = self.factor * self.lossfunc(f, y)
+            return loss.detach(), H.detach()
+
+        def diag(self, x, y, **kwargs):
+            Js, f = self.jacobians(x)
+            p = torch.sigmoid(f)
+            H = torch.einsum("bcp,bc,bcp->p", Js, p * (1 - p), Js)
+            loss = self.factor * self.lossfunc(f, y)
+            return loss.detach(), H.detach()
+
+    return BernoulliSubnetJacobianGGN
+
+
+def bernoulli_loss(f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The summed negative log-likelihood of 0/1 targets ``y`` (B, L) under independent
+    Bernoullis with logits ``f``: binary cross-entropy with logits, summed over examples and labels."""
+    return F.binary_cross_entropy_with_logits(f, y.to(f.dtype), reduction="sum")
+
+
 _SUBNET_BACKEND = None
+_BERNOULLI_BACKEND = None
 
 
 def subnet_jacobian_backend():
@@ -268,7 +327,29 @@ def subnet_jacobian_backend():
     return _SUBNET_BACKEND
 
 
-def backend_class(name: str):
+def bernoulli_subnet_backend():
+    """The :class:`BernoulliSubnetJacobianGGN` class: the subnet-only Jacobians with the GGN of
+    independent Bernoulli (sigmoid) likelihoods, for multi-label networks."""
+    global _BERNOULLI_BACKEND
+    if _BERNOULLI_BACKEND is None:
+        _BERNOULLI_BACKEND = _build_bernoulli_subnet_backend()
+    return _BERNOULLI_BACKEND
+
+
+#: the only backend with a Bernoulli (sigmoid) GGN: laplace-torch's BackPACK / ASDL / Curvlinops
+#: backends (and this project's sampled one) have the softmax's only
+MULTILABEL_BACKENDS = ("subnet",)
+
+
+def backend_class(name: str, task_kind: str = "classification"):
+    """The laplace-torch curvature backend class ``name`` for a network of task ``task_kind``:
+    on ``multilabel`` only ``"subnet"``, as :func:`bernoulli_subnet_backend` (a BenchError for
+    any other)."""
+    if task_kind == "multilabel":
+        if name not in MULTILABEL_BACKENDS:
+            raise BenchError(f"backend {name!r} has only the softmax GGN; a multi-label (Bernoulli) GGN needs "
+                             f"backend 'subnet'")
+        return bernoulli_subnet_backend()
     if name == "sampled":  # segmentation networks: the sampled-label GGN (bench/laplace/sampled_ggn.py)
         from bench.laplace.sampled_ggn import sampled_ggn_backend
 
