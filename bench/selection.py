@@ -76,6 +76,10 @@ def choose_on_validation(df: pd.DataFrame, method: str, tuned: tuple[str, ...] |
     if d.empty:
         raise BenchError(f"no validation records for method {method!r}"
                          + (f" on model {model!r}" if model else "") + "; run the sweep first")
+    if later is None:  # the method's options added after records were made (Method.LATER_OPTIONS)
+        from methods import METHODS
+
+        later = getattr(METHODS.get(method), "LATER_OPTIONS", {}) if method in METHODS.names() else {}
     out = []
     for mdl, dm in d.groupby("model"):
         groups: dict[str, list] = {}
@@ -84,7 +88,9 @@ def choose_on_validation(df: pd.DataFrame, method: str, tuned: tuple[str, ...] |
             missing = [t for t in tuned if t not in cfg]
             if missing:
                 raise BenchError(f"{method} has no option(s) {missing}")
-            groups.setdefault(_key(cfg, tuned), []).append((h, cfg, g))
+            # a record made before a later option existed is grouped with those at its earlier
+            # behaviour (an earlier candidate of the same sweep, not a sweep of its own)
+            groups.setdefault(_key({**later, **cfg}, tuned), []).append((h, cfg, g))
         for _, cands in sorted(groups.items()):
             seeds = set.intersection(*(set(int(s) for s in g["seed"]) for _, _, g in cands))
             if not seeds:

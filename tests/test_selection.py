@@ -83,3 +83,17 @@ def test_select_markdown_writes_nothing(tmp_path, capsys):
     # the swept one is chosen and written
     assert main(["select", "--results", str(out), "--suite", "toy", "--method", "mc_dropout", "--tune", "p"]) == 0
     assert list(out.glob("toy/selections/*/mc_dropout-p.json"))
+
+
+def test_a_record_made_before_a_later_option_is_a_candidate_of_the_same_sweep():
+    """A record without an option added later (Method.LATER_OPTIONS) is grouped with the records
+    that set it to its earlier behaviour, not chosen in a group of its own (pbn's class_weights:
+    one CIFAR-10-C mfvi configuration predated it and was chosen apart from the other three)."""
+    old = {**_rec("val", 0.01, 1, 0, 0.2, h="old"), "method_config": {"lr": 0.01, "prior": 1}}
+    new = [{**_rec("val", 0.1, 1, 0, 0.3, h="new"), "method_config": {"lr": 0.1, "prior": 1, "class_weights": "none"}}]
+    (choice,) = choose_on_validation(pd.DataFrame([old, *new]), "pbn", ["lr"])
+    assert {r["config_hash"] for r in choice["candidates"]} == {"old", "new"}
+    assert choice["chosen"] == {"lr": 0.01}
+    # another value of the later option is another group
+    other = {**new[0], "config_hash": "weighted", "method_config": {"lr": 0.1, "prior": 1, "class_weights": [1, 2]}}
+    assert len(choose_on_validation(pd.DataFrame([old, *new, other]), "pbn", ["lr"])) == 2
