@@ -116,6 +116,36 @@ def test_suite_targets_and_cells_on_a_tiny_tree(tmp_path):
     assert SUITES.get("camvid")().c_dir(SUITES.get("camvid")().data_cfg({"size": [48, 64]})) == "CamVid-C-48x64"
 
 
+def test_augmentation_is_off_by_default_and_shifts_and_flips_when_on(tmp_path):
+    """data.augment: training batches shifted by up to AUGMENT_PAD pixels (a padded crop) and
+    flipped left-right; off by default, so the kept records' data is unchanged."""
+    from bench.suites import SUITES
+
+    root = make_camvid(tmp_path / "root")
+    suite = SUITES.get("camvid_multilabel")()
+    cfg = {"size": [48, 64], "corruptions": ["gaussian_noise"], "severities": [2]}
+    assert suite.load(root, cfg, download=False).augment is None
+    d = suite.load(root, {**cfg, "augment": True}, download=False)
+    x = d.train_x[:4]
+    seen_flip = False
+    for seed in range(20):
+        out = d.augment(x, torch.Generator().manual_seed(seed))
+        assert out.shape == x.shape
+        # every output image is its input, shifted by at most the pad, possibly mirrored
+        for i in range(len(x)):
+            inner = out[i, :, suite.AUGMENT_PAD:-suite.AUGMENT_PAD, suite.AUGMENT_PAD:-suite.AUGMENT_PAD]
+            found = False
+            for src, flipped in ((x[i], False), (x[i].flip(-1), True)):
+                for dy in range(-suite.AUGMENT_PAD, suite.AUGMENT_PAD + 1):
+                    for dx in range(-suite.AUGMENT_PAD, suite.AUGMENT_PAD + 1):
+                        r0, c0 = suite.AUGMENT_PAD + dy, suite.AUGMENT_PAD + dx
+                        cand = src[:, r0:r0 + inner.shape[1], c0:c0 + inner.shape[2]]
+                        if torch.equal(cand, inner):
+                            found, seen_flip = True, seen_flip or flipped
+            assert found
+    assert seen_flip
+
+
 def test_missing_camvid_exits_2_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "out"
     code = main(["run", "--suite", "camvid_multilabel", "--profile", "smoke", "--data-root", str(tmp_path / "none"),

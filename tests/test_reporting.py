@@ -813,3 +813,8 @@ def test_configurations_of_one_label_are_named_by_the_settings_they_differ_in():
     assert list(_unique_labels(df)) == ["deterministic [data.size=[64, 80]]", "deterministic [data.size=[120, 160]]"]
     same = pd.DataFrame([row("aaaaaaaa", 0.05), row("bbbbbbbb", 0.05)])  # e.g. a plugin's source changed
     assert list(_unique_labels(same)) == ["deterministic#aaaaaa", "deterministic#bbbbbb"]
+    # a data setting one record does not name ran at the suite's default: named by it, not "–"
+    aug = [{**row("aaaaaaaa", 0.05), "suite": "camvid_multilabel", "data_config": {"n_per_cell": 60}},
+           {**row("bbbbbbbb", 0.05), "suite": "camvid_multilabel", "data_config": {"n_per_cell": 60, "augment": True}}]
+    assert list(_unique_labels(pd.DataFrame(aug))) == ["deterministic [data.augment=false]",
+                                                       "deterministic [data.augment=true]"]

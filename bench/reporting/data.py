@@ -154,17 +154,37 @@ def _config_differences(rows: pd.DataFrame) -> dict[str, str]:
     which the configurations of ``rows`` (one method label) differ, each hash's own values."""
     import json
 
+    def text(v):
+        return v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
+
     flat: dict[str, dict[str, str]] = {}
     for _, r in rows.drop_duplicates("config_hash").iterrows():
         vals = {}
         for prefix, col in (("train", "train_config"), ("data", "data_config")):
             cfg = r.get(col) if col in rows.columns else None
             for k, v in (cfg.items() if isinstance(cfg, dict) else ()):
-                vals[f"{prefix}.{k}"] = v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
+                vals[f"{prefix}.{k}"] = text(v)
         flat[r["config_hash"]] = vals
     keys = sorted({k for v in flat.values() for k in v})
+    # a record's data_config holds the settings its profile and --set gave; one it does not name ran
+    # at the suite's default (a record made before the option existed: its earlier behaviour)
+    defaults = _suite_data_defaults(rows["suite"].iloc[0] if "suite" in rows.columns and len(rows) else None)
+    for vals in flat.values():
+        for k in keys:
+            if k not in vals and k.startswith("data.") and k[5:] in defaults:
+                vals[k] = text(defaults[k[5:]])
     differing = [k for k in keys if len({v.get(k, "–") for v in flat.values()}) > 1]
     return {h: ",".join(f"{k}={v.get(k, '–')}" for k in differing) for h, v in flat.items()}
+
+
+def _suite_data_defaults(suite: str | None) -> dict:
+    """The registered suite's ``DEFAULT_DATA`` ({} for an unknown or user suite)."""
+    from bench.suites import SUITES
+
+    try:
+        return dict(getattr(SUITES.get(suite), "DEFAULT_DATA", {}) or {}) if suite else {}
+    except Exception:  # noqa: BLE001 - a suite of another install, or a user suite: no defaults known
+        return {}
 
 
 def _unique_labels(df: pd.DataFrame) -> pd.Series:

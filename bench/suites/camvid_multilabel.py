@@ -29,10 +29,10 @@ import torch
 
 from bench.data import EvalSet, SuiteData
 from bench.errors import BenchError
-from bench.options import Range
+from bench.options import OneOf, Range
 from bench.suites.base import register_suite
 from bench.suites.chestmnist import MULTILABEL_METHODS
-from bench.suites.cifar10c import corruption_names
+from bench.suites.cifar10c import corruption_names, make_augment
 from bench.suites.segmentation import CamVidC, spread_subset
 from bench.tasks import multilabel
 from datasets.imagenet import MEAN, STD
@@ -85,8 +85,12 @@ class CamVidMultilabel(CamVidC):
     }
     DEFAULT_DATA = {"corruptions": "all", "severities": list(CamVidC.DEFAULT_DATA["severities"]), "n_train": None,
                     "n_test": None, "n_per_cell": None, "size": [120, 160], "generator_seed": 0,
-                    "presence_threshold": PRESENCE_THRESHOLD, "eval_batch_size": 16}
-    data_constraints = {**CamVidC.data_constraints, "presence_threshold": Range(0, 1, lo_open=True)}
+                    "presence_threshold": PRESENCE_THRESHOLD, "eval_batch_size": 16, "augment": False}
+    data_constraints = {**CamVidC.data_constraints, "presence_threshold": Range(0, 1, lo_open=True),
+                        "augment": OneOf(True, False)}
+    #: data.augment: each training batch's images shifted by up to this many pixels (zero-padded
+    #: crop) and flipped left-right with probability 1/2
+    AUGMENT_PAD = 8
 
     def c_dir(self, cfg: dict) -> str:
         """The camvid suite's directory for this size (``CamVid-C`` native, ``CamVid-C-<h>x<w>`` else),
@@ -149,7 +153,8 @@ class CamVidMultilabel(CamVidC):
                 "label_prevalence": prevalence.tolist()}
         extras = {"artifacts": {"data.json": json.dumps(info, indent=1).encode()}, "classes": list(CAMVID_CLASSES),
                   "label_prevalence": prevalence.tolist()}
-        return SuiteData(train_x, train_y, val_x, val_y, eval_sets, extras=extras)
+        augment = make_augment(self.AUGMENT_PAD, True, MEAN, STD) if cfg["augment"] else None
+        return SuiteData(train_x, train_y, val_x, val_y, eval_sets, extras=extras, augment=augment)
 
 
 __all__ = ["CamVidMultilabel", "PRESENCE_THRESHOLD"]
