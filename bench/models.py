@@ -207,6 +207,36 @@ def unet_small(in_shape, num_outputs: int, dropout: float = 0.0) -> nn.Module:
     return nn.Sequential(body, PixelRows(), nn.Linear(body.out_channels, num_outputs))
 
 
+class PresenceUNet(nn.Module):
+    """Per-class presence from a segmentation network (multi-label: which classes an image shows):
+    the per-pixel class logits of :func:`unet_small` (``seg``) pooled into one logit per class,
+    ``scale_k (log s_k - log t) + shift_k``, s_k the image's mean softmax share of class k and t the
+    presence threshold (the share at which a class counts as present). At ``scale = 1``,
+    ``shift = 0`` (the initialisation) a class predicted on a share t of the pixels gets probability
+    1/2, so a ``seg`` pretrained on the segmentation task of the same classes starts as that task's
+    presence rule; training adjusts it end to end. ``camvid_multilabel`` loads ``seg`` from a
+    camvid MAP network (``data.backbone``)."""
+
+    def __init__(self, in_shape, num_outputs: int, dropout: float = 0.0, threshold: float = 0.01):
+        super().__init__()
+        self.seg = unet_small(in_shape, num_outputs, dropout)
+        self.scale = nn.Parameter(torch.ones(num_outputs))
+        self.shift = nn.Parameter(torch.zeros(num_outputs))
+        self.register_buffer("log_threshold", torch.tensor(math.log(threshold)))
+
+    def forward(self, x):
+        rows = self.seg(x)  # (B H W, K), one row per pixel
+        share = torch.softmax(rows, dim=-1).reshape(x.shape[0], -1, rows.shape[-1]).mean(1)
+        return self.scale * (torch.log(share.clamp_min(1e-6)) - self.log_threshold) + self.shift
+
+
+@MODELS.register("unet_presence")
+def unet_presence(in_shape, num_outputs: int, dropout: float = 0.0) -> nn.Module:
+    """:class:`PresenceUNet` at a 1 % presence threshold: a multi-label network whose labels are
+    classes of the image's pixels (``camvid_multilabel``, which sets its threshold and backbone)."""
+    return PresenceUNet(in_shape, num_outputs, dropout)
+
+
 @MODELS.register("unet_pbn")
 def unet_pbn(in_shape, num_outputs: int, dropout: float = 0.0) -> nn.Module:
     """The PBN paper's Cityscapes UNet (App. H.4): blocks of 64 / 128 / 256 / 512 / 1024 features,

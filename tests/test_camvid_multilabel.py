@@ -173,6 +173,61 @@ def test_smoke_run_through_the_cli(tmp_path, capsys):
     assert all(r["task"] == "multilabel" and r["num_labels"] == 11 for r in recs if r.get("kind") == "id")
 
 
+# ------------------------------------------------------------ unet_presence: a pretrained backbone
+
+
+def test_presence_unet_starts_as_the_segmentation_tasks_presence_rule():
+    """At initialisation a class predicted on a share s of the pixels gets probability
+    s / (s + t): sigmoid(log s - log t), t the threshold (hand-worked on a network whose every pixel
+    has the same softmax)."""
+    from bench.models import PresenceUNet
+
+    t = 0.02
+    net = PresenceUNet((3, 16, 24), 4, threshold=t)
+    head = net.seg[2]
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.copy_(torch.tensor([0.0, 1.0, -2.0, 3.0]))
+    share = torch.softmax(head.bias.detach(), 0)
+    probs = torch.sigmoid(net(torch.randn(2, 3, 16, 24))).detach()
+    assert torch.allclose(probs, (share / (share + t)).expand(2, 4), atol=1e-6)
+
+
+def test_the_backbone_is_loaded_named_in_the_identity_and_checked_when_planned(tmp_path, capsys):
+    from bench.errors import BenchError
+    from bench.models import unet_small
+    from bench.suites import SUITES
+
+    suite = SUITES.get("camvid_multilabel")()
+    torch.manual_seed(0)
+    seg = unet_small((3, 48, 64), 11)
+    f = tmp_path / "camvid_map.pt"
+    torch.save({"model": seg.state_dict(), "seed": 0}, f)  # the layout of a camvid MAP checkpoint
+    cfg = {"size": [48, 64], "backbone": str(f)}
+    for dropout in (0.0, 0.2):  # MC dropout's network loads the same weights
+        net = suite.build_model("unet_presence", cfg, dropout=dropout)
+        assert all(torch.equal(a, b) for a, b in zip(net.seg.state_dict().values(), seg.state_dict().values()))
+    fresh = suite.build_model("unet_presence", {"size": [48, 64]})
+    assert not torch.equal(fresh.seg[2].weight, seg[2].weight)
+    ident = suite.model_identity("unet_presence", cfg)
+    torch.manual_seed(1)
+    torch.save({"model": unet_small((3, 48, 64), 11).state_dict()}, f)  # same path, other weights
+    assert suite.model_identity("unet_presence", cfg) != ident
+    with pytest.raises(BenchError, match="unet_presence"):
+        suite.build_model("resnet_small", cfg)
+    with pytest.raises(BenchError, match="does not exist"):
+        suite.build_model("unet_presence", {**cfg, "backbone": str(tmp_path / "none.pt")})
+    torch.save({"model": unet_small((3, 48, 64), 2).state_dict()}, f)  # camvid_binary's: 2 outputs
+    with pytest.raises(BenchError, match="do not fit"):
+        suite.build_model("unet_presence", cfg)
+    # through the CLI: exit 2 when the run is planned, nothing written
+    root, out = make_camvid(tmp_path / "root", n=(8, 2, 4)), tmp_path / "out"
+    code = main(["run", "--suite", "camvid_multilabel", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
+                 "--methods", "deterministic", "--set", "models=unet_presence", "--set", f"data.backbone={f}", "--quiet"])
+    assert code == 2 and "do not fit" in capsys.readouterr().err
+    assert not (out / "camvid_multilabel" / "records").exists()
+
+
 # ------------------------------------------------------------------------------ the real data
 
 

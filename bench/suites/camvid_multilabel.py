@@ -29,7 +29,7 @@ import torch
 
 from bench.data import EvalSet, SuiteData
 from bench.errors import BenchError
-from bench.options import OneOf, Range
+from bench.options import Check, OneOf, Range
 from bench.suites.base import register_suite
 from bench.suites.chestmnist import MULTILABEL_METHODS
 from bench.suites.cifar10c import corruption_names, make_augment
@@ -41,6 +41,11 @@ from datasets.segmentation import CAMVID_CLASSES, IGNORE, LabelFiles, SegImages
 
 #: the default presence threshold: a class's share of an image's labelled pixels (module docstring)
 PRESENCE_THRESHOLD = 0.01
+
+
+def _file_name(value) -> None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a file name")
 
 
 @register_suite("camvid_multilabel")
@@ -85,9 +90,12 @@ class CamVidMultilabel(CamVidC):
     }
     DEFAULT_DATA = {"corruptions": "all", "severities": list(CamVidC.DEFAULT_DATA["severities"]), "n_train": None,
                     "n_test": None, "n_per_cell": None, "size": [120, 160], "generator_seed": 0,
-                    "presence_threshold": PRESENCE_THRESHOLD, "eval_batch_size": 16, "augment": False}
+                    "presence_threshold": PRESENCE_THRESHOLD, "eval_batch_size": 16, "augment": False,
+                    "backbone": None}
     data_constraints = {**CamVidC.data_constraints, "presence_threshold": Range(0, 1, lo_open=True),
-                        "augment": OneOf(True, False)}
+                        "augment": OneOf(True, False),
+                        "backbone": Check(_file_name, "a state-dict file of a camvid unet_small MAP network "
+                                                      "(unet_presence only) or unset", optional=True)}
     #: data.augment: each training batch's images shifted by up to this many pixels (zero-padded
     #: crop) and flipped left-right with probability 1/2
     AUGMENT_PAD = 8
@@ -103,6 +111,49 @@ class CamVidMultilabel(CamVidC):
     def input_shape(self, data_cfg: dict) -> tuple[int, ...]:
         size = {**self.DEFAULT_DATA, **data_cfg}["size"]
         return (3, *map(int, size)) if size else tuple(CamVidC.in_shape)
+
+    # -- unet_presence: the camvid segmentation network pooled into presence logits ----------------
+    def build_model(self, model_name: str, data_cfg: dict, dropout: float = 0.0):
+        """``unet_presence`` at this suite's presence threshold, its segmentation network loaded from
+        ``data.backbone`` when set (every method starts from it: the MAP network, and the networks
+        trained from scratch); any other model as every suite builds it (``data.backbone`` is for
+        ``unet_presence`` only)."""
+        cfg = self.data_cfg(data_cfg)
+        if model_name != "unet_presence":
+            if cfg["backbone"]:
+                raise BenchError(f"{self.name}: data.backbone is the segmentation network of models=unet_presence, "
+                                 f"not of {model_name}")
+            return super().build_model(model_name, data_cfg, dropout)
+        from bench.models import PresenceUNet, load_pretrained
+
+        model = PresenceUNet(self.input_shape(cfg), self.task.num_outputs, dropout, float(cfg["presence_threshold"]))
+        if cfg["backbone"]:
+            load_pretrained(model.seg, self._backbone_path(cfg))
+        return model
+
+    def _backbone_path(self, cfg: dict) -> Path:
+        path = Path(cfg["backbone"]).expanduser()
+        if not path.is_file():
+            raise BenchError(f"{self.name}: data.backbone {path} does not exist (a camvid unet_small MAP network: "
+                             f"<results>/camvid/checkpoints/map/unet_small/*/seed0.pt of `bench run --suite camvid "
+                             f"--methods deterministic` at this data.size)")
+        return path
+
+    def model_identity(self, model_name: str, data_cfg: dict) -> dict:
+        """The backbone file's content (not only its path) is part of the cells' identity."""
+        cfg = self.data_cfg(data_cfg)
+        out = super().model_identity(model_name, data_cfg)
+        if model_name == "unet_presence" and cfg["backbone"]:
+            from bench.models import weights_provenance
+
+            out["backbone_sha256_16"] = weights_provenance(self._backbone_path(cfg))["sha256_16"]
+        return out
+
+    def check_model(self, model_name: str, data_cfg: dict) -> str:
+        """Planning checks: the backbone exists and fits (exit 2 before anything runs)."""
+        name = super().check_model(model_name, data_cfg)
+        self.build_model(model_name, data_cfg)
+        return name
 
     def describe_shifts(self, data_cfg):
         cfg = self.data_cfg(data_cfg)
