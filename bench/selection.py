@@ -79,7 +79,7 @@ def choose_on_validation(df: pd.DataFrame, method: str, tuned: tuple[str, ...] |
     if later is None:  # the method's options added after records were made (Method.LATER_OPTIONS)
         from methods import METHODS
 
-        later = getattr(METHODS.get(method), "LATER_OPTIONS", {}) if method in METHODS.names() else {}
+        later = getattr(METHODS.get(method), "LATER_OPTIONS", {}) if method in METHODS else {}
     out = []
     for mdl, dm in d.groupby("model"):
         groups: dict[str, list] = {}

@@ -15,6 +15,7 @@ import copy
 import math
 import time
 import warnings
+from functools import partial
 from typing import Any
 
 import torch
@@ -23,8 +24,8 @@ from torch import nn
 from bench.errors import BenchError
 from bench.laplace.prior import grid_search_prior_precision
 from bench.laplace.subnet_jacobians import backend_class
-from bench.laplace.multilabel import glm_mc_sigmoid_probs, multilabel_nll, probit_sigmoid_probs
-from bench.laplace.predictive import glm_mc_probs, nll, probit_probs
+from bench.laplace.multilabel import multilabel_nll, probit_sigmoid_probs
+from bench.laplace.predictive import glm_mc_logits, nll, probit_probs
 from bench.options import OneOf, Range
 from bench.predictive import ClassificationPredictive, MultilabelPredictive, concat
 from bench.seeding import derive_seed
@@ -378,47 +379,37 @@ class LaplaceMethod(Method):
         may compute them faster)."""
         return self.la._glm_predictive_distribution(x)
 
-    def _predict_chunk(self, x):
+    def link(self):
+        """``(squash, probit, predictive class)`` of the task: how sampled logits become
+        probabilities, the probit approximation of the linearised predictive, and what holds the
+        result; a softmax over classes, or on a multilabel task a sigmoid per label
+        (bench/laplace/multilabel.py)."""
         if self.ctx.task.kind == "multilabel":
-            return self._predict_chunk_multilabel(x)
+            return torch.sigmoid, probit_sigmoid_probs, MultilabelPredictive
+        return partial(torch.softmax, dim=-1), probit_probs, ClassificationPredictive
+
+    def _predict_chunk(self, x):
         c = self.config
         S = int(c["n_samples"])
+        squash, probit, predictive = self.link()
         if c["pred_type"] == "glm" and c["glm_sampler"] == "jvp":
             from bench.laplace.jvp_glm import glm_logit_samples, posterior_offsets
 
             # the same weight offsets for every chunk (a fresh generator): batching-independent
             _, f = glm_logit_samples(self.la.model, x, posterior_offsets(self.la, S, self._generator()))
-            return ClassificationPredictive.from_samples(torch.softmax(f, dim=-1).float())
+            return predictive.from_samples(squash(f).float())
         if c["pred_type"] == "glm":
             f_mu, f_var = self.glm_moments(x)
             if c["link_approx"] == "probit":
-                return ClassificationPredictive(probit_probs(f_mu, f_var).float())
-            return ClassificationPredictive.from_samples(glm_mc_probs(f_mu, f_var, S, self._generator()).float())
+                return predictive(probit(f_mu, f_var).float())
+            return predictive.from_samples(squash(glm_mc_logits(f_mu, f_var, S, self._generator())).float())
         # A fresh generator seeded the same way for every chunk: the same weight samples, so
         # predictions do not depend on how the harness batches.
+        if self.ctx.task.kind == "multilabel":  # laplace-torch's predictive_samples applies a softmax
+            f = self.la._nn_functional_samples(x, n_samples=S, generator=self._generator())
+            return predictive.from_samples(squash(f).float())
         probs = self.la.predictive_samples(x, pred_type="nn", n_samples=S, generator=self._generator())
-        return ClassificationPredictive.from_samples(probs.float())
-
-    def _predict_chunk_multilabel(self, x):
-        """The predictive of L independent Bernoullis: per label ``E[sigmoid(f_l)]`` under the
-        linearised predictive's ``f ~ N(f_mu, J Sigma J^T)`` by the probit approximation
-        ``sigmoid(f_mu / sqrt(1 + pi/8 var))`` or Monte Carlo (moments or Jacobian-vector
-        products), or the mean sigmoid of sampled networks (bench/laplace/multilabel.py)."""
-        c = self.config
-        S = int(c["n_samples"])
-        if c["pred_type"] == "glm" and c["glm_sampler"] == "jvp":
-            from bench.laplace.jvp_glm import glm_logit_samples, posterior_offsets
-
-            _, f = glm_logit_samples(self.la.model, x, posterior_offsets(self.la, S, self._generator()))
-            return MultilabelPredictive.from_samples(torch.sigmoid(f).float())
-        if c["pred_type"] == "glm":
-            f_mu, f_var = self.glm_moments(x)
-            if c["link_approx"] == "probit":
-                return MultilabelPredictive(probit_sigmoid_probs(f_mu, f_var).float())
-            return MultilabelPredictive.from_samples(glm_mc_sigmoid_probs(f_mu, f_var, S, self._generator()).float())
-        # laplace-torch's predictive_samples applies a softmax: its sampled networks' logits instead
-        f = self.la._nn_functional_samples(x, n_samples=S, generator=self._generator())
-        return MultilabelPredictive.from_samples(torch.sigmoid(f).float())
+        return predictive.from_samples(probs.float())
 
     def predict(self, x):
         if self.la is None:

@@ -44,8 +44,6 @@ from torch import nn
 from bench.errors import BenchError
 from bench.network import check_stochastic_layers
 from bench.laplace.memory import FLOAT_BYTES, activation_numel, check_memory, default_memory_limit
-from bench.laplace.multilabel import probit_sigmoid_probs
-from bench.laplace.predictive import probit_probs
 from methods._laplace_base import LaplaceMethod
 from bench.laplace.subnet_jacobians import MULTILABEL_BACKENDS, SUBNET_BACKENDS, subnet_jacobian_backend
 from bench.seeding import derive_seed
@@ -267,15 +265,14 @@ class SubnetLaplace(LaplaceMethod):
         cache_bytes = n_val * int(self.meta.get("n_outputs", 10)) * self.num_stochastic_params() * FLOAT_BYTES
         if not (c["pred_type"] == "glm" and c["link_approx"] == "probit") or cache_bytes > self.JACOBIAN_CACHE_BYTES:
             return super().val_predictors(chunks)
-        # multilabel: a sigmoid per label instead of the softmax (bench/laplace/multilabel.py)
-        link = probit_sigmoid_probs if self.ctx.task.kind == "multilabel" else probit_probs
+        probit = self.link()[1]  # multilabel: a sigmoid per label instead of the softmax
         dev = self.ctx.device
         out = []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for x, y in chunks:
                 Js, f_mu = (t.detach() for t in self.la.backend.jacobians(x.to(dev)))
-                out.append((lambda Js=Js, f_mu=f_mu: link(f_mu, self.la.functional_variance(Js)), y))
+                out.append((lambda Js=Js, f_mu=f_mu: probit(f_mu, self.la.functional_variance(Js)), y))
         return out
 
     def load_state_dict(self, state):

@@ -10,17 +10,7 @@ export OUT=${OUT:-results}
 R=".venv/bin/python -m bench run --suite mnist_noise --profile quick --data-root ${DATA_ROOT:-data} --no-report --out $OUT --set models=lenet_300_100"
 # 1. the KL weight of Sec. 5, swept and chosen on validation (the defaults otherwise)
 $R --methods vdp --set vdp.kl_weight=0.00001,0.0001,0.001,0.01,0.1,1
-K=$(.venv/bin/python - <<'PY'
-import os
-from bench.selection import choose_on_validation
-from bench.store import load_records
-df = load_records(os.environ["OUT"], "mnist_noise")
-df = df[df["status"] == "ok"]
-for c in choose_on_validation(df, "vdp", ["kl_weight"], model="lenet_300_100"):
-    if all(k == "kl_weight" for k in c["candidates"][0]["values"]) and len(c["candidates"]) >= 5:
-        print(c["chosen"]["kl_weight"]); break
-PY
-)
+K=$(.venv/bin/python scripts/chosen_on_validation.py $OUT mnist_noise vdp kl_weight lenet_300_100 5)
 echo "kl_weight chosen on validation: $K"
 # 2. ablations at the chosen KL weight: eq. 11's Gaussian (no floor, and the old 1e-2 floor), bare
 #    cross-entropy, one sigma per weight, rho at the means' rate (sigma set by the schedule)

@@ -21,17 +21,7 @@ done
 R="$B --set models=lenet_300_100"
 .venv/bin/python -m bench select --results $OUT --suite mnist_rotated --method pbn --tune lr
 # the rate chosen on validation for LeNet-300-100 (docs/pbn.md); the sweeps below run at it
-LR=$(.venv/bin/python - <<'PY'
-import os
-from bench.selection import choose_on_validation
-from bench.store import load_records
-df = load_records(os.environ["OUT"], "mnist_rotated")
-df = df[df["status"] == "ok"]
-for c in choose_on_validation(df, "pbn", ["lr"], model="lenet_300_100"):
-    if all(k == "lr" for k in c["candidates"][0]["values"]) and len(c["candidates"]) >= 2:
-        print(c["chosen"]["lr"]); break
-PY
-)
+LR=$(.venv/bin/python scripts/chosen_on_validation.py $OUT mnist_rotated pbn lr lenet_300_100 2)
 echo "PBN fine-tuning rate chosen on validation: $LR"
 # PBN controls and the r_bayes sweep at the chosen rate; the fine-tuning-only control
 $R --methods pbn --set pbn.lr=$LR --set pbn.r_bayes=0.01,0.05,0.1 --set pbn.criterion=gradient,random,magnitude

@@ -164,17 +164,7 @@ def test_informative_check_compares_with_the_prevalence_reference():
 # -- end to end: every method on a tiny multi-label problem -----------------------------------------
 SUPPORTING = ["deterministic", "temperature_scaling", "mc_dropout", "deep_ensemble", "pbn", "mfvi", "ssvi", "subnet_laplace"]
 REFUSING = ["laplace_diag", "laplace_last_layer", "vdp"]
-L = 3
-
-
-def bars(n, seed):
-    """n 8x8 images whose label l is present (prevalence 0.4) when row 2l is bright."""
-    g = torch.Generator().manual_seed(seed)
-    y = (torch.rand(n, L, generator=g) < 0.4).float()
-    x = torch.randn(n, 1, 8, 8, generator=g) * 0.3
-    for l in range(L):
-        x[:, 0, 2 * l, :] += 2.0 * y[:, l:l + 1]
-    return x, y
+from test_multilabel_api import L, bars  # noqa: E402  (n 8x8 images; label l present when row 2l is bright)
 
 
 def tiny_suite(methods):

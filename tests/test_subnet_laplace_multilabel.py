@@ -297,20 +297,12 @@ def test_a_subnet_outside_linear_and_conv2d_layers_is_a_clear_error():
 
 # -- 5. end to end --------------------------------------------------------------------------------------
 def test_subnet_laplace_runs_end_to_end_on_a_multilabel_problem(tmp_path):
-    """bench.evaluate on 8x8 images with three labels (as tests/test_multilabel_api.py), the default
-    criterion (SWAG on the task's BCE) with a few snapshots: every record ok, finite metrics."""
+    """bench.evaluate on the 8x8 images with three labels and the network of
+    tests/test_multilabel_api.py, the default criterion (SWAG on the task's BCE) with a few
+    snapshots: every record ok, finite metrics."""
+    from test_multilabel_api import bars, net
+
     import bench
-
-    def bars(n, seed):
-        g = torch.Generator().manual_seed(seed)
-        y = (torch.rand(n, L, generator=g) < 0.4).float()
-        x = torch.randn(n, 1, 8, 8, generator=g) * 0.3
-        for lab in range(L):
-            x[:, 0, 2 * lab, :] += 2.0 * y[:, lab:lab + 1]
-        return x, y
-
-    def net(in_shape, num_outputs):
-        return nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, num_outputs))
 
     ev = bench.evaluate(model=net, train=bars(96, 0), val=bars(48, 1), test=bars(64, 2), task="multilabel",
                         methods=["subnet_laplace", "laplace_diag"], out=tmp_path / "out", report=False, quiet=True,

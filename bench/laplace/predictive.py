@@ -20,9 +20,14 @@ def probit_probs(f_mu: torch.Tensor, f_var: torch.Tensor) -> torch.Tensor:
     """laplace-torch's probit approximation of the linearised predictive:
     ``softmax(f_mu / sqrt(1 + pi/8 diag(f_var)))`` (MacKay 1992); ``f_var`` is the (B, K, K)
     covariance or its (B, K) diagonal."""
-    var = f_var if f_var.dim() == 2 else f_var.diagonal(dim1=1, dim2=2)
-    kappa = 1 / torch.sqrt(1.0 + math.pi / 8 * var)
-    return torch.softmax(kappa * f_mu, dim=-1)
+    return torch.softmax(probit_kappa(f_var) * f_mu, dim=-1)
+
+
+def probit_kappa(f_var: torch.Tensor) -> torch.Tensor:
+    """MacKay's scaling ``1 / sqrt(1 + pi/8 var)`` of each logit, ``var`` the diagonal of the
+    (B, K, K) covariance ``f_var`` or ``f_var`` itself when it is that (B, K) diagonal."""
+    var = f_var if f_var.dim() == 2 else f_var.diagonal(dim1=-2, dim2=-1)
+    return 1 / torch.sqrt(1.0 + math.pi / 8 * var)
 
 
 def glm_mc_probs(f_mu: torch.Tensor, f_var: torch.Tensor, n_samples: int, generator: torch.Generator) -> torch.Tensor:
@@ -30,8 +35,15 @@ def glm_mc_probs(f_mu: torch.Tensor, f_var: torch.Tensor, n_samples: int, genera
     draw shared across the batch (as laplace-torch's ``normal_samples``), with the symmetric
     square root of ``f_var`` (a Cholesky factor fails where ``f_var`` is singular, e.g. when a
     subnet's Jacobian at x has rank < K), so predictions do not depend on the batching."""
+    return torch.softmax(glm_mc_logits(f_mu, f_var, n_samples, generator), dim=-1)
+
+
+def glm_mc_logits(f_mu: torch.Tensor, f_var: torch.Tensor, n_samples: int, generator: torch.Generator) -> torch.Tensor:
+    """The ``(S, B, K)`` logits :func:`glm_mc_probs` draws from ``N(f_mu, f_var)``; a (B, K)
+    ``f_var`` is a diagonal covariance."""
+    if f_var.dim() == 2:
+        f_var = torch.diag_embed(f_var)
     lam, vec = torch.linalg.eigh(f_var)
     scale = vec * lam.clamp_min(0.0).sqrt().unsqueeze(-2)
     eps = torch.randn(f_mu.shape[-1], n_samples, generator=generator, device=f_mu.device, dtype=f_mu.dtype)
-    f = (f_mu.unsqueeze(-1) + scale @ eps).permute(2, 0, 1)
-    return torch.softmax(f, dim=-1)
+    return (f_mu.unsqueeze(-1) + scale @ eps).permute(2, 0, 1)

@@ -293,18 +293,17 @@ def _build_bernoulli_subnet_backend():
 
         def full(self, x, y, **kwargs):
             """``(loss, H)``: the summed BCE and ``sum_n J_n^T diag(p_n (1 - p_n)) J_n``."""
-            Js, f = self.jacobians(x)
-            p = torch.sigmoid(f)
-            H = torch.einsum("bcp,bc,bcq->pq", Js, p * (1 - p), Js)
-            loss = self.factor * self.lossfunc(f, y)
-            return loss.detach(), H.detach()
+            return self._loss_and_ggn(x, y, "bcp,bc,bcq->pq")
 
         def diag(self, x, y, **kwargs):
+            """``(loss, diag H)``: the diagonal of :meth:`full`'s GGN."""
+            return self._loss_and_ggn(x, y, "bcp,bc,bcp->p")
+
+        def _loss_and_ggn(self, x, y, contraction: str):
             Js, f = self.jacobians(x)
             p = torch.sigmoid(f)
-            H = torch.einsum("bcp,bc,bcp->p", Js, p * (1 - p), Js)
-            loss = self.factor * self.lossfunc(f, y)
-            return loss.detach(), H.detach()
+            H = torch.einsum(contraction, Js, p * (1 - p), Js)
+            return (self.factor * self.lossfunc(f, y)).detach(), H.detach()
 
     return BernoulliSubnetJacobianGGN
 

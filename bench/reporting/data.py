@@ -181,10 +181,7 @@ def _suite_data_defaults(suite: str | None) -> dict:
     """The registered suite's ``DEFAULT_DATA`` ({} for an unknown or user suite)."""
     from bench.suites import SUITES
 
-    try:
-        return dict(getattr(SUITES.get(suite), "DEFAULT_DATA", {}) or {}) if suite else {}
-    except Exception:  # noqa: BLE001 - a suite of another install, or a user suite: no defaults known
-        return {}
+    return dict(getattr(SUITES.get(suite), "DEFAULT_DATA", {}) or {}) if suite in SUITES else {}
 
 
 def _unique_labels(df: pd.DataFrame) -> pd.Series:
