@@ -115,12 +115,26 @@ def choose_on_validation(df: pd.DataFrame, method: str, tuned: tuple[str, ...] |
     return out
 
 
-def write_selection(results: str | Path, suite: str, choice: dict) -> Path:
-    """Store a choice beside the records: ``<results>/<suite>/selections/<model>/<method>-<tuned>.json``."""
-    path = (Path(results) / _safe(suite) / "selections" / _safe(choice["model"])
-            / f"{_safe(choice['method'])}-{_safe('+'.join(choice['tuned']))}.json")
+def write_selection(results: str | Path, suite: str, choice: dict, fixed_tag: str = "") -> Path:
+    """Store a choice beside the records: ``<results>/<suite>/selections/<model>/<method>-<tuned>.json``
+    (``<method>-<tuned>-<fixed_tag>.json`` where one method has several sweeps that differ in the
+    options held fixed, so that one does not overwrite another)."""
+    name = f"{_safe(choice['method'])}-{_safe('+'.join(choice['tuned']))}" + (f"-{_safe(fixed_tag)}" if fixed_tag else "")
+    path = Path(results) / _safe(suite) / "selections" / _safe(choice["model"]) / f"{name}.json"
     atomic_write_json(path, choice)
     return path
+
+
+def _flat(choice: dict) -> list[str]:
+    """The tuned options that every candidate of a choice holds at one value (nothing was swept)."""
+    return [t for t in choice["tuned"]
+            if len({json.dumps(r["values"][t], default=str) for r in choice["candidates"]}) < 2]
+
+
+def _fixed_tag(choice: dict) -> str:
+    """A short, stable name for the options a sweep held fixed (its chosen configuration without the tuned
+    ones), from the chosen record's configuration hash."""
+    return str(choice["chosen_config_hash"])[:10]
 
 
 def choose_from_store(results: str | Path, suite: str, method: str, tuned: list[str],
@@ -136,18 +150,28 @@ def choose_from_store(results: str | Path, suite: str, method: str, tuned: list[
 def select(results: str | Path, suite: str, method: str, tuned: list[str], model: str | None = None,
            swept_only: bool = False, **only) -> list[dict]:
     """Choose on validation from the stored records and write the choices; returns them.
-    ``swept_only``: options that the records never vary (one value among every candidate of a
-    model) leave nothing to choose: BenchError (exit 2) naming the value and how to sweep, nothing
-    written (``bench select``; ``bench tune`` chooses among the configurations it has and says so)."""
+    ``swept_only``: a group of configurations in which a tuned option holds one value (a later run at
+    the chosen value, say) is not a sweep and is left out; a model with no sweep at all leaves nothing
+    to choose: BenchError (exit 2) naming the value and how to sweep, nothing written (``bench select``;
+    ``bench tune`` chooses among the configurations it has and says so). Where one model has several
+    sweeps (other options held at different values), each is written to its own file."""
     choices = choose_from_store(results, suite, method, tuned, model=model, **only)
-    for c in choices if swept_only else []:
-        flat = [t for t in c["tuned"] if len({json.dumps(r["values"][t], default=str) for r in c["candidates"]}) < 2]
-        if flat:
-            raise BenchError(f"nothing to choose for {method} on {c['model']}: every validation record has "
-                             + ", ".join(f"{t}={c['candidates'][0]['values'][t]!r}" for t in flat)
-                             + f"; sweep it first (e.g. --set {method}.{flat[0]}=A,B) or leave it out of --tune")
+    if swept_only:
+        swept = [c for c in choices if not _flat(c)]
+        for mdl in dict.fromkeys(c["model"] for c in choices):
+            if not any(c["model"] == mdl for c in swept):
+                c = next(c for c in choices if c["model"] == mdl)
+                flat = _flat(c)
+                raise BenchError(f"nothing to choose for {method} on {mdl}: every validation record has "
+                                 + ", ".join(f"{t}={c['candidates'][0]['values'][t]!r}" for t in flat)
+                                 + f"; sweep it first (e.g. --set {method}.{flat[0]}=A,B) or leave it out of --tune")
+        choices = swept
+    per_model: dict[str, int] = {}
     for c in choices:
-        c["path"] = str(write_selection(results, suite, c))
+        per_model[c["model"]] = per_model.get(c["model"], 0) + 1
+    for c in choices:
+        tag = _fixed_tag(c) if per_model[c["model"]] > 1 else ""
+        c["path"] = str(write_selection(results, suite, c, tag))
     return choices
 
 

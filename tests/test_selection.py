@@ -97,3 +97,26 @@ def test_a_record_made_before_a_later_option_is_a_candidate_of_the_same_sweep():
     # another value of the later option is another group
     other = {**new[0], "config_hash": "weighted", "method_config": {"lr": 0.1, "prior": 1, "class_weights": [1, 2]}}
     assert len(choose_on_validation(pd.DataFrame([old, *new, other]), "pbn", ["lr"])) == 2
+
+
+def test_select_skips_later_runs_at_one_value_and_keeps_every_sweep_in_its_own_file(tmp_path, monkeypatch):
+    """`bench select` over a results folder where, beside two sweeps of lr (prior 1 and prior 2), later runs
+    hold lr at the chosen value (prior 3): those are not sweeps and do not stop the choice (they used to:
+    'nothing to choose'), and the two sweeps do not overwrite each other's selection file."""
+    import bench.selection as sel
+
+    rows = [_rec("val", 0.1, 1, 0, 0.3), _rec("val", 0.01, 1, 0, 0.2),
+            _rec("val", 0.1, 2, 0, 0.1), _rec("val", 0.01, 2, 0, 0.2),
+            _rec("val", 0.01, 3, 0, 0.5)]
+    monkeypatch.setattr(sel, "choose_from_store",
+                        lambda results, suite, method, tuned, model=None, **o: choose_on_validation(
+                            pd.DataFrame(rows), method, tuned, model=model))
+    choices = sel.select(tmp_path, "suite", "pbn", ["lr"], swept_only=True)
+    assert sorted(c["chosen"]["lr"] for c in choices) == [0.01, 0.1]
+    paths = {c["path"] for c in choices}
+    assert len(paths) == 2 and all(json.loads(open(p).read())["chosen"] in ({"lr": 0.01}, {"lr": 0.1}) for p in paths)
+    # only later runs at one value: nothing to choose, nothing written
+    rows[:] = [_rec("val", 0.01, 3, 0, 0.5)]
+    with pytest.raises(BenchError, match="nothing to choose"):
+        sel.select(tmp_path / "empty", "suite", "pbn", ["lr"], swept_only=True)
+    assert not (tmp_path / "empty").exists()
