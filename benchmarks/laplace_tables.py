@@ -99,14 +99,14 @@ def table_criteria(runs: Runs, a) -> list[list[str]]:
     def row(label, p, vs_random=True):
         if p.empty:  # no seed with every shift set yet
             return
-        rows.append([label, ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["id_nll"]), ms(p["sh_nll"], "{:.3f}"),
+        rows.append([runs.mark(label, p), ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["id_nll"]), ms(p["sh_nll"], "{:.3f}"),
                      ms(p["sh_ece"], "{:.3f}"), ms(p["auroc"], "{:.3f}"), tau_text(p), excluded_text(p),
                      "-" if base is None else paired(p, base, "sh_nll", "{:+.3f}"),
                      "-" if rand is None or not vs_random else paired(p, rand, "sh_nll", "{:+.3f}"),
                      "-" if base is None else paired(p, base, "id_acc", "{:+.4f}")])
 
     if base is not None:
-        rows.append(["MAP (deterministic)", ",".join(map(str, base["seed"])), ms(base["id_acc"]), ms(base["id_nll"]),
+        rows.append([runs.mark("MAP (deterministic)", base), ",".join(map(str, base["seed"])), ms(base["id_acc"]), ms(base["id_nll"]),
                      ms(base["sh_nll"], "{:.3f}"), ms(base["sh_ece"], "{:.3f}"), ms(base["auroc"], "{:.3f}"), "-", "-",
                      "-", "-", "-"])
     for crit, label in criteria(a):
@@ -183,7 +183,7 @@ def table_swag(runs: Runs, a) -> list[list[str]]:
             i, j = fitted_indices(a.results, a.suite, runs.model, h, s), fitted_indices(a.results, a.suite, runs.model, ref_h, s)
             if i is not None and j is not None:
                 ious.append(iou(i, j))
-        rows.append(["256, one per epoch" if every is None else f"256, one every {every} SGD steps",
+        rows.append([runs.mark("256, one per epoch" if every is None else f"256, one every {every} SGD steps", p),
                      ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["sh_nll"], "{:.3f}"), ms(p["auroc"], "{:.3f}"),
                      ms([v for v in secs if v is not None], "{:.0f}"), ms(ious, "{:.3f}") if every else "-",
                      "-" if every is None else paired(p, ref, "sh_nll", "{:+.3f}")])
@@ -207,7 +207,7 @@ def table_size(runs: Runs, a) -> list[list[str]]:
             if not h:
                 continue
             p = laplace_rows(runs, h)
-            rows.append([f"{n:,}", LABELS[crit], ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["sh_nll"], "{:.3f}"),
+            rows.append([f"{n:,}", runs.mark(f"{LABELS[crit]} ({n:,})", p), ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["sh_nll"], "{:.3f}"),
                          ms(p["auroc"], "{:.3f}"), "-" if base is None else paired(p, base, "sh_nll", "{:+.3f}"),
                          "-" if rand is None or crit == "random" else paired(p, rand, "sh_nll", "{:+.3f}")])
     return [header] + rows
@@ -231,7 +231,7 @@ def table_schemes(runs: Runs, a) -> list[list[str]]:
     ft = [h for lr in lrs for h, _ in runs.configs("pbn", n_bayes=0, lr=lr)]
     if ft:  # PBN's pipeline with no stochastic weight: what its fine-tuning alone does to MAP
         p = runs.per_seed(ft[0])
-        rows.append(["none: MAP fine-tuned by PBN's pipeline (n_bayes 0)", ",".join(map(str, p["seed"])), "-",
+        rows.append([runs.mark("none: MAP fine-tuned by PBN's pipeline (n_bayes 0)", p), ",".join(map(str, p["seed"])), "-",
                      ms(p["sh_nll"], "{:.3f}"), "-", "-" if base is None else paired(p, base, "sh_nll", "{:+.3f}"),
                      "-", "-", ms(p["auroc"], "{:.3f}"), "-", "-"])
     for crit, label in criteria(a):
@@ -247,7 +247,10 @@ def table_schemes(runs: Runs, a) -> list[list[str]]:
         lap, pbn = lap[lap["seed"].isin(both)], pbn[pbn["seed"].isin(both)]
         same = [_digest(fitted_indices(a.results, a.suite, runs.model, hl, s)) == d
                 for s, d in zip(pbn["seed"], pbn["digest"]) if d is not None]
-        rows.append([label, ",".join(map(str, both)), ms(lap["sh_nll"], "{:.3f}"), ms(pbn["sh_nll"], "{:.3f}"),
+        # the row holds two fits: each is marked on its own ("(Laplace) ✗", "(PBN) ✗")
+        plain = (f"{label} (Laplace)", f"{label} (PBN)")
+        flags = [m[len(label) + 1:] for m, q in zip((runs.mark(plain[0], lap), runs.mark(plain[1], pbn)), plain) if m != q]
+        rows.append([" ".join([label, *flags]), ",".join(map(str, both)), ms(lap["sh_nll"], "{:.3f}"), ms(pbn["sh_nll"], "{:.3f}"),
                      "-" if base is None else paired(lap, base, "sh_nll", "{:+.3f}"),
                      "-" if base is None else paired(pbn, base, "sh_nll", "{:+.3f}"),
                      paired(pbn, lap, "sh_nll", "{:+.3f}"), ms(lap["auroc"], "{:.3f}"), ms(pbn["auroc"], "{:.3f}"),
@@ -268,7 +271,7 @@ def _size_arguments(p):
 def main(argv=None) -> int:
     runs, a, table = table_cli(argv, __doc__, TABLES, seeds="0,1,2,3,4", default="criteria",
                                add_arguments=_size_arguments)
-    print(render(table(runs, a)))
+    print(render(table(runs, a)) + runs.notes_text())
     return 0
 
 

@@ -102,7 +102,7 @@ def table_main(runs: Runs) -> list[list[str]]:
 
     def row(label, p, vdp=True):
         sig = "-" if not vdp else f"{p['s0'].iloc[0]:.2g} -> {ms(p['s1'], '{:.3g}')}"
-        rows.append([label, ",".join(map(str, p["seed"])), ms(p["val_nll"]), ms(p["id_acc"]), ms(p["id_nll"]),
+        rows.append([runs.mark(label, p), ",".join(map(str, p["seed"])), ms(p["val_nll"]), ms(p["id_acc"]), ms(p["id_nll"]),
                      ms(p["id_ece"], "{:.3f}"), ms(p["sh_acc"]), ms(p["sh_nll"], "{:.3f}"), ms(p["auroc"], "{:.3f}"),
                      ms(p["vauroc"], "{:.3f}") if vdp else "-", sig,
                      ms(p["rel"], "{:.3f}") if vdp else "-", ms(p["travel"], "{:.2f}") if vdp else "-",
@@ -134,7 +134,7 @@ TABLES = {"main": table_main}
 
 def main(argv=None) -> int:
     runs, _, table = table_cli(argv, __doc__, TABLES, suite="mnist_noise")
-    print(render(table(runs)))
+    print(render(table(runs)) + runs.notes_text())
     return 0
 
 

@@ -32,6 +32,7 @@ import pandas as pd  # noqa: E402
 from bench.reporting.tables import mean_std_text as ms  # noqa: E402
 from bench.selection import choose_on_validation  # noqa: E402
 from bench.store import load_records  # noqa: E402
+from bench.validity import attach_validity, marked_label, worst_status  # noqa: E402
 from methods import METHODS  # noqa: E402
 
 
@@ -46,7 +47,11 @@ class Runs:
         df = load_records(results, suite)
         if df.empty:
             raise SystemExit(f"no records under {results}/{suite}")
+        # every fit's validity verdict (bench.validity), recomputed from its clean-test record: a row
+        # whose fit fails its checks is marked in every table (Runs.mark) and its reasons printed below
+        df = attach_validity(df)
         self.all = df
+        self.notes: dict[str, str] = {}
         self.df = df[(df["status"] == "ok") & (df["model"] == model) & (df["profile"] == profile)
                      & df["seed"].isin(seeds)]
         self.model, self.suite, self.profile, self.results = model, suite, profile, results
@@ -92,9 +97,44 @@ class Runs:
                          "sigma1": (diag.get("sigma_final") or {}).get("median"),
                          "sigma1_mean": (diag.get("sigma_final") or {}).get("mean"),
                          "k": idr["cost.stochastic_params"].iloc[0],
+                         "status": idr["validity.status"].iloc[0], "validity": idr["validity"].iloc[0],
                          "train_s": idr["cost.train_time_s"].iloc[0]})
         return pd.DataFrame(rows)
 
+
+    def mark(self, label: str, p: pd.DataFrame) -> str:
+        """``label`` with the verdict symbol of its seeds (``p`` from :meth:`per_seed`) when one fails
+        its validity checks (or could not be checked); the reasons are kept for :meth:`notes_text`."""
+        if p is None or p.empty or "status" not in p:
+            return label
+        status = worst_status(p["status"])
+        marked = marked_label(label, status)
+        if marked != label:
+            texts: dict[str, str] = {}
+            for _, r in p.iterrows():
+                v = r["validity"] if isinstance(r["validity"], dict) else {}
+                if v.get("status") == status:
+                    for text in v.get("reasons") or []:
+                        texts.setdefault(text.split(":", 1)[0], f"{text} (seed {int(r['seed'])})")
+            self.notes[marked] = texts
+        return marked
+
+    def notes_text(self) -> str:
+        """The reasons of the marked rows, as a list under the table, rows failing the same checks
+        together (the numbers are the first such row's; '' when no row is marked)."""
+        if not self.notes:
+            return ""
+        groups: dict[tuple, list[str]] = {}
+        for lab, texts in self.notes.items():
+            groups.setdefault(tuple(texts), []).append(lab)
+        lines = ["", "_✗: fails its validity checks, ?: could not be checked (bench.validity): the row measures "
+                 "the set-up, not the method._", ""]
+        for checks, labs in groups.items():
+            first = self.notes[labs[0]]
+            example = "; ".join(first[c] for c in checks) or "no reason recorded"
+            lines.append(f"- {', '.join(labs)}: {'; '.join(checks) or 'unverified'}"
+                         + (f" (e.g. {labs[0]}: {example})" if len(labs) > 1 else f": {example}"))
+        return "\n".join(lines)
 
     def per_seed_with(self, h: str, extract) -> pd.DataFrame:
         """:meth:`per_seed` plus the columns ``extract(diagnostics, seed)`` returns per seed."""
@@ -117,7 +157,8 @@ MAIN_HEADER = ["method", "seeds", "ID acc", "ID NLL", "ID ECE", "rotation acc", 
                "rotation ECE", "OOD AUROC", "sigma median: init -> final", "stochastic params", "train time (s)"]
 
 
-def main_row(label, p: pd.DataFrame) -> list[str]:
+def main_row(label, p: pd.DataFrame, runs: Runs | None = None) -> list[str]:
+    label = runs.mark(label, p) if runs is not None else label
     sig = "-"
     if p["sigma0"].notna().any():
         sig = f"{statistics.mean(p['sigma0']):.2g} -> {ms(p['sigma1'], '{:.2g}')}"
@@ -130,6 +171,7 @@ def pbn_choice(runs: Runs) -> dict | None:
     """The validation choice of PBN's fine-tuning rate at the profile's PBN configuration."""
     try:
         choices = choose_on_validation(runs.all[runs.all["status"] == "ok"], "pbn", ["lr"], model=runs.model)
+        choices = [c for c in choices if len(c["candidates"]) >= 2]  # a sweep, not a later run at one value
     except Exception:  # noqa: BLE001 - no sweep run: no choice
         return None
     from bench.suites import SUITES
@@ -147,19 +189,19 @@ def pbn_choice(runs: Runs) -> dict | None:
 def table_main(runs: Runs) -> list[list[str]]:
     rows = []
     for h, _ in runs.configs("deterministic", optimizer=None, lr=None, weight_decay=None, epochs=None):
-        rows.append(main_row("deterministic (MAP)", runs.per_seed(h)))
+        rows.append(main_row("deterministic (MAP)", runs.per_seed(h), runs))
     choice = pbn_choice(runs)
     if choice:
         r = cfg_of("pbn", runs.df.loc[runs.df["config_hash"] == choice["chosen_config_hash"], "method_config"].iloc[0])
         rows.append(main_row(f"pbn (r {float(r['r_bayes']):.0%}, lr {choice['chosen']['lr']} chosen on validation)",
-                             runs.per_seed(choice["chosen_config_hash"])))
+                             runs.per_seed(choice["chosen_config_hash"]), runs))
     for h, cfg in runs.configs("mfvi", sigma_init=METHODS.get("mfvi").defaults["sigma_init"], epochs=None):
-        rows.append(main_row("mfvi", runs.per_seed(h)))
+        rows.append(main_row("mfvi", runs.per_seed(h), runs))
     d = METHODS.get("ssvi").defaults
     for dens in (0.1, 0.05, 1.0):
         for h, cfg in runs.configs("ssvi", density=dens, sigma_init_mean=d["sigma_init_mean"], criterion=d["criterion"]):
             rows.append(main_row(f"ssvi (density {dens:g})" + (" = its dense baseline" if dens == 1.0 else ""),
-                                 runs.per_seed(h)))
+                                 runs.per_seed(h), runs))
     return [MAIN_HEADER] + rows
 
 
@@ -182,7 +224,7 @@ def table_controls(runs: Runs) -> list[list[str]]:
     ft = runs.configs("pbn", n_bayes=0, lr=lr)
     if ft:  # the same pipeline with no stochastic weight: what the extra fine-tuning alone does
         p = runs.per_seed(ft[0][0])
-        rows.append(["0 (n_bayes 0)", "none: MAP fine-tuned by the same pipeline", ",".join(map(str, p["seed"])),
+        rows.append(["0 (n_bayes 0)", runs.mark("none: MAP fine-tuned by the same pipeline", p), ",".join(map(str, p["seed"])),
                      ms(p["id_acc"]), ms(p["id_brier"]), ms(p["sh_nll"], "{:.3f}"), ms(p["sh_ece"], "{:.3f}"),
                      ms(p["auroc"], "{:.3f}"), "-", "-", "-", "-"])
     for r in (0.01, 0.05, 0.1):
@@ -196,7 +238,7 @@ def table_controls(runs: Runs) -> list[list[str]]:
                 continue
             p = runs.per_seed(found[0][0])
             same = crit == "gradient" and init == "map"
-            rows.append([f"{r:.0%}", f"{crit} / {init} init", ",".join(map(str, p["seed"])), ms(p["id_acc"]),
+            rows.append([f"{r:.0%}", runs.mark(f"{crit} / {init} init (r {r:.0%})", p), ",".join(map(str, p["seed"])), ms(p["id_acc"]),
                          ms(p["id_brier"]), ms(p["sh_nll"], "{:.3f}"), ms(p["sh_ece"], "{:.3f}"), ms(p["auroc"], "{:.3f}"),
                          ms(p["sigma1"], "{:.2g}"),
                          "-" if same else paired(p, bp, "sh_nll", "{:+.3f}"),
@@ -218,7 +260,7 @@ def table_sigma0(runs: Runs) -> list[list[str]]:
             if p.empty:
                 continue
             name = method if method == "mfvi" else f"ssvi (density {cfg['density']:g})"
-            rows.append([name, f"{float(cfg[key]):g}", ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["id_nll"]),
+            rows.append([runs.mark(f"{name}, sigma0 {float(cfg[key]):g}", p), f"{float(cfg[key]):g}", ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["id_nll"]),
                          ms(p["sh_nll"], "{:.3f}"), ms(p["sh_ece"], "{:.3f}"), ms(p["sigma1"], "{:.2g}")])
     return [header] + rows
 
@@ -227,10 +269,10 @@ def table_selection(runs: Runs) -> list[list[str]]:
     c = pbn_choice(runs)
     if not c:
         return [["no PBN learning-rate sweep"]]
-    rows = [["pbn lr", "validation NLL (mean over seeds)", "per seed", "chosen"]]
+    rows = [["pbn lr", "validation NLL (mean over seeds)", "per seed", "validity", "chosen"]]
     for r in c["candidates"]:
         rows.append([str(r["values"]["lr"]), f"{r['score']:.5f}",
-                     " / ".join(f"{v:.4f}" for v in r["per_seed"].values()),
+                     " / ".join(f"{v:.4f}" for v in r["per_seed"].values()), r.get("validity", "ok"),
                      "yes" if r["config_hash"] == c["chosen_config_hash"] else ""])
     return rows
 
@@ -251,14 +293,14 @@ def table_rsweep(runs: Runs) -> list[list[str]]:
                                  ("PBN pipeline, no stochastic weight", "pbn", {"n_bayes": 0, "lr": lr})):
         for h, _ in runs.configs(method, **match):
             p = runs.per_seed(h)
-            rows.append([label, ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["id_brier"]), ms(p["sh_acc"]),
+            rows.append([runs.mark(label, p), ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["id_brier"]), ms(p["sh_acc"]),
                          ms(p["sh_nll"], "{:.3f}"), ms(p["sh_ece"], "{:.3f}"), ms(p["auroc"], "{:.3f}"),
                          ms(p["sigma1"], "{:.2g}") if p["sigma1"].notna().any() else "-", "-"])
     found = sorted(runs.configs("pbn", criterion="gradient", init="map", lr=lr, n_bayes=None),
                    key=lambda hc: float(hc[1]["r_bayes"]))
     for h, cfg in found:
         p = runs.per_seed(h)
-        rows.append([f"PBN r = {float(cfg['r_bayes']):.1%}", ",".join(map(str, p["seed"])), ms(p["id_acc"]),
+        rows.append([runs.mark(f"PBN r = {float(cfg['r_bayes']):.1%}", p), ",".join(map(str, p["seed"])), ms(p["id_acc"]),
                      ms(p["id_brier"]), ms(p["sh_acc"]), ms(p["sh_nll"], "{:.3f}"), ms(p["sh_ece"], "{:.3f}"),
                      ms(p["auroc"], "{:.3f}"), ms(p["sigma1"], "{:.2g}"),
                      "-" if ftp is None else paired(p, ftp, "sh_nll", "{:+.3f}")])
@@ -332,7 +374,7 @@ def table_ssvi(runs: Runs) -> list[list[str]]:
         g = runs.df[(runs.df["config_hash"] == h) & (runs.df["kind"] == "id")]
         flops = g["cost.train_flops_ratio_vs_dense_vi"].iloc[0] if "cost.train_flops_ratio_vs_dense_vi" in g else None
         same = dens == 1.0
-        rows.append([f"{dens:g}", ",".join(map(str, p["seed"])), ms(p["id_acc"]), "-" if same else paired(p, bp, "id_acc", "{:+.4f}"),
+        rows.append([runs.mark(f"{dens:g}", p), ",".join(map(str, p["seed"])), ms(p["id_acc"]), "-" if same else paired(p, bp, "id_acc", "{:+.4f}"),
                      ms(p["id_nll"]), ms(p["sh_nll"], "{:.3f}"), "-" if same else paired(p, bp, "sh_nll", "{:+.3f}"),
                      ms(p["auroc"], "{:.3f}"), f"{int(p['k'].iloc[0]):,}",
                      "-" if flops is None or pd.isna(flops) else f"{flops:.3f}",
@@ -357,7 +399,7 @@ def table_criteria(runs: Runs) -> list[list[str]]:
             continue
         p = runs.per_seed(found[0][0])
         same = c == d["criterion"]
-        rows.append([CRITERION_LABELS[c] + (" (default)" if same else ""), ",".join(map(str, p["seed"])), ms(p["id_acc"]),
+        rows.append([runs.mark(CRITERION_LABELS[c] + (" (default)" if same else ""), p), ",".join(map(str, p["seed"])), ms(p["id_acc"]),
                      "-" if same else paired(p, bp, "id_acc", "{:+.4f}"), ms(p["sh_nll"], "{:.3f}"),
                      "-" if same else paired(p, bp, "sh_nll", "{:+.3f}"), ms(p["auroc"], "{:.3f}")])
     return [header] + rows
@@ -400,7 +442,7 @@ def main(argv=None) -> int:
     rows = table(runs)
     if a.suite != "mnist_rotated":  # the shifted sets of other suites are corruptions, not rotations
         rows[0] = [h.replace("rotation", "shift") for h in rows[0]]
-    print(render(rows))
+    print(render(rows) + runs.notes_text())
     return 0
 
 

@@ -26,3 +26,31 @@ def test_a_seed_with_a_missing_shift_set_is_left_out(tmp_path):
     shift[-1].unlink()  # seed 1 lost its last rotation
     runs = Runs(str(out), "mnist_rotated", "lenet_300_100", "smoke", [0, 1])
     assert list(runs.per_seed(h)["seed"]) == [0]
+
+
+def test_a_row_whose_fit_fails_its_validity_checks_is_marked_with_its_reason(tmp_path):
+    """Every ablation table (vi_tables, laplace_tables, vdp_tables) marks a row whose seeds fail their
+    validity checks (bench.validity) and lists the reasons under the table, rows failing the same
+    checks together; a row whose seeds pass is left as it is."""
+    from vi_tables import Runs, main_row
+
+    from bench.validity import FAILED, OK
+
+    root = make_fake_mnist(tmp_path / "data")
+    out = tmp_path / "results"
+    assert main(["run", "--suite", "mnist_rotated", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
+                 "--methods", "deterministic", "--seeds", "0,1", "--quiet", "--no-report"]) == 0
+    runs = Runs(str(out), "mnist_rotated", "lenet_300_100", "smoke", [0, 1])
+    (h,) = {h for h, _ in runs.configs("deterministic")}
+    p = runs.per_seed(h)
+    assert {"status", "validity"} <= set(p.columns)  # the verdict recomputed from each seed's clean-test record
+    ok = p.assign(status=OK, validity=[{"status": OK, "reasons": []}] * len(p))
+    assert main_row("MAP", ok, runs)[0] == "MAP" and runs.notes_text() == ""
+    bad = ok.copy()
+    bad["status"] = [FAILED, OK]
+    bad["validity"] = [{"status": FAILED, "reasons": ["map_converged: still improving (made up)"]},
+                       {"status": OK, "reasons": []}]
+    assert main_row("MAP", bad, runs)[0] == "MAP ✗"
+    assert runs.mark("MAP again", bad) == "MAP again ✗"
+    notes = runs.notes_text()
+    assert "- MAP ✗, MAP again ✗: map_converged (e.g. MAP ✗: map_converged: still improving (made up) (seed 0))" in notes
