@@ -43,10 +43,17 @@ def cfg_of(method: str, cfg: dict) -> dict:
 class Runs:
     """Records of one suite / model / profile, grouped into runs (method, config hash, seed)."""
 
-    def __init__(self, results, suite, model, profile, seeds):
+    def __init__(self, results, suite, model, profile, seeds, where: dict | None = None):
         df = load_records(results, suite)
         if df.empty:
             raise SystemExit(f"no records under {results}/{suite}")
+        from bench.suites import SUITES
+
+        profile_data = SUITES.get(suite).profiles.get(profile, {}).get("data", {})
+        df = df[[_settings_match(d, t, where or {}, profile_data)
+                 for d, t in zip(df["data_config"], df["train_config"])]]
+        if df.empty:
+            raise SystemExit(f"no records under {results}/{suite} with {where or 'the profile data settings'}")
         # every fit's validity verdict (bench.validity), recomputed from its clean-test record: a row
         # whose fit fails its checks is marked in every table (Runs.mark) and its reasons printed below
         df = attach_validity(df)
@@ -144,6 +151,37 @@ class Runs:
         g = self.df[(self.df["config_hash"] == h) & (self.df["kind"] == "id")].set_index("seed")
         extra = [{"seed": seed, **extract(g.loc[seed, "diagnostics"] or {}, seed)} for seed in p["seed"]]
         return p.merge(pd.DataFrame(extra), on="seed") if extra else p
+
+
+def _settings_match(data_config, train_config, where: dict, profile_data: dict) -> bool:
+    """Whether a record's data / training settings are those of ``where`` (``{"data.n_train": 1500,
+    "train.epochs": 60}``): the named ones equal, every data setting not named the profile's own, so
+    that a table never pools records of another training set under one configuration."""
+    data = data_config if isinstance(data_config, dict) else {}
+    train = train_config if isinstance(train_config, dict) else {}
+    named = {k.split(".", 1)[1]: v for k, v in where.items() if k.startswith("data.")}
+    for name in set(data) | set(profile_data):
+        if name not in named and not _eq(data.get(name), profile_data.get(name)):
+            return False
+    for key, want in where.items():
+        part, name = key.split(".", 1)
+        if not _eq((data if part == "data" else train).get(name), want):
+            return False
+    return True
+
+
+def parse_where(text: str | None) -> dict:
+    """``--where data.n_train=1500,train.epochs=60`` as a dict (values as numbers where they are)."""
+    out = {}
+    for item in filter(None, (text or "").split(",")):
+        key, _, val = item.partition("=")
+        if not key.startswith(("data.", "train.")) or not _:
+            raise SystemExit(f"--where takes data.NAME=VALUE or train.NAME=VALUE, comma-separated; got {item!r}")
+        try:
+            out[key] = float(val) if "." in val or "e" in val.lower() else int(val)
+        except ValueError:
+            out[key] = val
+    return out
 
 
 def _eq(a, b) -> bool:
@@ -429,10 +467,13 @@ def table_cli(argv, doc: str, tables: dict, *, suite: str = "mnist_rotated", see
     p.add_argument("--profile", default="quick")
     p.add_argument("--seeds", default=seeds)
     p.add_argument("--table", choices=sorted(tables), default=default)
+    p.add_argument("--where", default=None, metavar="data.NAME=V,train.NAME=V",
+                   help="only records made with these data / training settings (e.g. data.n_train=1500,"
+                        "train.epochs=60); default: the profile's own data settings")
     if add_arguments is not None:
         add_arguments(p)
     a = p.parse_args(argv)
-    runs = Runs(a.results, a.suite, a.model, a.profile, [int(s) for s in a.seeds.split(",")])
+    runs = Runs(a.results, a.suite, a.model, a.profile, [int(s) for s in a.seeds.split(",")], parse_where(a.where))
     runs.seeds = [int(s) for s in a.seeds.split(",")]
     return runs, a, tables[a.table]
 

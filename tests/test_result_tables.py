@@ -54,3 +54,22 @@ def test_a_row_whose_fit_fails_its_validity_checks_is_marked_with_its_reason(tmp
     assert runs.mark("MAP again", bad) == "MAP again ✗"
     notes = runs.notes_text()
     assert "- MAP ✗, MAP again ✗: map_converged (e.g. MAP ✗: map_converged: still improving (made up) (seed 0))" in notes
+
+
+def test_a_table_keeps_to_one_training_set(tmp_path):
+    """Records made with data settings of their own (``--set data.n_train=...``) share the method's
+    configuration with the profile's records but not its training set: a table takes the profile's
+    by default and the others only when asked (``--where data.n_train=...``), never both in one row."""
+    from vi_tables import Runs, parse_where
+
+    root = make_fake_mnist(tmp_path / "data")
+    out = tmp_path / "results"
+    for extra in ([], ["--set", "data.n_train=1000"]):
+        assert main(["run", "--suite", "mnist_rotated", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
+                     "--methods", "deterministic", "--seeds", "0", "--quiet", "--no-report", *extra]) == 0
+    profile = Runs(str(out), "mnist_rotated", "lenet_300_100", "smoke", [0])
+    small = Runs(str(out), "mnist_rotated", "lenet_300_100", "smoke", [0], parse_where("data.n_train=1000"))
+    assert {d["n_train"] for d in profile.df["data_config"]} == {2000}
+    assert {d["n_train"] for d in small.df["data_config"]} == {1000}
+    assert parse_where("data.n_train=1500,train.epochs=60,train.lr=0.01") == {
+        "data.n_train": 1500, "train.epochs": 60, "train.lr": 0.01}
