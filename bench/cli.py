@@ -574,10 +574,11 @@ def cmd_leaderboard(args) -> int:
 
 
 def cmd_select(args) -> int:
-    from bench.selection import choose_from_store, select, selection_markdown
+    from bench.selection import flat_options, choose_from_store, select, selection_markdown
 
-    if args.markdown:
-        print(selection_markdown(choose_from_store(args.results, args.suite, args.method, args.tune, model=args.model)))
+    if args.markdown:  # the sweeps only: a group whose tuned options hold one value (a later run) is no choice
+        choices = choose_from_store(args.results, args.suite, args.method, args.tune, model=args.model)
+        print(selection_markdown([c for c in choices if not flat_options(c)] or choices))
         return 0
     for c in select(args.results, args.suite, args.method, args.tune, model=args.model, swept_only=True):
         print(f"{c['model']} {c['method']}: chose {c['chosen']} ({c['metric']}, seeds {c['seeds']}) -> {c['path']}")

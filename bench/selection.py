@@ -125,7 +125,7 @@ def write_selection(results: str | Path, suite: str, choice: dict, fixed_tag: st
     return path
 
 
-def _flat(choice: dict) -> list[str]:
+def flat_options(choice: dict) -> list[str]:
     """The tuned options that every candidate of a choice holds at one value (nothing was swept)."""
     return [t for t in choice["tuned"]
             if len({json.dumps(r["values"][t], default=str) for r in choice["candidates"]}) < 2]
@@ -157,11 +157,11 @@ def select(results: str | Path, suite: str, method: str, tuned: list[str], model
     sweeps (other options held at different values), each is written to its own file."""
     choices = choose_from_store(results, suite, method, tuned, model=model, **only)
     if swept_only:
-        swept = [c for c in choices if not _flat(c)]
+        swept = [c for c in choices if not flat_options(c)]
         for mdl in dict.fromkeys(c["model"] for c in choices):
             if not any(c["model"] == mdl for c in swept):
                 c = next(c for c in choices if c["model"] == mdl)
-                flat = _flat(c)
+                flat = flat_options(c)
                 raise BenchError(f"nothing to choose for {method} on {mdl}: every validation record has "
                                  + ", ".join(f"{t}={c['candidates'][0]['values'][t]!r}" for t in flat)
                                  + f"; sweep it first (e.g. --set {method}.{flat[0]}=A,B) or leave it out of --tune")
