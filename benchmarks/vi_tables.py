@@ -224,20 +224,57 @@ def pbn_choice(runs: Runs) -> dict | None:
     return None
 
 
+def tuned_base(runs: Runs, method: str) -> dict:
+    """The options every row of ``method`` in the tables is taken at: the configuration `bench tune`
+    chose among fits that pass their validity checks (``--tuning``: ``<dir>/<suite>/tuning/<profile>.json``);
+    with no such choice stored, the method's defaults (rows that may fail their checks, marked)."""
+    import json
+
+    from bench.tuning import tuning_path
+
+    base = {}
+    path = tuning_path(getattr(runs, "tuning", "docs/tuning"), runs.suite, runs.profile)
+    if path.is_file():
+        entry = (json.loads(path.read_text()).get("methods") or {}).get(method) or {}
+        for c in entry.get("choices", []):
+            if c["model"] == runs.model and c.get("chosen_among_valid", True):
+                base.update(c["chosen"])
+    return base
+
+
+def pbn_base(runs: Runs) -> dict:
+    """PBN's rows: its tuned configuration (:func:`tuned_base`) at the profile's fine-tuning rate
+    (docs/validity.md: why the rate is not tuned)."""
+    return {"lr": None, **tuned_base(runs, "pbn")}
+
+
+def mfvi_base(runs: Runs) -> dict:
+    """Mean-field VI's rows: its tuned configuration, its default sigma0 and the profile's epochs."""
+    return {"sigma_init": METHODS.get("mfvi").defaults["sigma_init"], "epochs": None, **tuned_base(runs, "mfvi")}
+
+
+def _pbn_label(base: dict) -> str:
+    """What a row's tuned options are, for its label ("tuned: beta_start 0.01, rho_lr 0.05")."""
+    tuned = {k: v for k, v in base.items() if k not in ("lr", "sigma_init", "epochs")}
+    return ("tuned: " + ", ".join(f"{k} {v:g}" if isinstance(v, (int, float)) else f"{k} {v}" for k, v in tuned.items())
+            if tuned else "the profile's options")
+
+
 def table_main(runs: Runs) -> list[list[str]]:
     rows = []
     for h, _ in runs.configs("deterministic", optimizer=None, lr=None, weight_decay=None, epochs=None):
         rows.append(main_row("deterministic (MAP)", runs.per_seed(h), runs))
-    choice = pbn_choice(runs)
-    if choice:
-        r = cfg_of("pbn", runs.df.loc[runs.df["config_hash"] == choice["chosen_config_hash"], "method_config"].iloc[0])
-        rows.append(main_row(f"pbn (r {float(r['r_bayes']):.0%}, lr {choice['chosen']['lr']} chosen on validation)",
-                             runs.per_seed(choice["chosen_config_hash"]), runs))
-    for h, cfg in runs.configs("mfvi", sigma_init=METHODS.get("mfvi").defaults["sigma_init"], epochs=None):
-        rows.append(main_row("mfvi", runs.per_seed(h), runs))
+    base = pbn_base(runs)
+    d = METHODS.get("pbn").defaults
+    for h, cfg in runs.configs("pbn", **base, r_bayes=d["r_bayes"], criterion=d["criterion"], init=d["init"], n_bayes=None):
+        rows.append(main_row(f"pbn (r {float(cfg['r_bayes']):.0%}; {_pbn_label(base)})", runs.per_seed(h), runs))
+    mb = mfvi_base(runs)
+    for h, cfg in runs.configs("mfvi", **mb):
+        rows.append(main_row(f"mfvi ({_pbn_label(mb)})", runs.per_seed(h), runs))
     d = METHODS.get("ssvi").defaults
+    sb = tuned_base(runs, "ssvi")  # its tuned prior scale and rho rate (on rotated MNIST: its defaults)
     for dens in (0.1, 0.05, 1.0):
-        for h, cfg in runs.configs("ssvi", density=dens, sigma_init_mean=d["sigma_init_mean"], criterion=d["criterion"]):
+        for h, cfg in runs.configs("ssvi", density=dens, sigma_init_mean=d["sigma_init_mean"], criterion=d["criterion"], **sb):
             rows.append(main_row(f"ssvi (density {dens:g})" + (" = its dense baseline" if dens == 1.0 else ""),
                                  runs.per_seed(h), runs))
     return [MAIN_HEADER] + rows
@@ -256,22 +293,21 @@ def paired(a: pd.DataFrame, b: pd.DataFrame, col: str, fmt: str) -> str:
 def table_controls(runs: Runs) -> list[list[str]]:
     header = ["r_bayes", "subnet / init", "seeds", "ID acc", "ID Brier", "rotation NLL", "rotation ECE", "OOD AUROC",
               "sigma median final", "Δ rotation NLL vs gradient", "Δ ID Brier vs gradient", "Δ AUROC vs gradient"]
-    choice = pbn_choice(runs)
-    lr = choice["chosen"]["lr"] if choice else None
+    base = pbn_base(runs)
     rows = []
-    ft = runs.configs("pbn", n_bayes=0, lr=lr)
+    ft = runs.configs("pbn", n_bayes=0, **base)
     if ft:  # the same pipeline with no stochastic weight: what the extra fine-tuning alone does
         p = runs.per_seed(ft[0][0])
         rows.append(["0 (n_bayes 0)", runs.mark("none: MAP fine-tuned by the same pipeline", p), ",".join(map(str, p["seed"])),
                      ms(p["id_acc"]), ms(p["id_brier"]), ms(p["sh_nll"], "{:.3f}"), ms(p["sh_ece"], "{:.3f}"),
                      ms(p["auroc"], "{:.3f}"), "-", "-", "-", "-"])
     for r in (0.01, 0.05, 0.1):
-        base = runs.configs("pbn", r_bayes=r, criterion="gradient", init="map", lr=lr, n_bayes=None)
-        if not base:
+        ref = runs.configs("pbn", r_bayes=r, criterion="gradient", init="map", n_bayes=None, **base)
+        if not ref:
             continue
-        bp = runs.per_seed(base[0][0])
+        bp = runs.per_seed(ref[0][0])
         for crit, init in (("gradient", "map"), ("random", "map"), ("magnitude", "map"), ("gradient", "random")):
-            found = runs.configs("pbn", r_bayes=r, criterion=crit, init=init, lr=lr, n_bayes=None)
+            found = runs.configs("pbn", r_bayes=r, criterion=crit, init=init, n_bayes=None, **base)
             if not found:
                 continue
             p = runs.per_seed(found[0][0])
@@ -286,10 +322,11 @@ def table_controls(runs: Runs) -> list[list[str]]:
 
 
 def table_sigma0(runs: Runs) -> list[list[str]]:
-    header = ["method", "sigma0", "seeds", "ID acc", "ID NLL", "rotation NLL", "rotation ECE", "sigma median final"]
+    header = ["method, sigma0", "seeds", "ID acc", "ID NLL", "rotation NLL", "rotation ECE", "sigma median final"]
     rows = []
     crit = METHODS.get("ssvi").defaults["criterion"]
-    for method, key, extra in (("mfvi", "sigma_init", {"epochs": None}),
+    mb = {k: v for k, v in mfvi_base(runs).items() if k != "sigma_init"}
+    for method, key, extra in (("mfvi", "sigma_init", mb),
                                ("ssvi", "sigma_init_mean", {"density": 1.0, "criterion": crit}),
                                ("ssvi", "sigma_init_mean", {"density": 0.1, "criterion": crit})):
         found = sorted(runs.configs(method, **extra), key=lambda hc: float(hc[1][key]))
@@ -298,7 +335,7 @@ def table_sigma0(runs: Runs) -> list[list[str]]:
             if p.empty:
                 continue
             name = method if method == "mfvi" else f"ssvi (density {cfg['density']:g})"
-            rows.append([runs.mark(f"{name}, sigma0 {float(cfg[key]):g}", p), f"{float(cfg[key]):g}", ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["id_nll"]),
+            rows.append([runs.mark(f"{name}, sigma0 {float(cfg[key]):g}", p), ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["id_nll"]),
                          ms(p["sh_nll"], "{:.3f}"), ms(p["sh_ece"], "{:.3f}"), ms(p["sigma1"], "{:.2g}")])
     return [header] + rows
 
@@ -320,21 +357,19 @@ def table_rsweep(runs: Runs) -> list[list[str]]:
     MAP network, full VI and the deep ensemble as reference rows."""
     header = ["method", "seeds", "ID acc", "ID Brier", "rotation acc", "rotation NLL", "rotation ECE", "OOD AUROC",
               "sigma median final", "Δ rotation NLL vs the same pipeline without VI"]
-    choice = pbn_choice(runs)
-    lr = choice["chosen"]["lr"] if choice else None
-    ft = runs.configs("pbn", n_bayes=0, lr=lr)
+    base = pbn_base(runs)
+    ft = runs.configs("pbn", n_bayes=0, **base)
     ftp = runs.per_seed(ft[0][0]) if ft else None
     rows = []
     for label, method, match in (("MAP (deterministic)", "deterministic", {}), ("deep ensemble (M 5)", "deep_ensemble", {}),
-                                 ("full VI (mfvi)", "mfvi", {"sigma_init": METHODS.get("mfvi").defaults["sigma_init"],
-                                                             "epochs": None}),
-                                 ("PBN pipeline, no stochastic weight", "pbn", {"n_bayes": 0, "lr": lr})):
+                                 (f"full VI (mfvi; {_pbn_label(mfvi_base(runs))})", "mfvi", mfvi_base(runs)),
+                                 ("PBN pipeline, no stochastic weight", "pbn", {"n_bayes": 0, **base})):
         for h, _ in runs.configs(method, **match):
             p = runs.per_seed(h)
             rows.append([runs.mark(label, p), ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["id_brier"]), ms(p["sh_acc"]),
                          ms(p["sh_nll"], "{:.3f}"), ms(p["sh_ece"], "{:.3f}"), ms(p["auroc"], "{:.3f}"),
                          ms(p["sigma1"], "{:.2g}") if p["sigma1"].notna().any() else "-", "-"])
-    found = sorted(runs.configs("pbn", criterion="gradient", init="map", lr=lr, n_bayes=None),
+    found = sorted(runs.configs("pbn", criterion="gradient", init="map", n_bayes=None, **base),
                    key=lambda hc: float(hc[1]["r_bayes"]))
     for h, cfg in found:
         p = runs.per_seed(h)
@@ -348,11 +383,10 @@ def table_rsweep(runs: Runs) -> list[list[str]]:
 def table_init(runs: Runs) -> list[list[str]]:
     """PBN Fig. 6: convergence from the MAP network vs from a random initialisation (r 5 %) and
     full VI: the training NLL (last mini-batch) and mean sigma after each epoch, mean over seeds."""
-    choice = pbn_choice(runs)
-    lr = choice["chosen"]["lr"] if choice else None
-    cands = [("PBN 5 %, MAP init (proposed)", runs.configs("pbn", r_bayes=0.05, criterion="gradient", init="map", lr=lr)),
-             ("PBN 5 %, random init", runs.configs("pbn", r_bayes=0.05, criterion="gradient", init="random", lr=lr)),
-             ("full VI (mfvi)", runs.configs("mfvi", sigma_init=METHODS.get("mfvi").defaults["sigma_init"], epochs=None))]
+    base = pbn_base(runs)
+    cands = [("PBN 5 %, MAP init (proposed)", runs.configs("pbn", r_bayes=0.05, criterion="gradient", init="map", **base)),
+             ("PBN 5 %, random init", runs.configs("pbn", r_bayes=0.05, criterion="gradient", init="random", **base)),
+             (f"full VI (mfvi; {_pbn_label(mfvi_base(runs))})", runs.configs("mfvi", **mfvi_base(runs)))]
     rows, width = [], 0
     for label, found in cands:
         if not found:
@@ -467,6 +501,9 @@ def table_cli(argv, doc: str, tables: dict, *, suite: str = "mnist_rotated", see
     p.add_argument("--profile", default="quick")
     p.add_argument("--seeds", default=seeds)
     p.add_argument("--table", choices=sorted(tables), default=default)
+    p.add_argument("--tuning", default="docs/tuning",
+                   help="where bench tune's choices are stored (<dir>/<suite>/tuning/<profile>.json): the PBN "
+                        "rows are taken at PBN's chosen configuration (default: docs/tuning)")
     p.add_argument("--where", default=None, metavar="data.NAME=V,train.NAME=V",
                    help="only records made with these data / training settings (e.g. data.n_train=1500,"
                         "train.epochs=60); default: the profile's own data settings")
@@ -475,6 +512,7 @@ def table_cli(argv, doc: str, tables: dict, *, suite: str = "mnist_rotated", see
     a = p.parse_args(argv)
     runs = Runs(a.results, a.suite, a.model, a.profile, [int(s) for s in a.seeds.split(",")], parse_where(a.where))
     runs.seeds = [int(s) for s in a.seeds.split(",")]
+    runs.tuning = a.tuning
     return runs, a, tables[a.table]
 
 

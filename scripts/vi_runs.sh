@@ -19,21 +19,24 @@ for model in ${MODELS:-lenet_300_100 lenet5}; do
   $R --methods ssvi --set ssvi.density=0.1,1.0
 done
 R="$B --set models=lenet_300_100"
+# the rate validation NLL alone prefers (docs/pbn.md; an ablation: docs/validity.md says why the rate is not tuned)
 .venv/bin/python -m bench select --results $OUT --suite mnist_rotated --method pbn --tune lr
-# the rate chosen on validation for LeNet-300-100 (docs/pbn.md); the sweeps below run at it
-LR=$(.venv/bin/python scripts/chosen_on_validation.py $OUT mnist_rotated pbn lr lenet_300_100 2)
-echo "PBN fine-tuning rate chosen on validation: $LR"
-# PBN controls and the r_bayes sweep at the chosen rate; the fine-tuning-only control
-$R --methods pbn --set pbn.lr=$LR --set pbn.r_bayes=0.01,0.05,0.1 --set pbn.criterion=gradient,random,magnitude
-$R --methods pbn --set pbn.lr=$LR --set pbn.r_bayes=0.01,0.05,0.1 --set pbn.init=random
-$R --methods pbn --set pbn.lr=$LR --set pbn.r_bayes=0.001,0.2,0.4
-$R --methods pbn --set pbn.lr=$LR --set pbn.n_bayes=0
+# PBN's and mean-field VI's ablations and controls at the configuration `bench tune` chose among the fits
+# that pass their validity checks (kept in docs/tuning; TUNING overrides), at the profile's rate
+T=$(.venv/bin/python scripts/tuned_options.py ${TUNING:-docs/tuning} mnist_rotated quick pbn lenet_300_100)
+M=$(.venv/bin/python scripts/tuned_options.py ${TUNING:-docs/tuning} mnist_rotated quick mfvi lenet_300_100)
+echo "PBN at: $T; mean-field VI at: $M"
+$R --methods pbn $T --set pbn.r_bayes=0.01,0.05,0.1 --set pbn.criterion=gradient,random,magnitude
+$R --methods pbn $T --set pbn.n_bayes=0
+$R --methods mfvi $M
+$R --methods pbn $T --set pbn.r_bayes=0.01,0.05,0.1 --set pbn.init=random
+$R --methods pbn $T --set pbn.r_bayes=0.001,0.2,0.4
 $R --methods deep_ensemble
 # SSVI: 5 % (Table 1), the removal criteria, the sigma0 sweep (Fig. 2 right) with dense VI
 $R --methods ssvi --set ssvi.density=0.05
 $R --methods ssvi --set ssvi.criterion=mu_abs,snr,e_abs,e_exp,snr_exp
 $R --methods ssvi --set ssvi.density=0.1,1.0 --set ssvi.sigma_init_mean=0.003,0.01
-$R --methods mfvi --set mfvi.sigma_init=0.003,0.01
+$R --methods mfvi $M --set mfvi.sigma_init=0.003,0.01
 # how rho's optimiser decides whether sigma moves (one epoch, seed 0)
 $R --methods mfvi --seeds 0 --set mfvi.epochs=1 --set mfvi.rho_optimizer=sgd --set mfvi.rho_lr=0.01,1,100
 $R --methods mfvi --seeds 0 --set mfvi.epochs=1 --set mfvi.rho_optimizer=adam --set mfvi.rho_lr=0.001,0.01,0.1

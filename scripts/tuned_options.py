@@ -1,0 +1,45 @@
+"""Print the `--set` arguments of the configuration `bench tune` chose for one method, for the run
+scripts whose ablations and controls run at it (scripts/vi_runs.sh):
+
+    .venv/bin/python scripts/tuned_options.py TUNING_RESULTS SUITE PROFILE METHOD MODEL
+
+e.g. `scripts/tuned_options.py docs/tuning mnist_rotated quick pbn lenet_300_100` prints
+`--set pbn.beta_start=0.01 --set pbn.rho_lr=0.05`. Reads `<TUNING_RESULTS>/<SUITE>/tuning/<PROFILE>.json`
+(bench/tuning.py), or the kept archive's copy of it. Exit 2 when the method has no choice there, or
+when its choice is not among fits that pass their validity checks (not a setting to run ablations at)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 5:
+        print(__doc__, file=sys.stderr)
+        return 2
+    results, suite, profile, method, model = argv
+    from bench.tuning import tuning_path
+
+    path = tuning_path(results, suite, profile)
+    if not path.is_file():
+        print(f"tuned_options: no tuning stored at {path} (python -m bench tune --suite {suite} --profile {profile} "
+              f"--out {results})", file=sys.stderr)
+        return 2
+    entry = (json.loads(path.read_text()).get("methods") or {}).get(method)
+    choice = next((c for c in (entry or {}).get("choices", []) if c["model"] == model), None)
+    if choice is None:
+        print(f"tuned_options: {path} has no choice for {method} on {model}", file=sys.stderr)
+        return 2
+    if not choice.get("chosen_among_valid", True):
+        print(f"tuned_options: the choice for {method} on {model} in {path} is not among fits that pass their "
+              "validity checks", file=sys.stderr)
+        return 2
+    print(" ".join(f"--set {method}.{k}={v}" for k, v in choice["chosen"].items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
