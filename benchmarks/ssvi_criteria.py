@@ -2,12 +2,12 @@
 IoU between the sets removed by each pair of criteria at the same drop step (SSVI paper,
 Appendix D.2, Tables 4-7 and Fig. 5).
 
-Reads ``results/<suite>/records/<model>/{ssvi,mfvi}-*/seed*/*.json`` (written by
-``python -m bench run ... --methods ssvi``); the IoUs come from the ``history`` that every
+Reads the ``ssvi`` / ``mfvi`` records under ``--results`` (a results folder or a kept archive such as
+``docs/ablations``; written by ``python -m bench run ... --methods ssvi``); the IoUs come from the ``history`` that every
 SSVI run stores in its diagnostics (at each drop step the removal set of every criterion is
 computed on the same posterior, the run's own criterion drives the training).
 
-    .venv/bin/python benchmarks/ssvi_criteria.py --results results --out docs/ssvi_tables.md
+    .venv/bin/python benchmarks/ssvi_criteria.py --results docs/ablations --out docs/ssvi_tables_lenet_300_100.md
 """
 from __future__ import annotations
 
@@ -27,25 +27,41 @@ from methods.ssvi import SSVI  # noqa: E402
 
 
 def load_runs(results: str, suite: str, model: str, profile: str) -> list[dict]:
-    """One dict per (method dir, seed): config, diagnostics, cost and the summary metrics."""
+    """One dict per (configuration, seed) of ``ssvi`` / ``mfvi``: config, diagnostics, cost and the
+    summary metrics, from the records under ``results`` in either layout (a results folder, or a kept
+    archive such as ``docs/ablations``: :func:`bench.store.load_records`). A seed enters only with its
+    clean-test record and every shift set the suite has."""
+    import pandas as pd
+
+    from bench.store import load_records
+
+    from bench.validity import attach_validity
+
+    df = load_records(results, suite)
+    if df.empty:
+        return []
+    df = attach_validity(df)
+    df = df[(df["profile"] == profile) & (df["model"] == model) & (df["status"] == "ok")
+            & df["method"].isin(["ssvi", "mfvi"])]
+    n_shift = len(df[df["kind"] == "shift"][["shift", "severity"]].drop_duplicates())
+    cost_cols = [c for c in df.columns if c.startswith("cost.")]
     runs = []
-    for seed_dir in sorted(glob.glob(os.path.join(results, suite, "records", model, "*", "seed*"))):
-        recs = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(seed_dir, "*.json")))]
-        recs = [r for r in recs if r.get("profile") == profile and r.get("status", "ok") == "ok"]
-        if not recs or recs[0]["method"] not in ("ssvi", "mfvi"):
+    for (method, _h, seed), g in df.groupby(["method", "config_hash", "seed"], sort=True):
+        idr, ood = g[g["kind"] == "id"], g[g["kind"] == "ood"]
+        shift = g[(g["kind"] == "shift") & g["severity"].astype(bool)]
+        if idr.empty or shift.empty or len(shift[["shift", "severity"]].drop_duplicates()) < n_shift:
             continue
-        idr = [r for r in recs if r["kind"] == "id"]
-        shift = [r for r in recs if r["kind"] == "shift" and r["severity"]]
-        ood = [r for r in recs if r["kind"] == "ood"]
-        if not idr or not shift:
-            continue
-        mean = lambda key: statistics.fmean(r["metrics"][key] for r in shift)  # noqa: E731
+        i = idr.iloc[0]
         runs.append({
-            "method": recs[0]["method"], "config": recs[0]["method_config"], "seed": recs[0]["seed"],
-            "diagnostics": idr[0].get("diagnostics") or {}, "cost": idr[0].get("cost") or {},
-            "id_acc": idr[0]["metrics"]["accuracy"], "id_nll": idr[0]["metrics"]["nll"],
-            "id_ece": idr[0]["metrics"]["ece"], "rot_acc": mean("accuracy"), "rot_nll": mean("nll"),
-            "rot_ece": mean("ece"), "auroc": ood[0]["metrics"]["auroc"] if ood else float("nan"),
+            "method": method, "config": i["method_config"] or {}, "seed": int(seed),
+            "diagnostics": i["diagnostics"] if isinstance(i["diagnostics"], dict) else {},
+            "cost": {c[5:]: (int(i[c]) if float(i[c]).is_integer() else i[c]) for c in cost_cols
+                     if isinstance(i[c], (int, float)) and pd.notna(i[c])},
+            "validity": i["validity"] if isinstance(i["validity"], dict) else {},
+            "id_acc": i["metrics.accuracy"], "id_nll": i["metrics.nll"], "id_ece": i["metrics.ece"],
+            "rot_acc": float(shift["metrics.accuracy"].mean()), "rot_nll": float(shift["metrics.nll"].mean()),
+            "rot_ece": float(shift["metrics.ece"].mean()),
+            "auroc": float(ood["metrics.auroc"].iloc[0]) if not ood.empty else float("nan"),
         })
     return runs
 
@@ -53,6 +69,27 @@ def load_runs(results: str, suite: str, model: str, profile: str) -> list[dict]:
 def _lab(c: str) -> str:
     """A criterion's label for a markdown cell (its |...| must not split the cell)."""
     return CRITERION_LABELS[c].replace("|", "\\|")
+
+
+def _marked(label: str, g: list[dict], notes: list[str]) -> str:
+    """``label`` with ✗ (or ?) when a seed of the group fails its validity checks (bench.validity), the
+    reasons appended to ``notes`` (printed under the table)."""
+    from bench.validity import marked_label, worst_status
+
+    status = worst_status(r["validity"].get("status", "unverified") for r in g)
+    out = marked_label(label, status)
+    if out != label:
+        first = next(r for r in g if r["validity"].get("status") == status)
+        seeds = [r["seed"] for r in g if r["validity"].get("status") == status]
+        notes.append(f"- {out}: " + "; ".join(first["validity"].get("reasons") or ["no reason recorded"])
+                     + f" (seed {first['seed']}; failing seeds {', '.join(map(str, seeds))})")
+    return out
+
+
+def _with_notes(table: list[str], notes: list[str]) -> str:
+    if not notes:
+        return "\n".join(table)
+    return "\n".join(table + ["", "_✗: fails its validity checks (bench.validity): not method evidence._", ""] + notes)
 
 
 def _is_default(cfg: dict, defaults: dict, free: tuple[str, ...]) -> bool:
@@ -64,7 +101,7 @@ def _ms(vals: list[float], fmt: str) -> str:
 
 
 def density_table(runs: list[dict]) -> str:
-    rows = []
+    rows, notes = [], []
     mf = [r for r in runs if r["method"] == "mfvi" and _is_default(r["config"], MFVI.defaults, ())]
     groups: dict = {}
     for r in runs:
@@ -77,31 +114,32 @@ def density_table(runs: list[dict]) -> str:
         g = sorted(g, key=lambda r: r["seed"])
         c = g[0]["cost"]
         flops = c.get("train_flops_ratio_vs_dense_vi")
-        rows.append(f"| {name} | {density:g} | {','.join(str(r['seed']) for r in g)} | "
+        rows.append(f"| {_marked(name, g, notes)} | {density:g} | {','.join(str(r['seed']) for r in g)} | "
                     f"{_ms([r['id_acc'] for r in g], '.4f')} | {_ms([r['id_nll'] for r in g], '.4f')} | "
                     f"{_ms([r['id_ece'] for r in g], '.4f')} | {_ms([r['rot_acc'] for r in g], '.4f')} | "
                     f"{_ms([r['rot_nll'] for r in g], '.3f')} | {_ms([r['rot_ece'] for r in g], '.3f')} | "
                     f"{_ms([r['auroc'] for r in g], '.3f')} | {c.get('variational_params', c.get('stochastic_params', 0)):,} | "
                     f"{c.get('variational_state_bytes', 0):,} | {'1' if flops is None else format(flops, '.3f')} | "
                     f"{_ms([r['cost'].get('fit_time_s', float('nan')) for r in g], '.0f')} |")
-    return "\n".join(out + rows)
+    return _with_notes(out + rows, notes)
 
 
 def criteria_table(runs: list[dict], density: float) -> str:
     out = ["| removal criterion | seeds | ID acc | ID NLL | rotation acc | rotation NLL | rotation ECE | OOD AUROC |",
            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    notes: list[str] = []
     for c in CRITERIA:
         g = [r for r in runs if r["method"] == "ssvi" and r["config"]["criterion"] == c
              and float(r["config"]["density"]) == density and _is_default(r["config"], SSVI.defaults, ("criterion", "density"))]
         g = sorted(g, key=lambda r: r["seed"])
         if not g:
             continue
-        out.append(f"| {_lab(c)}{' (default)' if c == SSVI.defaults['criterion'] else ''} | "
+        out.append(f"| {_marked(_lab(c) + (' (default)' if c == SSVI.defaults['criterion'] else ''), g, notes)} | "
                    f"{','.join(str(r['seed']) for r in g)} | {_ms([r['id_acc'] for r in g], '.4f')} | "
                    f"{_ms([r['id_nll'] for r in g], '.4f')} | {_ms([r['rot_acc'] for r in g], '.4f')} | "
                    f"{_ms([r['rot_nll'] for r in g], '.3f')} | {_ms([r['rot_ece'] for r in g], '.3f')} | "
                    f"{_ms([r['auroc'] for r in g], '.3f')} |")
-    return "\n".join(out)
+    return _with_notes(out, notes)
 
 
 def variants_table(runs: list[dict]) -> str:
@@ -109,6 +147,7 @@ def variants_table(runs: list[dict]) -> str:
     out = ["| variant (`--set <method>.…`) | seeds | ID acc | ID NLL | rotation acc | rotation NLL | rotation ECE | OOD AUROC | mean sigma |",
            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     groups: dict = {}
+    notes: list[str] = []
     for r in runs:
         defaults = SSVI.defaults if r["method"] == "ssvi" else MFVI.defaults
         if _is_default(r["config"], defaults, ("density", "criterion") if r["method"] == "ssvi" else ()):
@@ -118,11 +157,11 @@ def variants_table(runs: list[dict]) -> str:
     for diff, g in sorted(groups.items()):
         g = sorted(g, key=lambda r: r["seed"])
         sig = [r["diagnostics"].get("sigma", {}).get("mean", float("nan")) for r in g]
-        out.append(f"| {diff} | {','.join(str(r['seed']) for r in g)} | {_ms([r['id_acc'] for r in g], '.4f')} | "
+        out.append(f"| {_marked(diff, g, notes)} | {','.join(str(r['seed']) for r in g)} | {_ms([r['id_acc'] for r in g], '.4f')} | "
                    f"{_ms([r['id_nll'] for r in g], '.4f')} | {_ms([r['rot_acc'] for r in g], '.4f')} | "
                    f"{_ms([r['rot_nll'] for r in g], '.3f')} | {_ms([r['rot_ece'] for r in g], '.3f')} | "
                    f"{_ms([r['auroc'] for r in g], '.3f')} | {_ms(sig, '.4f')} |")
-    return "\n".join(out)
+    return _with_notes(out, notes)
 
 
 def iou_matrix(iou: dict) -> str:
