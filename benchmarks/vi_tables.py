@@ -139,8 +139,8 @@ class Runs:
         for checks, labs in groups.items():
             first = self.notes[labs[0]]
             example = "; ".join(first[c] for c in checks) or "no reason recorded"
-            lines.append(f"- {', '.join(labs)}: {'; '.join(checks) or 'unverified'}"
-                         + (f" (e.g. {labs[0]}: {example})" if len(labs) > 1 else f": {example}"))
+            lines.append(f"- {', '.join(labs)}: " + (f"{'; '.join(checks) or 'unverified'} (e.g. {labs[0]}: {example})"
+                                                      if len(labs) > 1 else example))
         return "\n".join(lines)
 
     def per_seed_with(self, h: str, extract) -> pd.DataFrame:
