@@ -105,6 +105,7 @@ class Runs:
                          "sigma1_mean": (diag.get("sigma_final") or {}).get("mean"),
                          "k": idr["cost.stochastic_params"].iloc[0],
                          "status": idr["validity.status"].iloc[0], "validity": idr["validity"].iloc[0],
+                         "map_fp": _map_fingerprint(diag),
                          "train_s": idr["cost.train_time_s"].iloc[0]})
         return pd.DataFrame(rows)
 
@@ -151,6 +152,14 @@ class Runs:
         g = self.df[(self.df["config_hash"] == h) & (self.df["kind"] == "id")].set_index("seed")
         extra = [{"seed": seed, **extract(g.loc[seed, "diagnostics"] or {}, seed)} for seed in p["seed"]]
         return p.merge(pd.DataFrame(extra), on="seed") if extra else p
+
+
+def _map_fingerprint(diag: dict) -> str | None:
+    """The MAP network a run started from, by its validation-NLL curve (``map_training``): two fits of
+    the same seed on different machines differ in it, so runs pair only when it is equal."""
+    log = diag.get("map_training") if isinstance(diag, dict) else None
+    vals = log.get("val_nll") if isinstance(log, dict) else None
+    return ",".join(f"{float(v):.8g}" for v in vals) if vals else None
 
 
 def _settings_match(data_config, train_config, where: dict, profile_data: dict) -> bool:
@@ -281,8 +290,13 @@ def table_main(runs: Runs) -> list[list[str]]:
 
 
 def paired(a: pd.DataFrame, b: pd.DataFrame, col: str, fmt: str) -> str:
-    """Mean ± std over seeds of the per-seed difference a - b (seeds both have), signed mean."""
+    """Mean ± std over seeds of the per-seed difference a - b (seeds both have, and, where both rows
+    start from a MAP network, the same one: ``map_fp``), signed mean."""
     m = (a.set_index("seed")[col] - b.set_index("seed")[col]).dropna()
+    if "map_fp" in a and "map_fp" in b:
+        fa, fb = a.set_index("seed")["map_fp"], b.set_index("seed")["map_fp"]
+        m = m[[not (isinstance(fa.get(s), str) and isinstance(fb.get(s), str) and fa.get(s) != fb.get(s))
+               for s in m.index]]
     if not len(m):
         return "-"
     if len(m) == 1:

@@ -73,3 +73,16 @@ def test_a_table_keeps_to_one_training_set(tmp_path):
     assert {d["n_train"] for d in small.df["data_config"]} == {1000}
     assert parse_where("data.n_train=1500,train.epochs=60,train.lr=0.01") == {
         "data.n_train": 1500, "train.epochs": 60, "train.lr": 0.01}
+
+
+def test_paired_differences_only_between_runs_on_the_same_map_network():
+    """Two fits of one seed's MAP network on different machines differ; a paired difference across
+    them would mix the network change into the method's effect, so such seeds are left out."""
+    import pandas as pd
+    from vi_tables import paired
+
+    a = pd.DataFrame({"seed": [0, 1], "x": [1.0, 2.0], "map_fp": ["m0", "m1"]})
+    b = pd.DataFrame({"seed": [0, 1], "x": [0.5, 0.0], "map_fp": ["m0", "other"]})
+    assert paired(a, b, "x", "{:+.1f}") == "+0.5"  # seed 1 started from another MAP network
+    scratch = pd.DataFrame({"seed": [0, 1], "x": [0.0, 0.0], "map_fp": [None, None]})  # trained from scratch
+    assert paired(a, scratch, "x", "{:+.1f}").startswith("+1.5 ± 0.7 (n 2)")
