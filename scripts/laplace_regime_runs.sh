@@ -18,3 +18,5 @@ L=".venv/bin/python -m bench run --suite mnist_rotated --profile quick --data-ro
    --set models=lenet_300_100 --set data.n_train=1500 --set train.epochs=60 --seeds ${SEEDS:-0,1,2}"
 $L --methods deterministic,temperature_scaling,laplace_last_layer,laplace_diag
 $L --methods subnet_laplace --set subnet_laplace.criterion=wasserstein,random,wasserstein_diag_laplace,magnitude,gradient
+# the subnet size at equal N: Wasserstein against a random subnet of the same size (s / N 0.07, 0.2, 2)
+$L --methods subnet_laplace --set subnet_laplace.n_subnet=100,300,3000 --set subnet_laplace.criterion=wasserstein,random
