@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -166,9 +167,7 @@ def select(results: str | Path, suite: str, method: str, tuned: list[str], model
                                  + ", ".join(f"{t}={c['candidates'][0]['values'][t]!r}" for t in flat)
                                  + f"; sweep it first (e.g. --set {method}.{flat[0]}=A,B) or leave it out of --tune")
         choices = swept
-    per_model: dict[str, int] = {}
-    for c in choices:
-        per_model[c["model"]] = per_model.get(c["model"], 0) + 1
+    per_model = Counter(c["model"] for c in choices)
     for c in choices:
         tag = _fixed_tag(c) if per_model[c["model"]] > 1 else ""
         c["path"] = str(write_selection(results, suite, c, tag))

@@ -203,6 +203,17 @@ def read_tuning(path: Path) -> dict:
     return doc
 
 
+def stored_choice(results: str | Path, suite: str, profile: str, method: str, model: str) -> dict | None:
+    """The choice the stored tuning (``<results>/<suite>/tuning/<profile>.json``) made for ``method`` on
+    ``model`` (``chosen``, ``chosen_among_valid``, the candidates); None when there is no stored tuning
+    or it has no such choice."""
+    path = tuning_path(results, suite, profile)
+    if not path.is_file():
+        return None
+    entry = (read_tuning(path).get("methods") or {}).get(method) or {}
+    return next((c for c in entry.get("choices", []) if c["model"] == model), None)
+
+
 def chosen_configs(results_dirs) -> dict[tuple[str, str, str, str], str]:
     """``(suite, profile, model, method) -> config_hash`` of every configuration a stored tuning
     (``<results>/<suite>/tuning/<profile>.json``) chose."""

@@ -12,8 +12,6 @@ computed on the same posterior, the run's own criterion drives the training).
 from __future__ import annotations
 
 import argparse
-import glob
-import json
 import os
 import statistics
 import sys
@@ -34,7 +32,6 @@ def load_runs(results: str, suite: str, model: str, profile: str) -> list[dict]:
     import pandas as pd
 
     from bench.store import load_records
-
     from bench.validity import attach_validity
 
     df = load_records(results, suite)
@@ -73,16 +70,16 @@ def _lab(c: str) -> str:
 
 def _marked(label: str, g: list[dict], notes: list[str]) -> str:
     """``label`` with ✗ (or ?) when a seed of the group fails its validity checks (bench.validity), the
-    reasons appended to ``notes`` (printed under the table)."""
-    from bench.validity import marked_label, worst_status
+    reasons (:func:`bench.validity.runs_validity`) appended to ``notes`` (printed under the table)."""
+    import pandas as pd
 
-    status = worst_status(r["validity"].get("status", "unverified") for r in g)
+    from bench.validity import marked_label, runs_validity
+
+    status, texts = runs_validity(pd.DataFrame({"seed": [r["seed"] for r in g], "validity": [r["validity"] for r in g],
+                                                "validity.status": [r["validity"].get("status") for r in g]}))
     out = marked_label(label, status)
     if out != label:
-        first = next(r for r in g if r["validity"].get("status") == status)
-        seeds = [r["seed"] for r in g if r["validity"].get("status") == status]
-        notes.append(f"- {out}: " + "; ".join(first["validity"].get("reasons") or ["no reason recorded"])
-                     + f" (seed {first['seed']}; failing seeds {', '.join(map(str, seeds))})")
+        notes.append(f"- {out}: " + ("; ".join(texts) or "no reason recorded"))
     return out
 
 

@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pandas as pd  # noqa: E402
 
 from bench.reporting.tables import mean_std_text as ms  # noqa: E402
-from bench.selection import choose_on_validation  # noqa: E402
+from bench.selection import choose_on_validation, flat_options  # noqa: E402
 from bench.store import load_records  # noqa: E402
-from bench.validity import attach_validity, marked_label, worst_status  # noqa: E402
+from bench.validity import attach_validity, marked_label, runs_validity  # noqa: E402
 from methods import METHODS  # noqa: E402
 
 
@@ -115,16 +115,10 @@ class Runs:
         its validity checks (or could not be checked); the reasons are kept for :meth:`notes_text`."""
         if p is None or p.empty or "status" not in p:
             return label
-        status = worst_status(p["status"])
+        status, texts = runs_validity(p.rename(columns={"status": "validity.status"}))
         marked = marked_label(label, status)
         if marked != label:
-            texts: dict[str, str] = {}
-            for _, r in p.iterrows():
-                v = r["validity"] if isinstance(r["validity"], dict) else {}
-                if v.get("status") == status:
-                    for text in v.get("reasons") or []:
-                        texts.setdefault(text.split(":", 1)[0], f"{text} (seed {int(r['seed'])})")
-            self.notes[marked] = texts
+            self.notes[marked] = {t.split(":", 1)[0]: t for t in texts}
         return marked
 
     def notes_text(self) -> str:
@@ -218,7 +212,7 @@ def pbn_choice(runs: Runs) -> dict | None:
     """The validation choice of PBN's fine-tuning rate at the profile's PBN configuration."""
     try:
         choices = choose_on_validation(runs.all[runs.all["status"] == "ok"], "pbn", ["lr"], model=runs.model)
-        choices = [c for c in choices if len(c["candidates"]) >= 2]  # a sweep, not a later run at one value
+        choices = [c for c in choices if not flat_options(c)]  # a sweep, not a later run at one value
     except Exception:  # noqa: BLE001 - no sweep run: no choice
         return None
     from bench.suites import SUITES
@@ -237,18 +231,10 @@ def tuned_base(runs: Runs, method: str) -> dict:
     """The options every row of ``method`` in the tables is taken at: the configuration `bench tune`
     chose among fits that pass their validity checks (``--tuning``: ``<dir>/<suite>/tuning/<profile>.json``);
     with no such choice stored, the method's defaults (rows that may fail their checks, marked)."""
-    import json
+    from bench.tuning import stored_choice
 
-    from bench.tuning import tuning_path
-
-    base = {}
-    path = tuning_path(getattr(runs, "tuning", "docs/tuning"), runs.suite, runs.profile)
-    if path.is_file():
-        entry = (json.loads(path.read_text()).get("methods") or {}).get(method) or {}
-        for c in entry.get("choices", []):
-            if c["model"] == runs.model and c.get("chosen_among_valid", True):
-                base.update(c["chosen"])
-    return base
+    c = stored_choice(getattr(runs, "tuning", "docs/tuning"), runs.suite, runs.profile, method, runs.model)
+    return dict(c["chosen"]) if c is not None and c.get("chosen_among_valid", True) else {}
 
 
 def pbn_base(runs: Runs) -> dict:

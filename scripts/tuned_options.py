@@ -9,7 +9,6 @@ e.g. `scripts/tuned_options.py docs/tuning mnist_rotated quick pbn lenet_300_100
 when its choice is not among fits that pass their validity checks (not a setting to run ablations at)."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -21,15 +20,14 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     results, suite, profile, method, model = argv
-    from bench.tuning import tuning_path
+    from bench.tuning import stored_choice, tuning_path
 
     path = tuning_path(results, suite, profile)
     if not path.is_file():
         print(f"tuned_options: no tuning stored at {path} (python -m bench tune --suite {suite} --profile {profile} "
               f"--out {results})", file=sys.stderr)
         return 2
-    entry = (json.loads(path.read_text()).get("methods") or {}).get(method)
-    choice = next((c for c in (entry or {}).get("choices", []) if c["model"] == model), None)
+    choice = stored_choice(results, suite, profile, method, model)
     if choice is None:
         print(f"tuned_options: {path} has no choice for {method} on {model}", file=sys.stderr)
         return 2

@@ -12,13 +12,20 @@ from tests.conftest import make_fake_mnist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
-def test_a_seed_with_a_missing_shift_set_is_left_out(tmp_path):
-    from vi_tables import Runs
-
+def _smoke_deterministic(tmp_path, seeds: str, *extra: str) -> Path:
+    """The MAP network on fake MNIST at the smoke profile (``extra``: more ``bench run`` arguments), into
+    ``tmp_path/results``, which it returns."""
     root = make_fake_mnist(tmp_path / "data")
     out = tmp_path / "results"
     assert main(["run", "--suite", "mnist_rotated", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
-                 "--methods", "deterministic", "--seeds", "0,1", "--quiet", "--no-report"]) == 0
+                 "--methods", "deterministic", "--seeds", seeds, "--quiet", "--no-report", *extra]) == 0
+    return out
+
+
+def test_a_seed_with_a_missing_shift_set_is_left_out(tmp_path):
+    from vi_tables import Runs
+
+    out = _smoke_deterministic(tmp_path, "0,1")
     runs = Runs(str(out), "mnist_rotated", "lenet_300_100", "smoke", [0, 1])
     (h,) = {h for h, _ in runs.configs("deterministic")}
     assert list(runs.per_seed(h)["seed"]) == [0, 1]
@@ -36,10 +43,7 @@ def test_a_row_whose_fit_fails_its_validity_checks_is_marked_with_its_reason(tmp
 
     from bench.validity import FAILED, OK
 
-    root = make_fake_mnist(tmp_path / "data")
-    out = tmp_path / "results"
-    assert main(["run", "--suite", "mnist_rotated", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
-                 "--methods", "deterministic", "--seeds", "0,1", "--quiet", "--no-report"]) == 0
+    out = _smoke_deterministic(tmp_path, "0,1")
     runs = Runs(str(out), "mnist_rotated", "lenet_300_100", "smoke", [0, 1])
     (h,) = {h for h, _ in runs.configs("deterministic")}
     p = runs.per_seed(h)
@@ -62,11 +66,8 @@ def test_a_table_keeps_to_one_training_set(tmp_path):
     by default and the others only when asked (``--where data.n_train=...``), never both in one row."""
     from vi_tables import Runs, parse_where
 
-    root = make_fake_mnist(tmp_path / "data")
-    out = tmp_path / "results"
     for extra in ([], ["--set", "data.n_train=1000"]):
-        assert main(["run", "--suite", "mnist_rotated", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
-                     "--methods", "deterministic", "--seeds", "0", "--quiet", "--no-report", *extra]) == 0
+        out = _smoke_deterministic(tmp_path, "0", *extra)
     profile = Runs(str(out), "mnist_rotated", "lenet_300_100", "smoke", [0])
     small = Runs(str(out), "mnist_rotated", "lenet_300_100", "smoke", [0], parse_where("data.n_train=1000"))
     assert {d["n_train"] for d in profile.df["data_config"]} == {2000}

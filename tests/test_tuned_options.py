@@ -19,7 +19,11 @@ def _run(*args):
 def _store(root: Path, choices: dict) -> None:
     path = root / "mnist_rotated" / "tuning" / "quick.json"
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"methods": {m: {"choices": cs} for m, cs in choices.items()}}))
+    for cs in choices.values():
+        for c in cs:
+            c.setdefault("chosen_config_hash", "0123456789")
+    path.write_text(json.dumps({"suite": "mnist_rotated", "profile": "quick",
+                                "methods": {m: {"choices": cs} for m, cs in choices.items()}}))
 
 
 def test_prints_the_chosen_options_and_refuses_an_unverified_or_missing_choice(tmp_path):
