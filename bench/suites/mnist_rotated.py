@@ -32,11 +32,15 @@ class MnistRotated(Suite):
             "note": "smoke profile: tiny subsets, one epoch; numbers are meaningless",
         },
         "quick": {
-            # 10 epochs: at 5 the MAP network of seed 1 still improved 2.2 % in its last epoch
-            # (map_converged fails it and every method built on it); at 10 all three seeds pass
-            # (docs/validity.md). The kept 5-epoch records (docs/records) keep their own identity.
+            # 15 epochs: at 5 the MAP network of seed 1 still improved 2.2 % in its last epoch; at 10
+            # it passed map_converged on one machine and failed it on another (2.2 % over its last
+            # fifth against the 2 % limit): the budget sat at the check's edge, and a refit flipped
+            # every verdict built on it. At 15 the last fifth improves on the best validation NLL
+            # before it by 0.4 %, -0.1 % and -3.1 % (MAP, seeds 0-2; negative: no new best) and by
+            # 0.3-0.7 % (MC dropout), a margin the 2 % limit keeps across refits (docs/validity.md). The kept 5- and 10-epoch records (docs/records, docs/tuning,
+            # docs/ablations) keep their own identity: the budget is part of a cell's.
             "models": ["lenet_300_100", "lenet5"], "seeds": [0, 1, 2],
-            "train": {"epochs": 10, "batch_size": 128, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-5,
+            "train": {"epochs": 15, "batch_size": 128, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-5,
                       "schedule": "cosine"},
             "data": {},
             # No per-method tuning here: a hyperparameter a method needs tuned is swept with --set
