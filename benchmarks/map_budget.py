@@ -1,0 +1,83 @@
+"""Is a training budget enough for the networks a suite trains? One row per trained network of the
+records (the MAP network of a seed, MC dropout's, a deep ensemble's members): its epochs, the
+best validation NLL before the last fifth of them and in it, and ``map_converged``'s verdict
+(bench.validity). The column "vs the epoch the fifth begins" is the measure the check used before it
+compared with the best so far, kept to show which networks that measure failed on noise.
+
+    python benchmarks/map_budget.py --results docs/ablations --suite mnist_rotated --model lenet_300_100
+
+A network appears once however many records stand on it (the same validation curve); the same seed
+trained on two machines gives two curves, hence two rows (the date tells them apart).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.store import load_records  # noqa: E402
+from bench.validity import CHECKS, PLATEAU_TAIL  # noqa: E402
+
+OWN_NETWORK = ("mc_dropout", "deep_ensemble")  # methods that train their own networks
+
+
+def networks(df, model: str, methods) -> list[dict]:
+    """The distinct trained networks of ``df``'s clean-test records of ``model``."""
+    rows, seen = [], set()
+    df = df[(df["kind"] == "id") & (df["model"] == model)]
+    for _, r in df.sort_values(["finished_at"]).iterrows():
+        logs = (r["diagnostics"] or {}).get("map_training") if isinstance(r["diagnostics"], dict) else None
+        if logs is None:
+            continue
+        who = r["method_label"] if r["method"] in OWN_NETWORK else "MAP"
+        if methods and (r["method"] if r["method"] in OWN_NETWORK else "MAP") not in methods:
+            continue
+        for i, log in enumerate([logs] if isinstance(logs, dict) else logs):
+            curve = tuple((log or {}).get("val_nll") or ())
+            if not curve or any(v is None for v in curve) or (who, curve) in seen:
+                continue
+            seen.add((who, curve))
+            res = CHECKS.get("map_converged").fn({"diagnostics": {"map_training": log}})
+            t0 = max(1, int(round(len(curve) * (1 - PLATEAU_TAIL))))
+            n_train = (r["data_config"] or {}).get("n_train") if isinstance(r["data_config"], dict) else None
+            rows.append({"network": who + (f" member {i}" if isinstance(logs, list) and len(logs) > 1 else ""),
+                         "train": "all" if n_train is None else f"{int(n_train):,}", "epochs": len(curve), "seed": int(r["seed"]), "date": str(r["finished_at"])[:10],
+                         "before": min(curve[:t0]), "tail": min(curve[t0:]),
+                         "gain": res.numbers.get("tail_improvement") if res.numbers else None,
+                         "gain_at_start": (curve[t0 - 1] - min(curve[t0:])) / curve[t0 - 1], "status": res.status})
+    return sorted(rows, key=lambda x: (x["network"], x["train"], x["epochs"], x["seed"], x["date"]))
+
+
+def markdown(rows: list[dict]) -> str:
+    out = ["| network | training images | epochs | seed | fitted | best val NLL before the last fifth | best in it | "
+           "improvement on the best before (limit 2 %) | vs the epoch the fifth begins (earlier measure) | "
+           "map_converged |", "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        out.append(f"| {r['network']} | {r['train']} | {r['epochs']} | {r['seed']} | {r['date']} | {r['before']:.4f} | {r['tail']:.4f} "
+                   f"| {r['gain']:+.1%} | {r['gain_at_start']:+.1%} | {r['status']} |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--results", action="append", required=True, help="results folder(s) (repeatable)")
+    ap.add_argument("--suite", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--networks", default="", help="comma-separated: MAP, mc_dropout, deep_ensemble (default: all)")
+    ap.add_argument("--min-epochs", type=int, default=5, help="leave out shorter trainings (default 5: the check's minimum)")
+    a = ap.parse_args(argv)
+    import pandas as pd
+
+    df = pd.concat([load_records(r, a.suite) for r in a.results], ignore_index=True)
+    if df.empty:
+        print(f"no records of {a.suite} under {', '.join(a.results)}", file=sys.stderr)
+        return 2
+    rows = [r for r in networks(df, a.model, [m for m in a.networks.split(",") if m]) if r["epochs"] >= a.min_epochs]
+    print(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
