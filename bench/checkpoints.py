@@ -25,6 +25,27 @@ from bench.training import (TrainConfig, earlier_training_time, nll_loss, train_
                             validation_curve)
 
 
+def network_digest(state_dict) -> str:
+    """A short SHA-256 of a network's weights (every entry's name, dtype, shape and bytes, in order):
+    the identity of the MAP network a record stands on. Two fits of one seed on different machines
+    differ in it (CPU floating point), so a paired comparison can keep to runs on the same network."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, t in state_dict.items():
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _with_digest(log: dict | None, state_dict) -> dict | None:
+    """``log`` with the weights' :func:`network_digest` (computed where a checkpoint of earlier code lacks it)."""
+    if not isinstance(log, dict) or log.get("network_sha"):
+        return log
+    return {**log, "network_sha": network_digest(state_dict)}
+
+
 def pretrained_path(pretrained: dict, seed: int):
     """The weights file of the MAP network of ``seed``: one file for every seed (``{"path": ...}``,
     e.g. ``data.weights``), or one per seed (``{"per_seed": {"0": {"path": ...}, ...}}``,
@@ -115,7 +136,7 @@ class MapCache:
             state = load_or_set_aside(cached, lambda st: model.load_state_dict(st["model"]))
             if state is not None:
                 self.train_time_s.setdefault(seed, state.get("train_time_s", float("nan")))
-                self.logs[seed] = state.get("train_log")
+                self.logs[seed] = _with_digest(state.get("train_log"), state["model"])
                 return model.to(self.device).eval()
         import time
 
@@ -137,7 +158,7 @@ class MapCache:
         failed.unlink(missing_ok=True)
         self.in_process_s[seed] = time.perf_counter() - t0  # inside a fit's timer: not the fit's time
         elapsed = self.in_process_s[seed] + earlier[0]
-        self.logs[seed] = training_curve(trained)
+        self.logs[seed] = {**training_curve(trained), "network_sha": network_digest(model.state_dict())}
         save_torch({"model": model.state_dict(), "key": self.key, "seed": seed, "train_time_s": elapsed,
                     "train_log": self.logs[seed], **worker_identity()}, path)
         log_event(self.events_path, "map_trained", model=self.key.get("model"), seed=seed, seconds=elapsed,
@@ -164,13 +185,14 @@ class MapCache:
             return False
 
     def training_log(self, seed: int) -> dict | None:
-        """``{"epoch_loss", "val_nll"}`` per epoch of the MAP network of ``seed`` (None: a pretrained
-        network, or one cached by code that did not keep it)."""
+        """``{"epoch_loss", "val_nll"}`` per epoch of the MAP network of ``seed`` and its weights'
+        ``network_sha`` (:func:`network_digest`) (None: a pretrained network, or one cached by code
+        that did not keep the curve)."""
         if self.pretrained is not None:  # published weights: their training is not this benchmark's
             return {"pretrained": str(pretrained_path(self.pretrained, seed))}
         if seed not in self.logs and self.cached_path(seed).exists():
             state = load_or_set_aside(self.cached_path(seed))
-            self.logs[seed] = None if state is None else state.get("train_log")
+            self.logs[seed] = None if state is None else _with_digest(state.get("train_log"), state["model"])
         return self.logs.get(seed)
 
     def upstream_time(self, seeds) -> float:

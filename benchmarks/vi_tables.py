@@ -105,7 +105,7 @@ class Runs:
                          "sigma1_mean": (diag.get("sigma_final") or {}).get("mean"),
                          "k": idr["cost.stochastic_params"].iloc[0],
                          "status": idr["validity.status"].iloc[0], "validity": idr["validity"].iloc[0],
-                         "map_fp": _map_fingerprint(diag),
+                         "map_fp": _map_fingerprint(diag), "map_sha": _map_sha(diag),
                          "train_s": idr["cost.train_time_s"].iloc[0]})
         return pd.DataFrame(rows)
 
@@ -146,6 +146,13 @@ class Runs:
         g = self.df[(self.df["config_hash"] == h) & (self.df["kind"] == "id")].set_index("seed")
         extra = [{"seed": seed, **extract(g.loc[seed, "diagnostics"] or {}, seed)} for seed in p["seed"]]
         return p.merge(pd.DataFrame(extra), on="seed") if extra else p
+
+
+def _map_sha(diag: dict) -> str | None:
+    """The weights' digest of the MAP network a run started from (``map_training.network_sha``;
+    records of earlier code lack it, and pair by :func:`_map_fingerprint` alone)."""
+    log = diag.get("map_training") if isinstance(diag, dict) else None
+    return log.get("network_sha") if isinstance(log, dict) else None
 
 
 def _map_fingerprint(diag: dict) -> str | None:
@@ -277,12 +284,14 @@ def table_main(runs: Runs) -> list[list[str]]:
 
 def paired(a: pd.DataFrame, b: pd.DataFrame, col: str, fmt: str) -> str:
     """Mean ± std over seeds of the per-seed difference a - b (seeds both have, and, where both rows
-    start from a MAP network, the same one: ``map_fp``), signed mean."""
+    start from a MAP network, the same one: equal ``map_fp`` and, where both records have it, equal
+    ``map_sha``), signed mean."""
     m = (a.set_index("seed")[col] - b.set_index("seed")[col]).dropna()
-    if "map_fp" in a and "map_fp" in b:
-        fa, fb = a.set_index("seed")["map_fp"], b.set_index("seed")["map_fp"]
-        m = m[[not (isinstance(fa.get(s), str) and isinstance(fb.get(s), str) and fa.get(s) != fb.get(s))
-               for s in m.index]]
+    for key in ("map_fp", "map_sha"):
+        if key in a and key in b:
+            fa, fb = a.set_index("seed")[key], b.set_index("seed")[key]
+            m = m[[not (isinstance(fa.get(s), str) and isinstance(fb.get(s), str) and fa.get(s) != fb.get(s))
+                   for s in m.index]]
     if not len(m):
         return "-"
     if len(m) == 1:

@@ -87,3 +87,7 @@ def test_paired_differences_only_between_runs_on_the_same_map_network():
     assert paired(a, b, "x", "{:+.1f}") == "+0.5"  # seed 1 started from another MAP network
     scratch = pd.DataFrame({"seed": [0, 1], "x": [0.0, 0.0], "map_fp": [None, None]})  # trained from scratch
     assert paired(a, scratch, "x", "{:+.1f}").startswith("+1.5 ± 0.7 (n 2)")
+    # the weights' digest, where both records have it, decides too: the same curve, other weights
+    a["map_sha"], b["map_sha"] = ["s0", "s1"], ["other", None]
+    b["map_fp"] = ["m0", "m1"]
+    assert paired(a, b, "x", "{:+.1f}") == "+2.0"  # seed 0: another network; seed 1: no digest in b

@@ -374,6 +374,40 @@ def test_map_cache_keeps_the_validation_curve_without_changing_the_network(tmp_p
     assert again.training_log(0)["val_nll"] == log["val_nll"]
 
 
+def test_map_cache_names_the_network_by_a_digest_of_its_weights(tmp_path):
+    """Every record built on a MAP network carries its identity (``map_training.network_sha``), a
+    SHA-256 of the weights recomputed here by hand: the same network read back gives the same one,
+    another seed's another, and a checkpoint of earlier code without it gets it when read."""
+    import hashlib
+
+    from bench.checkpoints import MapCache
+    from bench.torch_files import load_torch, save_torch
+
+    x, y = blobs(96, 0)
+    build = partial(build_model, "lenet_300_100", (1, 4, 4), 3)
+    train = TrainConfig(epochs=2, batch_size=32, lr=0.05, momentum=0.9, weight_decay=1e-5)
+    key = {"model": "lenet_300_100", "suite": "t"}
+    cache = MapCache(tmp_path, key, build, classification(3), x, y, train, torch.device("cpu"))
+    net = cache.get(0)
+    h = hashlib.sha256()
+    for name, t in net.state_dict().items():
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode() + t.numpy().tobytes())
+    assert cache.training_log(0)["network_sha"] == h.hexdigest()[:16]
+    cache.get(1)
+    assert cache.training_log(1)["network_sha"] != cache.training_log(0)["network_sha"]
+    fresh = MapCache(tmp_path, key, build, classification(3), x, y, train, torch.device("cpu"))
+    assert fresh.training_log(0)["network_sha"] == h.hexdigest()[:16]
+    # a checkpoint written before the digest: read with it
+    state = load_torch(cache.path(0))
+    state["train_log"].pop("network_sha")
+    save_torch(state, cache.path(0))
+    reader = MapCache(tmp_path, key, build, classification(3), x, y, train, torch.device("cpu"))
+    assert reader.training_log(0)["network_sha"] == h.hexdigest()[:16]
+    loaded = MapCache(tmp_path, key, build, classification(3), x, y, train, torch.device("cpu"))
+    loaded.get(0)
+    assert loaded.training_log(0)["network_sha"] == h.hexdigest()[:16]
+
+
 def test_selection_prefers_candidates_that_pass_their_checks():
     """The one tuning procedure chooses the lowest validation score among the fits that pass their
     validity checks; when none does it chooses among all and says the choice is not evidence."""
