@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -648,8 +649,9 @@ def cmd_tune(args) -> int:
         from bench.config import parse_sets, resolve_plan
         from methods import METHODS
 
-        swept = resolve_plan(suite, args.profile, [m], parse_sets([*tuning.sweep_sets(m), *args.sets]),
-                             method_registry=METHODS).methods.get(m, [])
+        plan = resolve_plan(suite, args.profile, [m], parse_sets([*tuning.sweep_sets(m), *args.sets]),
+                            method_registry=METHODS)
+        swept = plan.methods.get(m, [])
         try:
             from bench.plugins import identity_fields
 
@@ -659,7 +661,8 @@ def cmd_tune(args) -> int:
         except BenchError as exc:
             failed[m] = str(exc)
             continue
-        entries[m] = tuning.summarize(m, choices)
+        # the training budget the choice was made at: a choice made at another budget is not this one's
+        entries[m] = {**tuning.summarize(m, choices), "train": dataclasses.asdict(plan.train)}
     path = tuning.write_tuning(args.out, args.suite, args.profile, entries, failed, args.sets)
     print(tuning.tuning_markdown(tuning.read_tuning(path)))
     print(f"tuning: {path}")

@@ -214,6 +214,34 @@ def stored_choice(results: str | Path, suite: str, profile: str, method: str, mo
     return next((c for c in entry.get("choices", []) if c["model"] == model), None)
 
 
+def budget_difference(results: str | Path, suite: str, profile: str, method: str, sets=()) -> str | None:
+    """How the training budget the stored choice of ``method`` was made at differs from the one
+    ``profile`` (with ``sets``) trains at now, e.g. ``"epochs 10 (the profile now: 15)"``; None when
+    they are the same. A choice at another budget is not this budget's: rerun ``bench tune``.
+    Entries of earlier code, which did not store the budget, are judged by the training options
+    their sweeps set (``train.*`` in their ``sets``)."""
+    import dataclasses
+
+    from bench.config import parse_sets, resolve_plan
+    from bench.suites import SUITES
+    from methods import METHODS
+
+    path = tuning_path(results, suite, profile)
+    entry = (read_tuning(path).get("methods") or {}).get(method) if path.is_file() else None
+    if not entry:
+        return None
+    now = dataclasses.asdict(resolve_plan(SUITES.get(suite)(), profile, [method], parse_sets(list(sets)),
+                                          method_registry=METHODS).train)
+    then = entry.get("train")
+    if not isinstance(then, dict):
+        then = dict(now)
+        for key, values in parse_sets(entry.get("sets") or []).items():
+            if key.startswith("train.") and len(values) == 1:
+                then[key.split(".", 1)[1]] = values[0]
+    diff = [f"{k} {then.get(k)!r} (the profile now: {v!r})" for k, v in now.items() if then.get(k, v) != v]
+    return "; ".join(diff) or None
+
+
 def chosen_configs(results_dirs) -> dict[tuple[str, str, str, str], str]:
     """``(suite, profile, model, method) -> config_hash`` of every configuration a stored tuning
     (``<results>/<suite>/tuning/<profile>.json``) chose."""

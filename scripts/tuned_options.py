@@ -6,7 +6,9 @@ scripts whose ablations and controls run at it (scripts/vi_runs.sh):
 e.g. `scripts/tuned_options.py docs/tuning mnist_rotated quick pbn lenet_300_100` prints
 `--set pbn.beta_start=0.01 --set pbn.rho_lr=0.05`. Reads `<TUNING_RESULTS>/<SUITE>/tuning/<PROFILE>.json`
 (bench/tuning.py), or the kept archive's copy of it. Exit 2 when the method has no choice there, or
-when its choice is not among fits that pass their validity checks (not a setting to run ablations at)."""
+when its choice is not among fits that pass their validity checks (not a setting to run ablations at),
+or when it was made at another training budget than the profile's now (a choice at 10 epochs is not
+one at 15)."""
 from __future__ import annotations
 
 import sys
@@ -20,7 +22,7 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     results, suite, profile, method, model = argv
-    from bench.tuning import stored_choice, tuning_path
+    from bench.tuning import budget_difference, stored_choice, tuning_path
 
     path = tuning_path(results, suite, profile)
     if not path.is_file():
@@ -34,6 +36,11 @@ def main(argv: list[str]) -> int:
     if not choice.get("chosen_among_valid", True):
         print(f"tuned_options: the choice for {method} on {model} in {path} is not among fits that pass their "
               "validity checks", file=sys.stderr)
+        return 2
+    differs = budget_difference(results, suite, profile, method)
+    if differs:
+        print(f"tuned_options: the choice for {method} on {model} in {path} was made at another training budget: "
+              f"{differs}; rerun python -m bench tune --suite {suite} --profile {profile}", file=sys.stderr)
         return 2
     print(" ".join(f"--set {method}.{k}={v}" for k, v in choice["chosen"].items()))
     return 0

@@ -31,6 +31,12 @@ def test_sweep_sets_are_the_space():
     assert tuning.sweep_sets("pbn") == ["pbn.beta_start=0.01,0.2", "pbn.rho_lr=0.01,0.05"]
 
 
+def df_epochs(out) -> int:
+    """The training epochs of the records under ``out`` (one budget)."""
+    (epochs,) = {tc["epochs"] for tc in load_records(out, "toy")["train_config"]}
+    return epochs
+
+
 def test_tune_sweeps_the_space_and_chooses_the_lowest_validation_nll(tmp_path, capsys):
     """toy smoke, MC dropout: four fits (p 0.05 .. 0.3); the choice equals the argmin of the mean
     validation NLL recomputed here from the records (among the candidates whose verdict is ok)."""
@@ -42,6 +48,8 @@ def test_tune_sweeps_the_space_and_chooses_the_lowest_validation_nll(tmp_path, c
     assert doc["configs_per_method"] == 4 and list(doc["methods"]) == ["mc_dropout"]
     entry = doc["methods"]["mc_dropout"]
     assert entry["space"] == {"p": [0.05, 0.1, 0.2, 0.3]} and len(entry["choices"]) == 1
+    # the training budget the choice was made at (scripts/tuned_options.py refuses it at another)
+    assert entry["train"]["epochs"] == df_epochs(out)
     choice = entry["choices"][0]
     df = load_records(out, "toy")
     val = df[(df["kind"] == "val") & (df["method"] == "mc_dropout")]
