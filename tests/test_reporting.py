@@ -204,8 +204,16 @@ def md_table(md: str, contains: str):
 
 
 def mean_std_text(values):
+    """The tables' ``mean ± std``, computed here: the std to two significant digits, the mean to the
+    same decimals (at most four significant digits); one value: four decimals."""
+    import math
+
     m = statistics.fmean(values)
-    return f"{m:.4f} ± {statistics.stdev(values):.4f}" if len(values) > 1 else f"{m:.4f}"
+    if len(values) < 2:
+        return f"{m:.4f}"
+    sd = statistics.stdev(values)
+    d = min(max(0, 1 - math.floor(math.log10(sd))), max(0, 3 - math.floor(math.log10(abs(m)))))
+    return f"{m:.{d}f} ± {sd:.{d}f}"
 
 
 @pytest.fixture(scope="module")
@@ -818,3 +826,25 @@ def test_configurations_of_one_label_are_named_by_the_settings_they_differ_in():
            {**row("bbbbbbbb", 0.05), "suite": "camvid_multilabel", "data_config": {"n_per_cell": 60, "augment": True}}]
     assert list(_unique_labels(pd.DataFrame(aug))) == ["deterministic [data.augment=false]",
                                                        "deterministic [data.augment=true]"]
+
+
+def test_a_marked_rows_reasons_are_a_list_under_the_table_not_the_caption():
+    """Why a row is not method evidence: one list item per marked row under the table (HTML and
+    markdown), not one run-on caption (a board with many marked rows read as a wall of text)."""
+    from bench.reporting.render import _html_table, markdown_table
+    from bench.reporting.tables import Column, Table, _mark_rows
+    from bench.validity import FAILED, OK
+
+    idx = ["a", "b[p=0.1]", "c"]
+    t = Table("board", [Column("x", "x ↓", "min")], pd.DataFrame({"x": [0.3, 0.1, 0.2]}, index=idx),
+              pd.DataFrame({"x": [0.01, 0.01, 0.01]}, index=idx), pd.DataFrame({"x": [3, 3, 3]}, index=idx),
+              caption="Mean ± std.")
+    _mark_rows(t, {"a": (OK, []), "b[p=0.1]": (FAILED, ["map_converged: still improving (seed 1)"]),
+                   "c": (FAILED, ["informative: uninformed"])})
+    md = markdown_table(t)
+    assert "- b[p=0.1] ✗: map_converged: still improving (seed 1)\n- c ✗: informative: uninformed" in md
+    caption = md.split("\n\n")[1]
+    assert "still improving" not in caption and "listed under the table" in caption
+    html = _html_table(t)
+    assert html.count("<li>") == 2 and "<li>c ✗: informative: uninformed</li>" in html
+    assert "still improving" not in html.split("<caption>")[1].split("</caption>")[0]

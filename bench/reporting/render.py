@@ -37,6 +37,7 @@ td.code { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: .92e
           white-space: pre-wrap; overflow-wrap: anywhere; min-width: 24em; }
 td.label { max-width: 22em; overflow-wrap: anywhere; }
 caption { caption-side: bottom; text-align: left; color: #555; font-size: .9em; padding-top: .4em; }
+ul.notes { color: #555; font-size: .85em; margin-top: .2em; }
 figure { margin: 1.2em 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { color: #555; font-size: .9em; margin-top: .3em; }
@@ -75,6 +76,8 @@ def _html_table(t: Table) -> str:
             cells.append(f'<td class="{cls}">{_e(t.cell_text(row, c.key)).replace(" ± ", " ±&nbsp;")}</td>')
         out.append(f'<tr><th scope="row">{_breakable(row)}</th>{"".join(cells)}</tr>')
     out.append("</tbody></table></div>")
+    if t.notes:
+        out.append('<ul class="notes">' + "".join(f"<li>{_breakable(n)}</li>" for n in t.notes) + "</ul>")
     return "\n".join(out)
 
 
@@ -191,6 +194,8 @@ def _md_table(t: Table) -> str:
     out = "\n".join(lines)
     if t.caption:
         out += f"\n\n_{_md_escape(t.caption)}_"
+    if t.notes:
+        out += "\n\n" + "\n".join(f"- {_md_escape(n)}" for n in t.notes)
     return out
 
 

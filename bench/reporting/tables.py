@@ -53,6 +53,8 @@ class Table:
     texts: dict = field(default_factory=dict)
     #: key -> (best rows, tied rows), replacing the default "best = the top mean" marking
     marks: dict = field(default_factory=dict)
+    #: one line per marked row (why it is not method evidence), shown as a list under the table
+    notes: list = field(default_factory=list)
 
     @property
     def rows(self) -> list[str]:
@@ -128,11 +130,16 @@ def format_number(x, integers: bool = False) -> str:
 
 
 def format_mean_std(mean, std=None, integers: bool = False) -> str:
-    """``mean ± std``, or just ``mean`` when the std is missing (one seed)."""
+    """``mean ± std`` rounded to what the std supports, as the leaderboard prints it
+    (:func:`bench.leaderboard.stats.format_value`: the std to two significant digits, the mean to the
+    same decimals, at most four significant digits), so that a report's tables and the leaderboard
+    read alike; just ``mean`` (:func:`format_number`) when the std is missing (one seed)."""
     m = format_number(mean, integers)
     if m == "–" or std is None or not np.isfinite(float(std)):
         return m
-    return f"{m} ± {format_number(std, integers)}"
+    from bench.leaderboard.stats import format_value
+
+    return format_value(float(mean), float(std), integers=integers)
 
 
 def mean_std_text(values, fmt: str = "{:.4f}", empty: str = "-") -> str:
@@ -227,7 +234,8 @@ def _mark_rows(table: Table, validity: dict) -> None:
     table.texts = {(shown.get(r, r), k): v for (r, k), v in table.texts.items()}
     table.marks = {k: ({shown[r] for r in b}, {shown[r] for r in t}) for k, (b, t) in table.marks.items()}
     table.caption = (table.caption + " ✗: fails its validity checks, ?: could not be checked (bench.validity): not "
-                     "method evidence, never marked. " + " ".join(f"[{n}]" for n in notes))
+                     "method evidence, never marked; the reasons are listed under the table.")
+    table.notes = notes
 
 
 def _reference_row(table: Table, df: pd.DataFrame) -> None:
