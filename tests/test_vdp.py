@@ -678,7 +678,7 @@ def test_kl_scale_at_its_earlier_behaviour_keeps_the_kept_records_identity(metho
             and r["record"]["model"] == "lenet_300_100"}
     assert kept, "no kept record to compare with"
     suite = SUITES.get("mnist_rotated")()
-    # the kept records ran the quick profile's earlier 5 epochs (the profile trains 10 now; the
+    # the kept records ran the quick profile's earlier 5 epochs (the profile trains 15 now; the
     # training budget is part of a cell's identity)
     plan = resolve_plan(suite, "quick", [method], {"train.epochs": [5]}, method_registry=METHODS)
     (cfg,) = plan.methods[method]
