@@ -28,7 +28,7 @@ def test_a_choice_at_the_end_of_three_or_more_values_is_named():
 
 
 def test_sweep_sets_are_the_space():
-    assert tuning.sweep_sets("pbn") == ["pbn.beta_start=0.01,0.2", "pbn.rho_lr=0.01,0.05"]
+    assert tuning.sweep_sets("pbn") == ["pbn.beta_start=0.01,0.2", "pbn.rho_lr=0.05,0.1"]
 
 
 def df_epochs(out) -> int:
