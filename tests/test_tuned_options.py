@@ -57,9 +57,11 @@ def test_a_choice_made_at_another_training_budget_is_refused(tmp_path):
         assert _run(tmp_path, "mnist_rotated", "quick", "pbn", "lenet_300_100").returncode == 0
 
 
-def test_the_kept_tuning_is_refused_at_the_profiles_new_budget():
-    """The kept rotated-MNIST tuning (docs/tuning), which scripts/vi_runs.sh reads, ran at 10 epochs;
-    the quick profile trains 15 since (docs/validity.md): no ablation runs at it until it is redone."""
-    root = Path(__file__).resolve().parents[1] / "docs" / "tuning"
-    out = _run(root, "mnist_rotated", "quick", "pbn", "lenet_300_100")
-    assert out.returncode == 2 and "epochs 10 (the profile now: 15)" in out.stderr
+def test_the_kept_tuning_gives_pbn_a_verified_configuration_at_the_profiles_budget():
+    """The kept rotated-MNIST tuning (docs/tuning), which scripts/vi_runs.sh reads, ran at the quick
+    profile's budget and has one; the 10-epoch tuning kept beside it is refused at that budget."""
+    root = Path(__file__).resolve().parents[1] / "docs"
+    out = _run(root / "tuning", "mnist_rotated", "quick", "pbn", "lenet_300_100")
+    assert out.returncode == 0 and out.stdout.startswith("--set pbn."), out.stderr
+    old = _run(root / "tuning-10-epochs", "mnist_rotated", "quick", "pbn", "lenet_300_100")
+    assert old.returncode == 2 and "epochs 10 (the profile now: 15)" in old.stderr

@@ -36,9 +36,10 @@ class MnistRotated(Suite):
             # it passed map_converged on one machine and failed it on another (2.2 % over its last
             # fifth against the 2 % limit): the budget sat at the check's edge, and a refit flipped
             # every verdict built on it. At 15 the last fifth improves on the best validation NLL
-            # before it by 0.4 %, -0.1 % and -3.1 % (MAP, seeds 0-2; negative: no new best) and by
-            # 0.3-0.7 % (MC dropout), a margin the 2 % limit keeps across refits (docs/validity.md). The kept 5- and 10-epoch records (docs/records, docs/tuning,
-            # docs/ablations) keep their own identity: the budget is part of a cell's.
+            # before it by 0.4 %, -0.1 % and -3.1 % (MAP, seeds 0-2; negative: no new best), a
+            # margin the 2 % limit keeps across refits (docs/validity.md). The kept 5- and 10-epoch
+            # records (docs/records, docs/tuning-10-epochs, docs/ablations) keep their own identity:
+            # the budget is part of a cell's.
             "models": ["lenet_300_100", "lenet5"], "seeds": [0, 1, 2],
             "train": {"epochs": 15, "batch_size": 128, "lr": 0.05, "momentum": 0.9, "weight_decay": 1e-5,
                       "schedule": "cosine"},
@@ -52,8 +53,9 @@ class MnistRotated(Suite):
             # The README's main job: every default method, three seeds, about 20 minutes on 2 CPU
             # cores (measured from a fresh clone, docs/running.md). The training set is a fixed
             # 10,000-image subset so that every method fits three times; the evaluation sets are
-            # complete. Options the tuning protocol chose on the quick profile's validation split
-            # (docs/tuning, python -m bench tune) are the methods' settings here.
+            # complete. Options the tuning protocol chose on the quick profile's validation split at
+            # its earlier 10 epochs (docs/tuning-10-epochs, python -m bench tune) are the methods'
+            # settings here.
             # 25 epochs: at 15 the MAP network still improved 2.9 % over its last fifth (map_converged);
             # at 25 the MAP networks of seeds 0-2 pass.
             "models": ["lenet_300_100"], "seeds": [0, 1, 2],
@@ -63,7 +65,8 @@ class MnistRotated(Suite):
             # grid took 25 min (subnet Laplace alone 9); the test subset is a fixed, seeded random one
             # (datasets.splits.subset), its accuracy standard error ~0.3 points per angle
             "data": {"n_train": 8_000, "n_val": 5_000, "n_test": 5_000},
-            # docs/tuning/mnist_rotated/tuning/quick.json (the other tuned methods chose their defaults)
+            # docs/tuning-10-epochs/mnist_rotated/tuning/quick.json (the other tuned methods chose
+            # their defaults)
             "methods": {"pbn": {"beta_start": 0.01, "rho_lr": 0.05}, "mfvi": {"beta_start": 0.01, "rho_lr": 0.05},
                         "vdp": {"kl_weight": 0.01}},
             "note": ("tour profile: the 20-minute main job; 8,000 training images (a fixed subset), 5,000 "
