@@ -24,11 +24,12 @@ from methods.mfvi import MFVI  # noqa: E402
 from methods.ssvi import SSVI  # noqa: E402
 
 
-def load_runs(results: str, suite: str, model: str, profile: str) -> list[dict]:
+def load_runs(results: str, suite: str, model: str, profile: str, epochs: int | None = None) -> list[dict]:
     """One dict per (configuration, seed) of ``ssvi`` / ``mfvi``: config, diagnostics, cost and the
     summary metrics, from the records under ``results`` in either layout (a results folder, or a kept
     archive such as ``docs/ablations``: :func:`bench.store.load_records`). A seed enters only with its
-    clean-test record and every shift set the suite has."""
+    clean-test record and every shift set the suite has; with ``epochs``, only runs of that training
+    budget (a kept archive holds the grid of more than one)."""
     import pandas as pd
 
     from bench.store import load_records
@@ -40,6 +41,8 @@ def load_runs(results: str, suite: str, model: str, profile: str) -> list[dict]:
     df = attach_validity(df)
     df = df[(df["profile"] == profile) & (df["model"] == model) & (df["status"] == "ok")
             & df["method"].isin(["ssvi", "mfvi"])]
+    if epochs is not None:
+        df = df[[isinstance(t, dict) and t.get("epochs") == epochs for t in df["train_config"]]]
     n_shift = len(df[df["kind"] == "shift"][["shift", "severity"]].drop_duplicates())
     cost_cols = [c for c in df.columns if c.startswith("cost.")]
     runs = []
@@ -213,11 +216,13 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="lenet_300_100")
     ap.add_argument("--profile", default="quick")
     ap.add_argument("--density", type=float, default=0.1)
+    ap.add_argument("--epochs", type=int, default=None, help="only runs of this training budget")
     ap.add_argument("--out", default=None, help="also write the markdown here")
     args = ap.parse_args(argv)
-    runs = load_runs(args.results, args.suite, args.model, args.profile)
+    runs = load_runs(args.results, args.suite, args.model, args.profile, args.epochs)
+    budget = f", {args.epochs} epochs" if args.epochs is not None else ""
     text = "\n\n".join([
-        f"# SSVI tables: {args.suite}, {args.model}, profile {args.profile}",
+        f"# SSVI tables: {args.suite}, {args.model}, profile {args.profile}{budget}",
         "## Density sweep: SSVI against its own dense model (density 1) and mfvi (equal epochs)", density_table(runs),
         f"## Removal criteria at density {args.density:g}", criteria_table(runs, args.density),
         "## Other variants (density 0.1 unless listed)", variants_table(runs),
