@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -662,7 +661,7 @@ def cmd_tune(args) -> int:
             failed[m] = str(exc)
             continue
         # the training budget the choice was made at: a choice made at another budget is not this one's
-        entries[m] = {**tuning.summarize(m, choices), "train": dataclasses.asdict(plan.train)}
+        entries[m] = {**tuning.summarize(m, choices), "train": plan.train.to_dict()}
     path = tuning.write_tuning(args.out, args.suite, args.profile, entries, failed, args.sets)
     print(tuning.tuning_markdown(tuning.read_tuning(path)))
     print(f"tuning: {path}")

@@ -206,14 +206,18 @@ def read_tuning(path: Path) -> dict:
     return doc
 
 
+def stored_entry(results: str | Path, suite: str, profile: str, method: str) -> dict:
+    """The stored tuning's entry of ``method`` (``<results>/<suite>/tuning/<profile>.json``: its space,
+    choices, ``sets`` and training budget); empty when there is no stored tuning or no such entry."""
+    path = tuning_path(results, suite, profile)
+    return ((read_tuning(path).get("methods") or {}).get(method) or {}) if path.is_file() else {}
+
+
 def stored_choice(results: str | Path, suite: str, profile: str, method: str, model: str) -> dict | None:
     """The choice the stored tuning (``<results>/<suite>/tuning/<profile>.json``) made for ``method`` on
     ``model`` (``chosen``, ``chosen_among_valid``, the candidates); None when there is no stored tuning
     or it has no such choice."""
-    path = tuning_path(results, suite, profile)
-    if not path.is_file():
-        return None
-    entry = (read_tuning(path).get("methods") or {}).get(method) or {}
+    entry = stored_entry(results, suite, profile, method)
     return next((c for c in entry.get("choices", []) if c["model"] == model), None)
 
 
@@ -223,18 +227,15 @@ def budget_difference(results: str | Path, suite: str, profile: str, method: str
     they are the same. A choice at another budget is not this budget's: rerun ``bench tune``.
     Entries of earlier code, which did not store the budget, are judged by the training options
     their sweeps set (``train.*`` in their ``sets``)."""
-    import dataclasses
-
     from bench.config import parse_sets, resolve_plan
     from bench.suites import SUITES
     from methods import METHODS
 
-    path = tuning_path(results, suite, profile)
-    entry = (read_tuning(path).get("methods") or {}).get(method) if path.is_file() else None
+    entry = stored_entry(results, suite, profile, method)
     if not entry:
         return None
-    now = dataclasses.asdict(resolve_plan(SUITES.get(suite)(), profile, [method], parse_sets(list(sets)),
-                                          method_registry=METHODS).train)
+    now = resolve_plan(SUITES.get(suite)(), profile, [method], parse_sets(list(sets)),
+                       method_registry=METHODS).train.to_dict()
     then = entry.get("train")
     if not isinstance(then, dict):
         then = dict(now)

@@ -31,22 +31,28 @@ def networks(df, model: str, methods) -> list[dict]:
         logs = (r["diagnostics"] or {}).get("map_training") if isinstance(r["diagnostics"], dict) else None
         if logs is None:
             continue
-        who = r["method_label"] if r["method"] in OWN_NETWORK else "MAP"
-        if methods and (r["method"] if r["method"] in OWN_NETWORK else "MAP") not in methods:
+        own = r["method"] in OWN_NETWORK
+        if methods and (r["method"] if own else "MAP") not in methods:
             continue
+        who = r["method_label"] if own else "MAP"
         for i, log in enumerate([logs] if isinstance(logs, dict) else logs):
             curve = tuple((log or {}).get("val_nll") or ())
             if not curve or any(v is None for v in curve) or (who, curve) in seen:
                 continue
             seen.add((who, curve))
             res = CHECKS.get("map_converged").fn({"diagnostics": {"map_training": log}})
-            t0 = max(1, int(round(len(curve) * (1 - PLATEAU_TAIL))))
+            num = res.numbers  # the check's own best-before / best-in-the-tail values
+            if not num:  # too few epochs for the check: nothing to show
+                continue
+            t0 = max(1, int(round(len(curve) * (1 - PLATEAU_TAIL))))  # where the tail begins, as the check cuts it
             n_train = (r["data_config"] or {}).get("n_train") if isinstance(r["data_config"], dict) else None
             rows.append({"network": who + (f" member {i}" if isinstance(logs, list) and len(logs) > 1 else ""),
-                         "train": "all" if n_train is None else f"{int(n_train):,}", "epochs": len(curve), "seed": int(r["seed"]), "date": str(r["finished_at"])[:10],
-                         "before": min(curve[:t0]), "tail": min(curve[t0:]),
-                         "gain": res.numbers.get("tail_improvement") if res.numbers else None,
-                         "gain_at_start": (curve[t0 - 1] - min(curve[t0:])) / curve[t0 - 1], "status": res.status})
+                         "train": "all" if n_train is None else f"{int(n_train):,}", "epochs": len(curve),
+                         "seed": int(r["seed"]), "date": str(r["finished_at"])[:10],
+                         "before": num["val_nll_best_before_tail"], "tail": num["val_nll_tail_best"],
+                         "gain": num["tail_improvement"],
+                         "gain_at_start": (curve[t0 - 1] - num["val_nll_tail_best"]) / curve[t0 - 1],
+                         "status": res.status})
     return sorted(rows, key=lambda x: (x["network"], x["train"], x["epochs"], x["seed"], x["date"]))
 
 

@@ -26,14 +26,8 @@ from bench.checkpoints import load_torch  # noqa: E402
 from bench.selection import choose_on_validation  # noqa: E402
 from vi_tables import Runs, cfg_of, ms, paired, render, table_cli  # noqa: E402
 
+from bench.config import method_label  # noqa: E402
 from methods import METHODS  # noqa: E402
-
-
-def _same(a, b) -> bool:
-    try:
-        return float(a) == float(b)
-    except (TypeError, ValueError):
-        return a == b
 
 ABLATIONS = [({"likelihood": "gaussian", "var_floor": 0.0}, "eq. 11 Gaussian, no floor"),
              ({"likelihood": "gaussian", "var_floor": 0.01}, "eq. 11 Gaussian, floor 1e-2 (the old default)"),
@@ -123,10 +117,8 @@ def table_main(runs: Runs) -> list[list[str]]:
         row("deterministic (shared MAP: SGD 0.05, weight decay 1e-5)", vdp_rows(runs, base[0][0]), vdp=False)
     if ctrl is not None:
         row("deterministic, VDP++'s recipe (Adam 1e-3, no weight decay, cross-entropy)", ctrl, vdp=False)
-    for h, cfg in runs.configs("mfvi"):  # labelled by the options that differ from its defaults (a tuned one)
-        own = {k: v for k, v in cfg.items() if not _same(v, METHODS.get("mfvi").defaults.get(k))}
-        row("mfvi" + (f" ({', '.join(f'{k} {v:g}' if isinstance(v, float) else f'{k} {v}' for k, v in sorted(own.items()))})"
-                      if own else ""), vdp_rows(runs, h), vdp=False)
+    for h, cfg in runs.configs("mfvi"):  # labelled as the leaderboard labels it: the options off its defaults
+        row(method_label("mfvi", cfg, METHODS.get("mfvi").defaults), vdp_rows(runs, h), vdp=False)
     choice = chosen_kl(runs)
     k_chosen = choice["chosen"]["kl_weight"] if choice else None
     for h, cfg in sorted(runs.configs("vdp", **DEFAULTS), key=lambda t: float(t[1]["kl_weight"])):
