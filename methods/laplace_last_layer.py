@@ -87,8 +87,19 @@ class LaplaceLastLayer(LaplaceMethod):
         if self.config["link_approx"] == "probit":
             from bench.laplace.kron_diag import last_layer_kron_variance
 
-            return last_layer_kron_variance(self.la, x)
+            return last_layer_kron_variance(self.la, x, self.posterior_precision())
         return super().glm_moments(x)
+
+    def posterior_precision(self):
+        """laplace-torch's ``posterior_precision``, computed once per posterior and prior precision:
+        its Kronecker product with the Hessian's factor reads that factor on the host, a CUDA
+        synchronisation in every predict batch otherwise (found by the device's cuda tests)."""
+        la = self.la
+        key = (la, la.H, la.prior_precision)
+        cached = getattr(self, "_precision_cache", None)
+        if cached is None or any(a is not b for a, b in zip(cached[0], key)) or cached[1] != key[2]._version:
+            self._precision_cache = cached = (key, key[2]._version, la.posterior_precision)
+        return cached[2]
 
     #: the prior search keeps the validation features (N_val x D floats) up to this size
     FEATURE_CACHE_BYTES = 1 << 30
@@ -110,7 +121,8 @@ class LaplaceLastLayer(LaplaceMethod):
                     return super().val_predictors(chunks)
                 cached.append((f_mu, phi, y))
         K = self.ctx.task.num_outputs
-        return [(lambda f_mu=f_mu, phi=phi: probit_probs(f_mu, last_layer_kron_variance_of_features(self.la, phi, K)).float(),
+        return [(lambda f_mu=f_mu, phi=phi: probit_probs(f_mu, last_layer_kron_variance_of_features(
+                     self.la, phi, K, self.posterior_precision())).float(),
                  y) for f_mu, phi, y in cached]
 
     def num_stochastic_params(self):
