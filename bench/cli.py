@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -422,8 +423,40 @@ def cmd_run(args) -> int:
     from datasets.roots import resolve_data_root
 
     suite.data_root = resolve_data_root(args.data_root)  # the folder suite lists its tree there to check a model spec
+    suite.results_dir = Path(args.out)
     plan = resolve_plan(suite, args.profile, methods, parse_sets(args.sets), seeds=args.seeds, method_registry=METHODS)
+    if not args.dry_run:
+        run_backbone(args, suite, plan)
     return run_plan(args, suite, plan, methods)[0]
+
+
+def run_backbone(args, suite, plan) -> None:
+    """The run a suite's networks start from (``Suite.backbone_run``: camvid_multilabel's
+    ``data.backbone=camvid``, the camvid suite's MAP UNet), made first in the same results folder
+    when its network is not there yet; then the planned models are checked against it (exit 2
+    when they do not fit, nothing else run)."""
+    run = suite.backbone_run(plan.data) if hasattr(suite, "backbone_run") else None
+    if run is None or suite.camvid_backbone_path(plan.data).is_file():
+        return
+    argv = ["run", "--suite", run["suite"], "--profile", run["profile"], "--methods", ",".join(run["methods"]),
+            "--seeds", ",".join(map(str, run["seeds"])), "--out", str(args.out), "--device", args.device]
+    for key, values in run["sets"].items():
+        argv += ["--set", f"{key}={json.dumps(values[0], separators=(',', ':')).strip(chr(34))}"]
+    argv += ["--data-root", str(args.data_root)] if args.data_root else []
+    argv += ["--threads", str(args.threads)] if args.threads else []
+    argv += ["--loader-workers", "auto" if args.loader_workers < 0 else str(args.loader_workers)]
+    argv += [flag for flag, on in (("--quiet", args.quiet), ("--no-report", args.no_report),
+                                   ("--no-download", args.no_download)) if on]
+    if not args.quiet:
+        print(f"[{suite.name}] data.backbone={plan.data['backbone']}: its network is made first: bench "
+              f"{' '.join(argv)}", file=sys.stderr)
+    code = cmd_run(build_parser().parse_args(argv))
+    path = suite.camvid_backbone_path(plan.data)
+    if code != 0 or not path.is_file():
+        raise BenchError(f"{suite.name}: data.backbone={plan.data['backbone']}: the run that makes it (bench "
+                         f"{' '.join(argv)}) left no network at {path} (exit {code})")
+    for model in plan.models:
+        suite.check_model(model, plan.data)
 
 
 def run_plan(args, suite, plan, methods: list[str]):

@@ -331,8 +331,9 @@ def cell_identity(suite, plan: RunPlan, store: ResultsStore, registry, model_nam
     label = method_label(method_name, cfg, cls.defaults)
     later = getattr(cls, "LATER_OPTIONS", {})  # at the earlier behaviour: not part of the identity
     ident_cfg = {k: v for k, v in cfg.items() if not (k in later and v == later[k])}
+    model_ident = model_identity(suite, plan.data, model_name)
     identity = {"suite": suite.name, "method": method_name, "method_config": ident_cfg, "model": model_name,
-                "train": plan.train.to_dict(), "data": plan.data, **model_identity(suite, plan.data, model_name)}
+                "train": plan.train.to_dict(), "data": plan.data, **model_ident}
     from bench.plugins import identity_fields, record_fields
 
     # a plugin's source hash: an edited plugin makes new cells (a built-in adds nothing: kept hashes hold)
@@ -343,6 +344,8 @@ def cell_identity(suite, plan: RunPlan, store: ResultsStore, registry, model_nam
             "model": model_name, "seed": seed, "train_config": plan.train.to_dict(),
             "data_config": plan.data, "git_commit": git_commit(), "versions": versions(),
             "device": device_description(device), **worker_identity(), **record_fields(cls)}
+    if model_ident:  # what the model's name does not say: a spec's source hash, a backbone's weights
+        base["model_identity"] = model_ident
     if plan.note:
         base["eval_note"] = plan.note
     if plan.refused:  # the pairs a method refused when the run was planned: the report lists them (not run)
@@ -407,6 +410,7 @@ class Harness:
                  workers: int = 0, pretrained: dict[str, dict] | None = None, map_refresh: bool | None = None,
                  keep_predictions: PredictionPolicy | None = None, force_methods=()):
         self.suite, self.plan, self.data, self.store = suite, plan, data, store
+        suite.results_dir = store.root  # a suite may read networks an earlier run left there (data.backbone=camvid)
         self.device, self.methods_registry = device, methods_registry
         self.force, self.progress, self.quiet = force, progress, quiet
         # --force-method: these methods' cells are refitted and re-evaluated; the MAP networks are not

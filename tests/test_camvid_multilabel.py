@@ -228,6 +228,45 @@ def test_the_backbone_is_loaded_named_in_the_identity_and_checked_when_planned(t
     assert not (out / "camvid_multilabel" / "records").exists()
 
 
+def test_the_camvid_backbone_is_made_first_in_the_same_results_and_named_in_the_records(tmp_path, capsys):
+    """data.backbone=camvid:<profile>: bench run trains the camvid suite's MAP UNet (seed 0) in the same
+    --out first, starts unet_presence from it (its weights' hash in the records), and a second run
+    reuses it; a camvid profile that does not exist is exit 2 before anything is written."""
+    from bench.errors import BenchError
+    from bench.models import weights_provenance
+    from bench.store import load_records
+    from bench.suites import SUITES
+
+    root, out = make_camvid(tmp_path / "root", n=(8, 2, 4)), tmp_path / "out"
+    args = ["run", "--suite", "camvid_multilabel", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
+            "--methods", "deterministic", "--set", "models=unet_presence", "--set", "data.size=[48,64]",
+            "--no-report", "--quiet"]
+    assert main([*args, "--set", "data.backbone=camvid:nope"]) == 2
+    assert "no profile 'nope'" in capsys.readouterr().err and not out.exists()
+    assert main([*args, "--set", "data.backbone=camvid:smoke"]) == 0
+    made = sorted((out / "camvid" / "checkpoints" / "map" / "unet_small").glob("*/seed0.pt"))
+    assert len(made) == 1  # the camvid MAP network of seed 0, trained by this run
+    camvid = load_records(out, "camvid")
+    assert set(camvid["method"]) == {"deterministic"} and set(camvid["seed"]) == {0}
+    suite = SUITES.get("camvid_multilabel")()
+    suite.results_dir = out
+    assert suite.camvid_backbone_path({"backbone": "camvid:smoke", "size": [48, 64]}) == made[0]
+    recs = load_records(out, "camvid_multilabel")
+    sha = weights_provenance(made[0])["sha256_16"]
+    assert set(recs["model_identity.backbone_sha256_16"]) == {sha}
+    assert set(recs["data_config"].map(lambda d: d["backbone"])) == {"camvid:smoke"}  # portable: no path
+    # every unet_presence network of the run starts from exactly those weights
+    seg = torch.load(made[0], weights_only=False)["model"]
+    net = suite.build_model("unet_presence", {"size": [48, 64], "backbone": "camvid:smoke"})
+    assert all(torch.equal(net.seg.state_dict()[k], v) for k, v in seg.items())
+    stamp = made[0].stat().st_mtime_ns
+    assert main([*args, "--set", "data.backbone=camvid:smoke", "--force"]) == 0  # refits the cell, not the backbone
+    assert made[0].stat().st_mtime_ns == stamp
+    # outside a run (no results folder) the keyword cannot be resolved: an error naming why
+    with pytest.raises(BenchError, match="results folder"):
+        SUITES.get("camvid_multilabel")().build_model("unet_presence", {"size": [48, 64], "backbone": "camvid"})
+
+
 # ------------------------------------------------------------------------------ the real data
 
 

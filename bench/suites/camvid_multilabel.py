@@ -43,9 +43,30 @@ from datasets.segmentation import CAMVID_CLASSES, IGNORE, LabelFiles, SegImages
 PRESENCE_THRESHOLD = 0.01
 
 
+#: ``data.backbone=camvid`` (or ``camvid:<profile>``, quick by default): the camvid suite's MAP UNet
+#: (:meth:`CamVidMultilabel.backbone_run`) in the run's own results folder, trained there first by
+#: ``bench run`` when it is missing
+BACKBONE_FROM_CAMVID = "camvid"
+
+
+def camvid_profile(backbone) -> str | None:
+    """The camvid profile ``data.backbone`` names (``camvid`` -> quick, ``camvid:smoke`` -> smoke);
+    None for a file."""
+    if not isinstance(backbone, str) or backbone.split(":")[0] != BACKBONE_FROM_CAMVID:
+        return None
+    return backbone.split(":", 1)[1] if ":" in backbone else "quick"
+
+
 def _file_name(value) -> None:
     if value is not None and not isinstance(value, str):
         raise ValueError(f"{value!r} is not a file name")
+    profile = camvid_profile(value)
+    if profile is not None:
+        from bench.suites import SUITES
+
+        valid = SUITES.get(BACKBONE_FROM_CAMVID).profiles
+        if profile not in valid:
+            raise ValueError(f"{value!r}: the camvid suite has no profile {profile!r} (valid: {', '.join(valid)})")
 
 
 @register_suite("camvid_multilabel")
@@ -94,8 +115,9 @@ class CamVidMultilabel(CamVidC):
                     "backbone": None}
     data_constraints = {**CamVidC.data_constraints, "presence_threshold": Range(0, 1, lo_open=True),
                         "augment": OneOf(True, False),
-                        "backbone": Check(_file_name, "a state-dict file of a camvid unet_small MAP network "
-                                                      "(unet_presence only) or unset", optional=True)}
+                        "backbone": Check(_file_name, "a state-dict file of a camvid unet_small MAP network, "
+                                                      "or 'camvid' for the camvid suite's own (unet_presence only), "
+                                                      "or unset", optional=True)}
     #: data.augment: each training batch's images shifted by up to this many pixels (zero-padded
     #: crop) and flipped left-right with probability 1/2
     AUGMENT_PAD = 8
@@ -131,7 +153,54 @@ class CamVidMultilabel(CamVidC):
             load_pretrained(model.seg, self._backbone_path(cfg))
         return model
 
+    def backbone_run(self, data_cfg: dict) -> dict | None:
+        """The ``bench run`` that makes ``data.backbone=camvid``'s network (None for any other value):
+        the camvid suite's quick-profile MAP UNet of seed 0 at this ``data.size`` (12 epochs on the
+        same 367 training images' label maps), as ``{"suite", "profile", "methods", "seeds", "sets"}``."""
+        cfg = self.data_cfg(data_cfg)
+        profile = camvid_profile(cfg["backbone"])
+        if profile is None:
+            return None
+        from bench.suites import SUITES
+
+        sets = {"models": ["unet_small"]}
+        camvid_size = SUITES.get(BACKBONE_FROM_CAMVID).profiles[profile].get("data", {}).get("size")
+        if [int(v) for v in self.input_shape(cfg)[1:]] != [int(v) for v in (camvid_size or CamVidC.in_shape[1:])]:
+            sets["data.size"] = [[int(v) for v in self.input_shape(cfg)[1:]]]
+        return {"suite": BACKBONE_FROM_CAMVID, "profile": profile, "methods": ["deterministic"], "seeds": [0],
+                "sets": sets}
+
+    def camvid_backbone_path(self, cfg: dict) -> Path:
+        """Where :meth:`backbone_run` leaves its network: the MAP cache of the camvid suite in
+        :attr:`results_dir` (set by the harness and by ``bench run``), under the key that run uses."""
+        from bench.config import resolve_plan
+        from bench.harness import map_network_key
+        from bench.store import ResultsStore, config_hash
+        from bench.suites import SUITES
+        from methods import METHODS
+
+        root = getattr(self, "results_dir", None)
+        if root is None:
+            raise BenchError(f"{self.name}: data.backbone=camvid names the camvid suite's MAP network in the run's "
+                             f"results folder, which only bench run knows: run it there, or give a file")
+        run = self.backbone_run(cfg)
+        camvid = SUITES.get(run["suite"])()
+        plan = resolve_plan(camvid, run["profile"], run["methods"], run["sets"], seeds=run["seeds"],
+                            method_registry=METHODS)
+        key = map_network_key(camvid, plan, "unet_small")
+        return ResultsStore(root).checkpoint_dir(camvid.name) / "map" / "unet_small" / config_hash(key) / "seed0.pt"
+
     def _backbone_path(self, cfg: dict) -> Path:
+        if camvid_profile(cfg["backbone"]) is not None:
+            path = self.camvid_backbone_path(cfg)
+            if not path.is_file():
+                run = self.backbone_run(cfg)
+                sets = " ".join(f"--set {k}={json.dumps(v[0], separators=(',', ':')).strip(chr(34))}"
+                                for k, v in run["sets"].items())
+                raise BenchError(f"{self.name}: data.backbone={cfg['backbone']}: the camvid MAP network {path} does not "
+                                 f"exist (bench run makes it first: bench run --suite camvid --profile {run['profile']} "
+                                 f"--methods deterministic --seeds 0 {sets} in the same --out)")
+            return path
         path = Path(cfg["backbone"]).expanduser()
         if not path.is_file():
             raise BenchError(f"{self.name}: data.backbone {path} does not exist (a camvid unet_small MAP network: "
@@ -150,8 +219,13 @@ class CamVidMultilabel(CamVidC):
         return out
 
     def check_model(self, model_name: str, data_cfg: dict) -> str:
-        """Planning checks: the backbone exists and fits (exit 2 before anything runs)."""
+        """Planning checks: the backbone exists and fits (exit 2 before anything runs); a
+        ``data.backbone=camvid`` network made by this run itself is checked once it is made."""
         name = super().check_model(model_name, data_cfg)
+        cfg = self.data_cfg(data_cfg)
+        if camvid_profile(cfg["backbone"]) is not None and model_name == "unet_presence" and \
+                not (getattr(self, "results_dir", None) is not None and self.camvid_backbone_path(cfg).is_file()):
+            return name
         self.build_model(model_name, data_cfg)
         return name
 
