@@ -57,8 +57,11 @@ def laplace_rows(runs: Runs, h: str) -> pd.DataFrame:
     """:meth:`Runs.per_seed` plus the Laplace diagnostics of each seed."""
     def extract(d, seed):
         search = d.get("prior_search") or {}
+        spread = d.get("predictive_spread") or {}
+        s, n = d.get("subnet_size"), d.get("num_observations")
         return {"log10_tau": search.get("log10_prior_precision"), "edge": search.get("at_grid_edge"),
-                "excluded": d.get("n_non_identifiable"), "layers": d.get("layer_distribution")}
+                "excluded": d.get("n_non_identifiable"), "layers": d.get("layer_distribution"),
+                "s_over_n": s / n if s and n else None, "logit_var_ratio": spread.get("ratio")}
 
     return runs.per_seed_with(h, extract)
 
@@ -191,8 +194,12 @@ def table_swag(runs: Runs, a) -> list[list[str]]:
 
 
 def table_size(runs: Runs, a) -> list[list[str]]:
-    header = ["subnet size", "criterion", "seeds", "ID acc", "shift NLL", "OOD AUROC", "Δ shift NLL vs MAP",
-              "Δ shift NLL vs random"]
+    """The size sweep, with what bears on the attainable-variance check beside each row: s / N, the
+    prior precision the validation search chose, the predictive's logit variance on validation
+    inputs against the MAP logits' spread (``predictive_spread``), and how far the clean (training-
+    like) and the rotated NLL moved from MAP's."""
+    header = ["subnet size", "criterion", "seeds", "s / N", "log10 prior precision", "logit variance / MAP spread (val)",
+              "ID acc", "shift NLL", "OOD AUROC", "Δ ID NLL vs MAP", "Δ shift NLL vs MAP", "Δ shift NLL vs random"]
     det = runs.configs("deterministic", optimizer=None, lr=None, weight_decay=None, epochs=None)
     base = laplace_rows(runs, det[0][0]) if det else None
     sizes = sorted({int(c.get("n_subnet") or 1000) for _, c in runs.configs("subnet_laplace")
@@ -207,8 +214,13 @@ def table_size(runs: Runs, a) -> list[list[str]]:
             if not h:
                 continue
             p = laplace_rows(runs, h)
-            rows.append([f"{n:,}", runs.mark(f"{LABELS[crit]} ({n:,})", p), ",".join(map(str, p["seed"])), ms(p["id_acc"]), ms(p["sh_nll"], "{:.3f}"),
-                         ms(p["auroc"], "{:.3f}"), "-" if base is None else paired(p, base, "sh_nll", "{:+.3f}"),
+            sn = [v for v in p["s_over_n"] if v is not None]
+            rows.append([f"{n:,}", runs.mark(f"{LABELS[crit]} ({n:,})", p), ",".join(map(str, p["seed"])),
+                         ms(sn, "{:.3g}") if sn else "-", tau_text(p),
+                         ms([v for v in p["logit_var_ratio"] if v is not None], "{:.3f}"), ms(p["id_acc"]),
+                         ms(p["sh_nll"], "{:.3f}"), ms(p["auroc"], "{:.3f}"),
+                         "-" if base is None else paired(p, base, "id_nll", "{:+.4f}"),
+                         "-" if base is None else paired(p, base, "sh_nll", "{:+.3f}"),
                          "-" if rand is None or crit == "random" else paired(p, rand, "sh_nll", "{:+.3f}")])
     return [header] + rows
 

@@ -91,3 +91,28 @@ def test_paired_differences_only_between_runs_on_the_same_map_network():
     a["map_sha"], b["map_sha"] = ["s0", "s1"], ["other", None]
     b["map_fp"] = ["m0", "m1"]
     assert paired(a, b, "x", "{:+.1f}") == "+2.0"  # seed 0: another network; seed 1: no digest in b
+
+
+def test_the_size_table_shows_s_over_n_and_the_predictive_spread_of_each_row(tmp_path):
+    """laplace_tables' size table puts beside each row what bears on the attainable-variance check:
+    s / N from the fit's own subnet size and observation count, its validation logit-variance ratio
+    (``predictive_spread``), the chosen prior, and the clean NLL's move from MAP's."""
+    import argparse
+
+    from laplace_tables import table_size
+    from vi_tables import Runs
+
+    out = _smoke_deterministic(tmp_path, "0", "--methods", "deterministic,subnet_laplace",
+                               "--set", "subnet_laplace.n_subnet=20", "--set", "subnet_laplace.criterion=wasserstein,random")
+    runs = Runs(str(out), "mnist_rotated", "lenet_300_100", "smoke", [0])
+    header, *rows = table_size(runs, argparse.Namespace())
+    col = {name: i for i, name in enumerate(header)}
+    assert [r[col["subnet size"]] for r in rows] == ["20", "20"]
+    recs = runs.df[(runs.df["method"] == "subnet_laplace") & (runs.df["kind"] == "id")]
+    map_nll = float(runs.df[(runs.df["method"] == "deterministic") & (runs.df["kind"] == "id")]["metrics.nll"].iloc[0])
+    for row, crit in zip(rows, ("wasserstein", "random")):
+        rec = next(r for _, r in recs.iterrows() if r["method_config"].get("criterion") == crit)
+        d = rec["diagnostics"]
+        assert row[col["s / N"]].startswith(f"{20 / d['num_observations']:.3g}")
+        assert row[col["logit variance / MAP spread (val)"]].startswith(f"{d['predictive_spread']['ratio']:.3f}")
+        assert row[col["Δ ID NLL vs MAP"]] == f"{rec['metrics.nll'] - map_nll:+.4f}"
