@@ -433,10 +433,19 @@ def passed_before(kept: list[dict], suite: str, info: dict) -> str | None:
 # ------------------------------------------------------------------------------ the grid
 
 
+def shard_of(seed: int, seeds: list[int], workers: int) -> int:
+    """The grid worker that runs the cells of ``seed``: the seeds dealt round the workers, so that
+    each worker trains its seeds' MAP networks and the methods built on them (no two workers wait
+    on one network), e.g. 3 seeds, 3 workers: one seed each."""
+    return list(seeds).index(seed) % max(1, workers)
+
+
 def grid_worker(spec_path: str) -> int:
-    """Child process: run the grid's cells one after the other, printing one ``@@cell`` JSON line
-    when a cell starts, ends, or is not started (deferred, or out of time)."""
+    """Child process: run the grid's cells (those of its shard, ``spec["shard"] = [i, k]``: the
+    seeds :func:`shard_of` gives worker ``i`` of ``k``) one after the other, printing one ``@@cell``
+    JSON line when a cell starts, ends, or is not started (deferred, or out of time)."""
     spec = json.loads(Path(spec_path).read_text())
+    index, workers = spec.get("shard", [0, 1])
     from bench.threads import apply_threads
 
     apply_threads(spec["threads"])
@@ -452,7 +461,7 @@ def grid_worker(spec_path: str) -> int:
         harness_mod.git_commit = lambda: commit  # the device has no .git: the commit prepare wrote
 
     def say(**kw):
-        print(CELL_TAG + json.dumps(kw), flush=True)
+        print(CELL_TAG + json.dumps({**kw, "worker": index}), flush=True)
 
     suite = SUITES.get(spec["suite"])()
     plan = resolve_plan(suite, spec["profile"], spec["methods"], {}, seeds=spec["seeds"], method_registry=METHODS)
@@ -463,6 +472,8 @@ def grid_worker(spec_path: str) -> int:
     say(event="plan", cells=len(h.cells()), models=plan.models, seeds=plan.seeds)
     finished, lower = spec.get("history", {}).get("finished", {}), spec.get("history", {}).get("lower_bound", {})
     for model, method, cfg, seed in h.cells():
+        if shard_of(seed, plan.seeds, workers) != index:
+            continue
         cid = h.cell_identity(model, method, cfg, seed)
         key = f"{model}/{cid.label}/seed{seed}"
         left = spec["deadline"] - time.time()
@@ -749,70 +760,86 @@ class Session:
             g["restored_records"] = 0
         history = grid_history(self.kept, self.device.type)
         g["history_used"] = history
+        workers = max(1, min(a.grid_workers or (3 if self.cuda else 1), len(a.seeds)))
+        g["workers"] = workers
+        threads = a.threads or max(1, (os.cpu_count() or 1) // workers)
         spec = {"suite": a.suite, "profile": a.profile, "seeds": a.seeds, "methods": a.methods,
                 "data_root": str(a.data_root), "results": str(results), "device": str(self.device),
-                "threads": a.threads or (os.cpu_count() or 1), "deadline": self.deadline - a.finish_s,
+                "threads": threads, "deadline": self.deadline - a.finish_s,
                 "min_cell_s": a.min_cell_s, "history": history, "commit": self.commit}
-        spec_path = self.work / "grid-spec.json"
-        spec_path.write_text(json.dumps(spec))
-        log = self.work / "logs" / "grid.log"
         g["status"] = "running"
-        self.say(f"grid {a.suite} {a.profile} seeds {a.seeds}: {max(self.left(), 0):.0f} s left")
-        with open(log, "w") as err:
+        self.say(f"grid {a.suite} {a.profile} seeds {a.seeds}, {workers} worker(s): {max(self.left(), 0):.0f} s left")
+        lines: queue.Queue = queue.Queue()
+        procs, errs = [], []
+        for i in range(workers):  # one process per shard of the seeds, side by side on the device
+            spec_path = self.work / f"grid-spec-{i}.json"
+            spec_path.write_text(json.dumps({**spec, "shard": [i, workers]}))
+            err = open(self.work / "logs" / f"grid-{i}.log", "w")
             proc = subprocess.Popen([sys.executable, "-m", "bench.device_session", "grid-worker", str(spec_path)],
-                                    cwd=ROOT, env=_bench_env(spec["threads"]), stdout=subprocess.PIPE, stderr=err,
+                                    cwd=ROOT, env=_bench_env(threads), stdout=subprocess.PIPE, stderr=err,
                                     text=True, start_new_session=True)
-            lines: queue.Queue = queue.Queue()
-            threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout] + [lines.put(None)],
+            threading.Thread(target=lambda p=proc: [lines.put(x) for x in p.stdout] + [lines.put(None)],
                              daemon=True).start()
-            running, ended = None, False
-            while True:
+            procs.append(proc)
+            errs.append(err)
+        running: dict[int, dict] = {}
+        open_streams, ended = workers, 0
+        try:
+            while open_streams:
                 try:
                     line = lines.get(timeout=max(0.1, min(5.0, spec["deadline"] - time.time())))
                 except queue.Empty:
                     if time.time() >= spec["deadline"]:
-                        _stop(proc)
-                        if running:
-                            g["cells"].append({**running, "status": "stopped at the deadline",
-                                               "seconds": round(time.time() - running["t"], 2)})
-                            running = None
-                        g["status"] = "stopped: budget (the running cell was stopped; none of its records is kept)"
+                        for proc in procs:
+                            _stop(proc)
+                        for cell in running.values():
+                            g["cells"].append({**cell, "status": "stopped at the deadline",
+                                               "seconds": round(time.time() - cell["t"], 2)})
+                        running.clear()
+                        g["status"] = "stopped: budget (the running cells were stopped; none of their records is kept)"
                         break
                     continue
                 if line is None:
-                    break
+                    open_streams -= 1
+                    continue
                 if not line.startswith(CELL_TAG):
                     continue
                 ev = json.loads(line[len(CELL_TAG):])
-                kind = ev.pop("event")
+                kind, worker = ev.pop("event"), ev.pop("worker", 0)
                 if kind == "plan":
                     g["models"], g["cells_in_grid"] = ev["models"], ev["cells"]
                 elif kind == "start":
-                    running = {"cell": ev["cell"], "t": time.time()}
+                    running[worker] = {"cell": ev["cell"], "worker": worker, "t": time.time()}
                 elif kind == "done":
-                    running = None
+                    running.pop(worker, None)
                     cell = {k: ev[k] for k in ("cell", "status", "seconds")}
+                    cell["worker"] = worker
                     if ev["status"] != "kept (skipped)":
                         g["cells"].append(cell)
                         self.new_cells.append(ev)
-                        self.say(f"cell {ev['cell']}: {ev['status']} in {ev['seconds']:.1f} s")
+                        self.say(f"cell {ev['cell']}: {ev['status']} in {ev['seconds']:.1f} s (worker {worker})")
                         self.write_outputs()
                     else:
                         g["kept_cells"] = g.get("kept_cells", 0) + 1
                 elif kind == "deferred":
                     g["deferred"].append(ev)
                 elif kind == "stop":
-                    g["status"] = f"stopped: budget ({ev['why']})"
+                    if not g["status"].startswith("stopped"):
+                        g["status"] = f"stopped: budget ({ev['why']})"
                 elif kind == "end":
-                    ended = True
-            for c in g["cells"]:
-                c.pop("t", None)
-            rc = proc.wait()
-        if ended and g["status"] == "running":
+                    ended += 1
+        finally:
+            rcs = [proc.wait() for proc in procs]
+            for err in errs:
+                err.close()
+        for c in g["cells"]:
+            c.pop("t", None)
+        if ended == workers and g["status"] == "running":
             g["status"] = "complete" if not g["deferred"] else "complete but for the deferred cells"
-        elif not ended and g["status"] == "running":
-            g["status"] = f"worker failed (exit {rc})"
-            g["log_tail"] = _tail(log, 3000)
+        elif ended < workers and g["status"] == "running":
+            failed = [i for i, rc in enumerate(rcs) if rc != 0]
+            g["status"] = f"worker failed (exit {', '.join(str(rcs[i]) for i in failed) or '?'})"
+            g["log_tail"] = "\n".join(_tail(self.work / "logs" / f"grid-{i}.log", 3000) for i in failed)
 
     def run(self) -> int:
         self.write_outputs()
@@ -881,6 +908,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                       f"{','.join(PERF_CASES)})")
     p.add_argument("--perf-repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None, help="torch threads per process (default: by core count)")
+    p.add_argument("--grid-workers", type=int, default=None,
+                   help="grid processes side by side, each with a share of the seeds (default: 3 on CUDA, 1 else)")
     return p
 
 
@@ -936,6 +965,8 @@ def validate(a) -> None:
             raise BadInput(f"--perf-cases: unknown {', '.join(unknown)}; valid: none, {', '.join(PERF_CASES)}")
     if a.budget_s < 0 or not 0 <= a.check_share <= 1:
         raise BadInput("--budget-s must be >= 0 and --check-share within [0, 1]")
+    if a.grid_workers is not None and a.grid_workers < 1:
+        raise BadInput(f"--grid-workers must be at least 1, got {a.grid_workers}")
     try:
         resolve_plan(suite, a.profile, a.methods, {}, seeds=a.seeds, method_registry=METHODS)
         device = resolve_device(a.device)

@@ -189,6 +189,7 @@ def test_an_exhausted_budget_runs_no_cell_and_still_writes_the_summary(carried, 
     (["--methods", "nosuch"], ["nosuch", "valid methods", "deterministic"]),
     (["--perf-cases", "nosuch"], ["nosuch", "harness_vs_bare_loop"]),
     (["--cuda-tests", "tests/nosuch.py"], ["tests/nosuch.py", "test_method_contract.py", "none"]),
+    (["--grid-workers", "0"], ["--grid-workers", "at least 1"]),
 ])
 def test_bad_input_exits_2_naming_what_is_valid_and_writes_nothing(args, words, carried, tmp_path, capsys):
     out, work = tmp_path / "out", tmp_path / "work"
@@ -353,3 +354,23 @@ def test_every_suite_the_checks_may_name_has_data_or_a_fixture(tmp_path):
         extra = ds.build_fixture(suite, tmp_path / suite)
         assert isinstance(extra, list), suite
         assert any(p.is_file() for p in (tmp_path / suite).rglob("*") if p.name != ".done"), suite
+
+
+def test_grid_workers_share_the_seeds_and_run_side_by_side(carried, tmp_path):
+    """--grid-workers 2 on seeds 0,1: two grid processes, one seed each (bench.device_session.shard_of),
+    both cells fitted, each by its own worker, and their records all in the one archive."""
+    assert [ds.shard_of(s, [0, 1, 2], 3) for s in (0, 1, 2)] == [0, 1, 2]
+    assert [ds.shard_of(s, [0, 1, 2], 2) for s in (0, 1, 2)] == [0, 1, 0]
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    out = tmp_path / "out"
+    args = [a for a in FAST if a not in ("--seeds", "0")]
+    res = _wrapper([*args, "--seeds", "0,1", "--grid-workers", "2", "--checks", "skip", "--carried", str(carried),
+                    "--kept", str(kept), "--work", str(tmp_path / "work"), "--budget-s", "240"], out)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    g = json.loads((out / "summary.json").read_text())["grid"]
+    assert g["status"] == "complete" and g["workers"] == 2
+    assert sorted((c["cell"], c["worker"], c["status"]) for c in g["cells"]) == [
+        ("lenet_300_100/deterministic/seed0", 0, "fitted"), ("lenet_300_100/deterministic/seed1", 1, "fitted")]
+    records = [k for k in _members(out / "records.tar.gz") if "/records/" in k]
+    assert {k.split("/")[-2] for k in records} == {"seed0", "seed1"}
