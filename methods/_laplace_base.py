@@ -372,7 +372,46 @@ class LaplaceMethod(Method):
                 "ratio": logit_var / spread if spread > 0 else None, "n": int(len(x))}
 
     def _generator(self):
+        """The predictive's draws: a CPU generator seeded with ``predict_seed``, the normals moved to
+        the device, so a fitted state predicts the same on every device (as PBN's and SSVI's
+        draws; the device check compares a CUDA fit evaluated on both)."""
+        return torch.Generator().manual_seed(int(self.meta["predict_seed"]))
+
+    def _device_generator(self):
+        """laplace-torch's own weight sampler (``pred_type=nn``) draws on the posterior's device:
+        those draws differ between devices."""
         return torch.Generator(device=self.ctx.device).manual_seed(int(self.meta["predict_seed"]))
+
+    #: the predictive's weight draws (S x P floats) are kept on the device up to this size, drawn
+    #: once per posterior; larger ones are drawn again for every batch (a host-to-device copy each)
+    DRAWS_CACHE_BYTES = 1 << 30
+
+    def _posterior_offsets(self, S: int):
+        """The S weight offsets of the jvp sampler (:func:`bench.laplace.jvp_glm.posterior_offsets`
+        on :meth:`_generator`): an (S, P) tensor kept for the posterior and prior they were drawn
+        for, or, above :attr:`DRAWS_CACHE_BYTES`, an iterator drawing them anew."""
+        from bench.laplace.jvp_glm import posterior_offsets
+
+        la = self.la
+        key = (la, la.prior_precision, la.prior_precision._version, S)
+        cached = getattr(self, "_offsets_cache", None)
+        if cached is not None and all(a is b for a, b in zip(cached[0][:2], key[:2])) and cached[0][2:] == key[2:]:
+            return cached[1]
+        offsets = posterior_offsets(la, S, self._generator())
+        if S * la.mean.numel() * la.mean.element_size() > self.DRAWS_CACHE_BYTES:
+            return offsets
+        offsets = torch.stack(list(offsets))
+        self._offsets_cache = (key, offsets)
+        return offsets
+
+    def _mc_normals(self, k: int, S: int, like: torch.Tensor) -> torch.Tensor:
+        """The (k, S) standard normals the moment-based Monte Carlo predictive shares across every
+        batch (:func:`bench.laplace.predictive.glm_mc_logits`), drawn once on :meth:`_generator`."""
+        cached = getattr(self, "_normals_cache", None)
+        if cached is None or cached.shape != (k, S) or cached.dtype != like.dtype or cached.device != like.device:
+            cached = torch.randn(k, S, generator=self._generator(), dtype=like.dtype).to(like.device)
+            self._normals_cache = cached
+        return cached
 
     def glm_moments(self, x):
         """``(f_mu, f_var)`` of the linearised predictive at ``x`` (laplace-torch's; subclasses
@@ -393,22 +432,23 @@ class LaplaceMethod(Method):
         S = int(c["n_samples"])
         squash, probit, predictive = self.link()
         if c["pred_type"] == "glm" and c["glm_sampler"] == "jvp":
-            from bench.laplace.jvp_glm import glm_logit_samples, posterior_offsets
+            from bench.laplace.jvp_glm import glm_logit_samples
 
-            # the same weight offsets for every chunk (a fresh generator): batching-independent
-            _, f = glm_logit_samples(self.la.model, x, posterior_offsets(self.la, S, self._generator()))
+            # the same weight offsets for every chunk (drawn once, or by a fresh generator): batching-independent
+            _, f = glm_logit_samples(self.la.model, x, self._posterior_offsets(S))
             return predictive.from_samples(squash(f).float())
         if c["pred_type"] == "glm":
             f_mu, f_var = self.glm_moments(x)
             if c["link_approx"] == "probit":
                 return predictive(probit(f_mu, f_var).float())
-            return predictive.from_samples(squash(glm_mc_logits(f_mu, f_var, S, self._generator())).float())
+            return predictive.from_samples(squash(glm_mc_logits(f_mu, f_var, S, self._generator(),
+                                                                 self._mc_normals(f_mu.shape[-1], S, f_mu))).float())
         # A fresh generator seeded the same way for every chunk: the same weight samples, so
         # predictions do not depend on how the harness batches.
         if self.ctx.task.kind == "multilabel":  # laplace-torch's predictive_samples applies a softmax
-            f = self.la._nn_functional_samples(x, n_samples=S, generator=self._generator())
+            f = self.la._nn_functional_samples(x, n_samples=S, generator=self._device_generator())
             return predictive.from_samples(squash(f).float())
-        probs = self.la.predictive_samples(x, pred_type="nn", n_samples=S, generator=self._generator())
+        probs = self.la.predictive_samples(x, pred_type="nn", n_samples=S, generator=self._device_generator())
         return predictive.from_samples(probs.float())
 
     def predict(self, x):

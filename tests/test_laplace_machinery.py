@@ -398,3 +398,40 @@ def test_laplace_diag_jvp_sampler_equals_moment_sampling_in_distribution():
     torch.testing.assert_close(rebatched, got)
     with pytest.raises(BenchError, match="link_approx=mc"):
         LaplaceDiag(ctx, glm_sampler="jvp")
+
+
+@pytest.mark.parametrize("structure", ["diag", "full", "subnet", "subnet_diag", "kron"])
+def test_posterior_offsets_are_laplace_torchs_samples_drawn_on_the_callers_generator(structure):
+    """posterior_offsets draws the standard normals on the caller's generator (a CPU one: the same
+    weights on every device) and applies the posterior's own scale: on the CPU, where laplace-torch's
+    sample draws from the same stream, its offsets equal sample() minus the mean, for every
+    structure the methods use; a Kronecker posterior goes through sample() itself."""
+    from laplace import Laplace
+    from laplace.curvature import BackPackGGN
+
+    from bench.laplace.jvp_glm import posterior_offsets, sampled_size
+
+    torch.manual_seed(0)  # BackPACK's Kronecker factors have no batch-norm extension: an MLP there
+    net = conv_bn_net() if structure != "kron" else nn.Sequential(nn.Flatten(), nn.Linear(49, 8), nn.ReLU(),
+                                                                   nn.Linear(8, 4))
+    x, y = torch.randn(40, 1, 7, 7), torch.randint(0, 4, (40,))
+    P = sum(p.numel() for p in net.parameters())
+    idx = torch.randperm(P, generator=torch.Generator().manual_seed(0))[:25].sort().values
+    kw = {"diag": {"subset_of_weights": "all", "hessian_structure": "diag"},
+          "full": {"subset_of_weights": "all", "hessian_structure": "full"},
+          "subnet": {"subset_of_weights": "subnetwork", "hessian_structure": "full", "subnetwork_indices": idx},
+          "subnet_diag": {"subset_of_weights": "subnetwork", "hessian_structure": "diag", "subnetwork_indices": idx},
+          "kron": {"subset_of_weights": "all", "hessian_structure": "kron"}}[structure]
+    la = Laplace(net, "classification", backend=BackPackGGN, prior_precision=0.3, **kw)
+    la.fit(DataLoader(TensorDataset(x, y), batch_size=10))
+    assert sampled_size(la) == {"diag": P, "full": P, "subnet": 25, "subnet_diag": 25, "kron": None}[structure]
+    mean = la.mean.detach().reshape(-1)
+    ours = torch.stack(list(posterior_offsets(la, 3, torch.Generator().manual_seed(4))))
+    gen = torch.Generator().manual_seed(4)
+    theirs = torch.stack([la.sample(1, generator=gen)[0] - mean for _ in range(3)])
+    assert float(ours.abs().max()) > 1e-3  # offsets that move the weights
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
+    if structure.startswith("subnet"):
+        outside = torch.ones(P, dtype=torch.bool)
+        outside[idx] = False
+        assert float(ours[:, outside].abs().max()) == 0.0

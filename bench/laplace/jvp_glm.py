@@ -10,8 +10,9 @@ which needs the Jacobian's K rows: K backward passes per batch, hours per seed a
 and ``J d`` is one forward-mode pass (a Jacobian-vector product) whatever K is. S samples cost S
 JVPs (~2-3 forward passes each) instead of K backward passes: the same predictive (logits drawn
 from exactly ``N(f_mu, J Sigma J^T)``, as laplace-torch's ``link_approx="mc"``), a different
-random stream. ``theta_s`` comes from the posterior's own ``sample`` (laplace-torch: a diagonal
-scale, or the subnetwork's full-covariance Cholesky factor scattered into the full vector).
+random stream. ``theta_s - theta*`` is the posterior's own ``sample`` (laplace-torch: a diagonal
+scale, or the subnetwork's full-covariance Cholesky factor scattered into the full vector) with its
+standard normals drawn on the caller's generator (:func:`posterior_offsets`).
 """
 from __future__ import annotations
 
@@ -57,10 +58,47 @@ def glm_logit_samples(model: nn.Module, x: torch.Tensor, offsets) -> tuple[torch
     return f_mu, torch.stack(out)
 
 
+def sampled_size(la) -> int | None:
+    """How many standard normals one draw of ``la``'s posterior takes (laplace-torch's ``sample``
+    draws them on the posterior's device): the subnetwork's weights, or all of them, for a
+    diagonal or a full covariance; None for another structure (a Kronecker one)."""
+    from laplace.baselaplace import DiagLaplace, FullLaplace
+    from laplace.subnetlaplace import SubnetLaplace
+
+    if isinstance(la, SubnetLaplace):
+        return int(la.n_params_subnet)
+    if isinstance(la, (DiagLaplace, FullLaplace)):
+        return int(la.n_params)
+    return None
+
+
 def posterior_offsets(la, n_samples: int, generator: torch.Generator):
     """``n_samples`` draws of ``theta_s - theta*`` (P floats each, one at a time: P can be tens of
-    millions) from a laplace-torch posterior, whose ``sample`` gives full parameter vectors (the
-    subnetwork's with the other weights at the MAP)."""
+    millions) from a laplace-torch posterior: its ``sample`` without the mean added and taken away
+    (a diagonal scale times standard normals, the full covariance's factor times them, the
+    subnetwork's scattered into the full vector with zeros elsewhere), the normals drawn on
+    ``generator``'s device and moved to the posterior's. A CPU generator therefore gives the same
+    weights on every device. A posterior of another structure (Kronecker) draws through its own
+    ``sample`` on its device (a generator there, seeded from ``generator``)."""
+    from laplace.baselaplace import DiagLaplace
+    from laplace.subnetlaplace import SubnetLaplace
+
     mean = la.mean.detach().reshape(-1)
+    size = sampled_size(la)
+    if size is None:
+        if generator.device != mean.device:
+            seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+            generator = torch.Generator(device=mean.device).manual_seed(seed)
+        for _ in range(int(n_samples)):
+            yield la.sample(1, generator=generator)[0] - mean
+        return
+    scale = la.posterior_scale
+    diagonal = isinstance(la, DiagLaplace)
+    scale = scale.reshape(-1) if diagonal else scale
+    index = la.backend.subnetwork_indices.to(mean.device) if isinstance(la, SubnetLaplace) else None
     for _ in range(int(n_samples)):
-        yield la.sample(1, generator=generator)[0] - mean
+        eps = torch.randn(size, generator=generator, device=generator.device, dtype=mean.dtype).to(mean.device)
+        d = eps * scale if diagonal else scale @ eps
+        if index is not None:
+            d = torch.zeros_like(mean).index_copy_(0, index, d)
+        yield d

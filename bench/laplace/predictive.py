@@ -38,12 +38,16 @@ def glm_mc_probs(f_mu: torch.Tensor, f_var: torch.Tensor, n_samples: int, genera
     return torch.softmax(glm_mc_logits(f_mu, f_var, n_samples, generator), dim=-1)
 
 
-def glm_mc_logits(f_mu: torch.Tensor, f_var: torch.Tensor, n_samples: int, generator: torch.Generator) -> torch.Tensor:
+def glm_mc_logits(f_mu: torch.Tensor, f_var: torch.Tensor, n_samples: int, generator: torch.Generator,
+                  normals: torch.Tensor | None = None) -> torch.Tensor:
     """The ``(S, B, K)`` logits :func:`glm_mc_probs` draws from ``N(f_mu, f_var)``; a (B, K)
-    ``f_var`` is a diagonal covariance."""
+    ``f_var`` is a diagonal covariance. ``normals``: the (K, S) standard normals, when the caller
+    keeps them (else drawn from ``generator``)."""
     if f_var.dim() == 2:
         f_var = torch.diag_embed(f_var)
     lam, vec = torch.linalg.eigh(f_var)
     scale = vec * lam.clamp_min(0.0).sqrt().unsqueeze(-2)
-    eps = torch.randn(f_mu.shape[-1], n_samples, generator=generator, device=f_mu.device, dtype=f_mu.dtype)
-    return (f_mu.unsqueeze(-1) + scale @ eps).permute(2, 0, 1)
+    # drawn on the generator's device (a CPU generator: the same draws on every device), then moved
+    eps = normals if normals is not None else torch.randn(f_mu.shape[-1], n_samples, generator=generator,
+                                                          device=generator.device, dtype=f_mu.dtype)
+    return (f_mu.unsqueeze(-1) + scale @ eps.to(f_mu.device)).permute(2, 0, 1)
