@@ -18,5 +18,11 @@ L=".venv/bin/python -m bench run --suite mnist_rotated --profile quick --data-ro
    --set models=lenet_300_100 --set data.n_train=1500 --set train.epochs=60 --seeds ${SEEDS:-0,1,2}"
 $L --methods deterministic,temperature_scaling,laplace_last_layer,laplace_diag
 $L --methods subnet_laplace --set subnet_laplace.criterion=wasserstein,random,wasserstein_diag_laplace,magnitude,gradient
+# selection criterion x inference scheme at 1,000 weights: the same subnets under PBN's partial VI at the
+# options bench tune chose on the full training set (docs/tuning; TUNING overrides), and PBN's pipeline
+# with no stochastic weight as the control (benchmarks/laplace_tables.py --table schemes)
+T=$(.venv/bin/python scripts/tuned_options.py ${TUNING:-docs/tuning} mnist_rotated quick pbn lenet_300_100)
+$L --methods pbn $T --set pbn.n_bayes=1000 --set pbn.criterion=gradient,random,magnitude,wasserstein,wasserstein_diag_laplace
+$L --methods pbn $T --set pbn.n_bayes=0
 # the subnet size at equal N: Wasserstein against a random subnet of the same size (s / N 0.07, 0.2, 2)
 $L --methods subnet_laplace --set subnet_laplace.n_subnet=100,300,3000 --set subnet_laplace.criterion=wasserstein,random
