@@ -828,8 +828,14 @@ class Session:
                         g["status"] = f"stopped: budget ({ev['why']})"
                 elif kind == "end":
                     ended += 1
-        finally:
-            rcs = [proc.wait() for proc in procs]
+        finally:  # the workers have ended (their streams closed) or were stopped; one that lingers is stopped
+            rcs = []
+            for proc in procs:
+                try:
+                    rcs.append(proc.wait(timeout=60))
+                except subprocess.TimeoutExpired:
+                    _stop(proc)
+                    rcs.append(proc.wait())
             for err in errs:
                 err.close()
         for c in g["cells"]:
