@@ -48,11 +48,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: the real data each suite needs: archives (../shared/data names) that travel in .device/data
+#: the real data each suite's checks use: archives (../shared/data names) that travel in .device/data
 REAL_DATA = {"mnist_rotated": ("MNIST", "FashionMNIST-test"), "mnist_noise": ("MNIST", "FashionMNIST-test"),
              "toy": ()}
-#: the suites the grid may run: their data travels (or needs none)
-GRID_SUITES = tuple(REAL_DATA)
+#: SegNet's CamVid at 240 x 180 (48 MiB): beside the tree it travels in parts staged by earlier calls
+#: (``scripts/device_prepare.sh --data CamVid-240x180``); its suites' checks keep to their fixtures
+CAMVID = ("CamVid-240x180",)
+#: the suites the grid may run, with the archives their data comes from
+GRID_DATA = {**REAL_DATA, "camvid": CAMVID, "camvid_binary": CAMVID, "camvid_multilabel": CAMVID}
+GRID_SUITES = tuple(GRID_DATA)
+#: what scripts/device_prepare.sh writes beside the archives when one travels in parts
+PARTS_MANIFEST = "parts.json"
+#: where scripts/device_stage.sh leaves the parts an earlier call carried (an ignored folder of the
+#: tree: kept between calls while the machine is held)
+STAGE_DIR = ROOT / ".device-staged"
 #: bench perf cases that measure the device (the others time CPU threads, processes or loaders)
 PERF_CASES = ("harness_vs_bare_loop", "ensemble_vs_single", "mc_dropout_vs_single", "pbn_vs_mfvi_train_step",
               "ssvi_vs_mfvi_train_step", "pbn_predict_vs_single", "vdp_predict_vs_single",
@@ -127,34 +136,90 @@ def _md5(path: Path) -> str:
     return h.hexdigest()
 
 
-def unpack_archives(archives: Path, names: list[str], data_root: Path) -> list[dict]:
-    """Unpack ``<archives>/<name>.tar.xz`` into ``data_root`` (skipped when its files are there
-    and verify), then check every file against the carried MD5SUMS, as ../shared/data/unpack.sh."""
-    sums: dict[str, str] = {}
-    if (archives / "MD5SUMS").is_file():
-        for line in (archives / "MD5SUMS").read_text().splitlines():
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _read_sums(path: Path) -> dict[str, str]:
+    sums = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
             if line.strip():
                 digest, name = line.split(None, 1)
                 sums[name.strip().lstrip("*")] = digest
+    return sums
+
+
+def missing_parts(archives: Path, name: str, stage: Path) -> list[str] | None:
+    """The parts of ``name`` found neither in ``archives`` nor in ``stage`` ([] when all are
+    there); None when ``name`` does not travel in parts (see :data:`PARTS_MANIFEST`)."""
+    manifest = archives / PARTS_MANIFEST
+    entry = json.loads(manifest.read_text()).get(name) if manifest.is_file() else None
+    if entry is None:
+        return None
+    return [p for p in entry["parts"] if not ((archives / p).is_file() or (stage / p).is_file())]
+
+
+def archive_source(archives: Path, name: str, stage: Path, work: Path) -> tuple[Path, str]:
+    """``<archives>/<name>.tar.xz``, or the archive put together from the parts the manifest lists
+    (carried, or staged by earlier calls), checked against the manifest's SHA-256."""
+    whole = archives / f"{name}.tar.xz"
+    if whole.is_file():
+        return whole, "carried"
+    entry = json.loads((archives / PARTS_MANIFEST).read_text())[name]
+    missing = missing_parts(archives, name, stage)
+    if missing:
+        raise RuntimeError(f"{name}: part(s) {', '.join(missing)} neither carried nor in {stage}")
+    out = work / "archives" / f"{name}.tar.xz"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staged = 0
+    with open(out, "wb") as dst:
+        for part in entry["parts"]:
+            src = archives / part if (archives / part).is_file() else stage / part
+            staged += src.parent == stage
+            with open(src, "rb") as fh:
+                shutil.copyfileobj(fh, dst, 1 << 22)
+    if _sha256(out) != entry["sha256"]:
+        raise RuntimeError(f"{name}: the archive put together from {len(entry['parts'])} part(s) does not match "
+                           f"the SHA-256 of {archives / PARTS_MANIFEST}")
+    return out, f"assembled from {len(entry['parts'])} part(s), {staged} staged by earlier calls"
+
+
+def unpack_archives(archives: Path, names: list[str], data_root: Path, stage: Path = STAGE_DIR,
+                    work: Path | None = None) -> list[dict]:
+    """Unpack ``<archives>/<name>.tar.xz`` (or the archive its parts make, :func:`archive_source`)
+    into ``data_root`` (skipped when its files are there and verify), then check every file against
+    the carried checksums, as ../shared/data/unpack.sh: ``SHA256SUMS-<name>`` where it travels, else
+    the lines of ``MD5SUMS`` under the archive's top folder."""
+    md5 = _read_sums(archives / "MD5SUMS")
     out = []
     for name in names:
         t0 = time.perf_counter()
-        prefix = name.removesuffix("-test") + "/"
-        mine = {k: v for k, v in sums.items() if k.startswith(prefix)}
+        if (archives / f"SHA256SUMS-{name}").is_file():
+            mine, digest, sums_file = _read_sums(archives / f"SHA256SUMS-{name}"), _sha256, f"SHA256SUMS-{name}"
+        else:
+            prefix = name.removesuffix("-test") + "/"
+            mine, digest, sums_file = {k: v for k, v in md5.items() if k.startswith(prefix)}, _md5, "MD5SUMS"
 
         def verified() -> bool:
-            return bool(mine) and all((data_root / k).is_file() and _md5(data_root / k) == v for k, v in mine.items())
+            return bool(mine) and all((data_root / k).is_file() and digest(data_root / k) == v for k, v in mine.items())
 
         if verified():
             out.append({"archive": name, "status": "present and verified", "seconds": time.perf_counter() - t0})
             continue
+        source, how = archive_source(archives, name, stage, work or data_root.parent)
         data_root.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(archives / f"{name}.tar.xz") as tar:
+        with tarfile.open(source) as tar:
             tar.extractall(data_root, filter="data")
-        status = "unpacked and verified" if verified() else ("unpacked (no MD5SUMS for it)" if not mine else None)
+        status = "unpacked and verified" if verified() else (f"unpacked (no {sums_file} for it)" if not mine else None)
         if status is None:
-            raise RuntimeError(f"{name}: files under {data_root} do not match {archives / 'MD5SUMS'}")
-        out.append({"archive": name, "status": status, "files": len(mine), "seconds": time.perf_counter() - t0})
+            raise RuntimeError(f"{name}: files under {data_root} do not match {archives / sums_file}")
+        out.append({"archive": name, "status": status, "files": len(mine), "source": how,
+                    "seconds": time.perf_counter() - t0})
     return out
 
 
@@ -588,9 +653,9 @@ class Session:
 
     # -- setup ----------------------------------------------------------------------------
     def setup(self) -> None:
-        names = sorted({n for s in [self.a.suite, *self.a.check_suites] for n in REAL_DATA.get(s, ())})
         self.summary["setup"]["data_root"] = str(self.a.data_root)
-        self.summary["setup"]["data"] = unpack_archives(Path(self.a.data_archives), names, Path(self.a.data_root))
+        self.summary["setup"]["data"] = unpack_archives(Path(self.a.data_archives), needed_archives(self.a),
+                                                        Path(self.a.data_root), Path(self.a.stage_dir), self.work)
 
     # -- checks ---------------------------------------------------------------------------
     def run_checks(self) -> None:
@@ -889,6 +954,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="epoch seconds the budget counts from (the wrapper's start; default: now)")
     p.add_argument("--carried", default=str(ROOT / ".device"), help="the carried folder (default: .device)")
     p.add_argument("--data-archives", default=None, help="folder of the data archives (default: <carried>/data)")
+    p.add_argument("--stage-dir", default=str(STAGE_DIR),
+                   help="where earlier calls staged the parts of an archive (default: .device-staged)")
     p.add_argument("--data-root", default=None, help="where they are unpacked (default: <work>/data)")
     p.add_argument("--work", default=None, help="scratch folder (default: a new folder under $TMPDIR)")
     p.add_argument("--cuda-tests", default="tests/test_method_contract.py",
@@ -979,18 +1046,36 @@ def validate(a) -> None:
     except BenchError as exc:
         raise BadInput(str(exc)) from None
     a.data_archives = a.data_archives or str(Path(a.carried) / "data")
-    needed = sorted({n for s in [a.suite, *a.check_suites] for n in REAL_DATA.get(s, ())})
+    needed = needed_archives(a)
     arch = Path(a.data_archives)
     if needed and not arch.is_dir():
         files = ", ".join(n + ".tar.xz" for n in needed)
         raise BadInput(f"--data-archives {arch}: no such folder; it must hold {files} (bash "
                        f"scripts/device_prepare.sh copies them from ../shared/data)")
-    missing = [n for n in needed if not (arch / f"{n}.tar.xz").is_file()]
+    missing, unstaged = [], []
+    for n in needed:
+        if (arch / f"{n}.tar.xz").is_file():
+            continue
+        parts = missing_parts(arch, n, Path(a.stage_dir))
+        if parts is None:
+            missing.append(n)
+        elif parts:
+            unstaged += parts
     if missing:
         present = sorted(p.name for p in arch.glob("*.tar.xz"))
         raise BadInput(f"--data-archives {arch}: missing {', '.join(m + '.tar.xz' for m in missing)} (present: "
-                       f"{', '.join(present) or 'none'}); needed for {a.suite} and the check suites")
+                       f"{', '.join(present) or 'none'}); needed for {a.suite} and the check suites (bash "
+                       f"scripts/device_prepare.sh --data {','.join(missing)})")
+    if unstaged:
+        raise BadInput(f"parts {', '.join(unstaged)} are neither carried nor staged in {a.stage_dir}: run the stage "
+                       f"call(s) scripts/device_prepare.sh printed right before this one, on the same machine (one "
+                       f"given back in between loses what they staged)")
     return device
+
+
+def needed_archives(a) -> list[str]:
+    """The archives a session unpacks: the grid suite's data and the real data of the check suites."""
+    return sorted({*GRID_DATA.get(a.suite, ()), *(n for s in a.check_suites for n in REAL_DATA.get(s, ()))})
 
 
 def main(argv=None) -> int:

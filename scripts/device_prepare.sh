@@ -2,25 +2,38 @@
 # Fill, here, the git-excluded folders a device call carries (docs/device.md), then print that call.
 #     bash scripts/device_prepare.sh               # wheels (pip download from PyPI) + data + commit
 #     bash scripts/device_prepare.sh --no-wheels   # keep .whl/ as it is (no network)
+#     bash scripts/device_prepare.sh --data CamVid-240x180 -- --suite camvid_binary --profile quick ...
 #   .whl/     the packages the device image lacks (laplace-torch, pytest and what they need), as wheels, at the
 #             versions pinned in pyproject.toml (the others at the versions in .venv)
-#   .device/  data/{MNIST,FashionMNIST-test}.tar.xz + MD5SUMS copied from ../shared/data, and
-#             commit.txt (the device gets no .git: the records it writes name this commit)
-# Both are listed in .git/info/exclude. Fails (exit 1) when what travels would pass 64 MiB.
+#   .device/  data/: the archives of --data (default MNIST,FashionMNIST-test) from ../shared/data with their
+#             checksums (MD5SUMS, SHA256SUMS-<name>), and commit.txt (the device gets no .git: the records
+#             it writes name this commit)
+#   .device-stage-<k>/  an archive too large to travel beside the tree, in parts (with .device/data/parts.json),
+#             one folder per earlier call that stages it there (scripts/device_stage.sh)
+# Arguments after -- are added to the printed session command. All are listed in .git/info/exclude.
+# Fails (exit 1) when what a call carries would pass 64 MiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED=${BENCH_SHARED_DATA:-../shared/data}
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 wheels=1
-for arg in "$@"; do
-  case "$arg" in
+data="MNIST,FashionMNIST-test"
+session_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
     --no-wheels) wheels=0 ;;
-    *) echo "device_prepare.sh: unknown option $arg (valid: --no-wheels)" >&2; exit 2 ;;
+    --data) shift; data=${1:?--data needs archive names, e.g. CamVid-240x180} ;;
+    --data=*) data=${1#--data=} ;;
+    --) shift; session_args=("$@"); break ;;
+    *) echo "device_prepare.sh: unknown option $1 (valid: --no-wheels, --data NAME[,NAME], -- SESSION ARGS)" >&2; exit 2 ;;
   esac
+  shift
 done
 mkdir -p .git/info && touch .git/info/exclude
-for p in /.whl/ /.device/; do grep -qxF "$p" .git/info/exclude || echo "$p" >> .git/info/exclude; done
+for p in /.whl/ /.device/ '/.device-stage-*/' /.device-staged/; do
+  grep -qxF "$p" .git/info/exclude || echo "$p" >> .git/info/exclude
+done
 
 # the wheels: laplace-torch's needs that the device image does not hold (docs/device.md)
 if [ "$wheels" = 1 ]; then
@@ -48,30 +61,91 @@ PY
 fi
 [ -d .whl ] || echo "device_prepare.sh: warning: no .whl/ (run without --no-wheels once): the device lacks laplace-torch" >&2
 
-# the data archives and the commit
+# the data archives (whole, or in parts for earlier calls to stage) and the commit
+tree=$({ git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2>/dev/null || true; } | awk '{s+=$1} END {print s+0}')
+rm -rf .device/data .device-stage-*
 mkdir -p .device/data
-for a in MNIST.tar.xz FashionMNIST-test.tar.xz MD5SUMS; do
-  [ -f "$SHARED/$a" ] || { echo "device_prepare.sh: no $SHARED/$a (set BENCH_SHARED_DATA)" >&2; exit 2; }
-  cmp -s "$SHARED/$a" ".device/data/$a" || install -m 0644 "$SHARED/$a" ".device/data/$a"
-done
+"$PY" - "$SHARED" "$data" "$tree" <<'PY'
+import hashlib, json, os, shutil, sys
+from pathlib import Path
+
+shared, names, tree = Path(sys.argv[1]), [n for n in sys.argv[2].split(",") if n], int(sys.argv[3])
+LIMIT = int(float(os.environ.get("BENCH_DEVICE_CARRY_MIB", "64")) * 2**20)  # a test sets a smaller one
+MARGIN = min(2**20, LIMIT // 64)
+dest = Path(".device/data")
+for n in names:
+    if not (shared / f"{n}.tar.xz").is_file():
+        have = sorted(p.name[:-7] for p in shared.glob("*.tar.xz"))
+        sys.exit(f"device_prepare.sh: no {shared}/{n}.tar.xz (have: {', '.join(have)}; set BENCH_SHARED_DATA)")
+for f in ["MD5SUMS", *(f"SHA256SUMS-{n}" for n in names)]:
+    if (shared / f).is_file():
+        shutil.copyfile(shared / f, dest / f)
+wheels = sum(p.stat().st_size for p in Path(".whl").glob("*") if p.is_file())
+room = LIMIT - tree - wheels - sum(p.stat().st_size for p in dest.iterdir()) - MARGIN  # the session's call
+stage_room = LIMIT - tree - MARGIN  # each staging call carries the tree and one folder of parts
+if stage_room <= 0:
+    sys.exit("device_prepare.sh: the tree alone leaves no room for data in a call")
+parts, folder, used = {}, 1, 0
+for n in names:
+    src, size = shared / f"{n}.tar.xz", (shared / f"{n}.tar.xz").stat().st_size
+    if size <= room:
+        shutil.copyfile(src, dest / src.name)
+        room -= size
+        continue
+    digest, entry, left = hashlib.sha256(), [], size
+    with open(src, "rb") as fh:
+        while left > 0:
+            name = f"{n}.tar.xz.part{len(entry) + 1:02d}"
+            if left <= room:  # the rest travels with the session call
+                block, out = fh.read(left), dest / name
+                room -= len(block)
+            else:  # a stage call's share
+                if used >= stage_room:
+                    folder, used = folder + 1, 0
+                block = fh.read(min(stage_room - used, left - max(room, 0)))
+                out = Path(f".device-stage-{folder}") / name
+                out.parent.mkdir(exist_ok=True)
+                used += len(block)
+            out.write_bytes(block)
+            digest.update(block)
+            left -= len(block)
+            entry.append(name)
+    parts[n] = {"sha256": digest.hexdigest(), "bytes": size, "parts": entry}
+if parts:
+    (dest / "parts.json").write_text(json.dumps(parts, indent=1) + "\n")
+PY
 commit=$(git rev-parse HEAD)
 [ -z "$(git status --porcelain --untracked-files=no)" ] || commit="$commit+dirty"
 echo "$commit" > .device/commit.txt
 
-# what travels: tracked + untracked-not-ignored files, and the carried folders
-# (a tracked file deleted here does not travel: stat skips it)
-tree=$({ git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2>/dev/null || true; } | awk '{s+=$1} END {print s+0}')
-carried=$(find .whl .device -type f -printf '%s\n' 2>/dev/null | awk '{s+=$1} END {print s+0}')
-total=$((tree + carried))
+# what each call carries: the tree (tracked + untracked-not-ignored files) and its folders
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
-echo "device_prepare.sh: tree $(mib "$tree") + .whl/.device $(mib "$carried") = $(mib "$total") of 64 MiB"
-if [ "$total" -gt $((64 * 1048576)) ]; then
-  echo "device_prepare.sh: over the 64 MiB a device call carries" >&2; exit 1
+size_of() { { find "$@" -type f -printf '%s\n' 2>/dev/null || true; } | awk '{s+=$1} END {print s+0}'; }
+carried=$(size_of .whl .device)
+total=$((tree + carried))
+echo "device_prepare.sh: tree $(mib "$tree") + .whl/.device $(mib "$carried") = $(mib "$total") of ${BENCH_DEVICE_CARRY_MIB:-64} MiB"
+limit=$(awk -v m="${BENCH_DEVICE_CARRY_MIB:-64}" 'BEGIN {printf "%d", m * 1048576}')
+[ "$total" -le "$limit" ] || { echo "device_prepare.sh: over the ${BENCH_DEVICE_CARRY_MIB:-64} MiB a device call carries" >&2; exit 1; }
+stages=()
+for d in $(ls -d .device-stage-* 2>/dev/null | sort -t- -k3 -n); do
+  stages+=("$d")
+  echo "device_prepare.sh: $d: tree $(mib "$tree") + $(mib "$(size_of "$d")") of parts"
+done
+args=""
+[ ${#session_args[@]} -eq 0 ] || args=" ${session_args[*]}"
+echo
+if [ ${#stages[@]} -gt 0 ]; then
+  echo "The device calls, back to back (the machine keeps the staged parts only while it is held; idle 30 s, it"
+  echo "is given back): first each stage call, then the session, which writes summary.json, records.tar.gz and"
+  echo "device_session.log to \$OUT:"
+  for d in "${stages[@]}"; do
+    echo "  run(command=\"bash scripts/device_stage.sh $d\", carry=[\"$d\"], timeout_s=120)"
+  done
+else
+  echo "The device call (one command; it writes summary.json, records.tar.gz and device_session.log to \$OUT):"
 fi
 cat <<CALL
-
-The device call (one command; it writes summary.json, records.tar.gz and device_session.log to \$OUT):
-  run(command="bash scripts/device_session.sh --budget-s 480", carry=[".whl", ".device"], timeout_s=540)
+  run(command="bash scripts/device_session.sh --budget-s 480$args", carry=[".whl", ".device"], timeout_s=540)
 Then, here:
   .venv/bin/python scripts/keep_records.py merge <files_at>/records.tar.gz
 CALL

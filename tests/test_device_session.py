@@ -9,6 +9,7 @@ import importlib.util
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -374,3 +375,66 @@ def test_grid_workers_share_the_seeds_and_run_side_by_side(carried, tmp_path):
         ("lenet_300_100/deterministic/seed0", 0, "fitted"), ("lenet_300_100/deterministic/seed1", 1, "fitted")]
     records = [k for k in _members(out / "records.tar.gz") if "/records/" in k]
     assert {k.split("/")[-2] for k in records} == {"seed0", "seed1"}
+
+
+def test_an_archive_too_large_for_one_call_travels_in_parts_and_is_put_together(tmp_path):
+    """device_prepare.sh --data BIG with a 1 MiB carry limit (BENCH_DEVICE_CARRY_MIB) on a tiny tree:
+    BIG (~1.3 MiB) is split between a stage folder and the session's .device/data with a manifest;
+    device_stage.sh moves the staged part into .device-staged/, and the session's unpacking puts the
+    archive together, checks its SHA-256 and every file against SHA256SUMS-BIG. Without the stage call
+    the session refuses to start (exit 2), naming the missing part."""
+    import numpy as np
+
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    for f in ("device_prepare.sh", "device_stage.sh"):
+        shutil.copy(ROOT / "scripts" / f, repo / "scripts" / f)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@example.org", "-c", "user.name=t", "commit", "-qm",
+                    "scripts"], check=True)
+    shared = tmp_path / "shared"
+    (shared / "src" / "BIG").mkdir(parents=True)
+    payload = np.random.default_rng(0).integers(0, 256, 1_300_000, dtype=np.uint8).tobytes()  # incompressible
+    (shared / "src" / "BIG" / "blob.bin").write_bytes(payload)
+    (shared / "src" / "BIG" / "note.txt").write_text("hello\n")
+    with tarfile.open(shared / "BIG.tar.xz", "w:xz", preset=0) as tar:
+        tar.add(shared / "src" / "BIG", arcname="BIG")
+    (shared / "SHA256SUMS-BIG").write_text("".join(
+        f"{hashlib.sha256(p.read_bytes()).hexdigest()}  BIG/{p.name}\n" for p in sorted((shared / "src" / "BIG").iterdir())))
+    (shared / "MD5SUMS").write_text("")
+    env = {**os.environ, "BENCH_SHARED_DATA": str(shared), "BENCH_DEVICE_CARRY_MIB": "1", "PYTHON": sys.executable}
+    res = subprocess.run(["bash", "scripts/device_prepare.sh", "--no-wheels", "--data", "BIG", "--", "--suite", "toy"],
+                         cwd=repo, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    manifest = json.loads((repo / ".device" / "data" / "parts.json").read_text())["BIG"]
+    assert manifest["bytes"] == (shared / "BIG.tar.xz").stat().st_size and len(manifest["parts"]) == 2
+    staged = [p.name for p in (repo / ".device-stage-1").iterdir()]
+    assert staged == [manifest["parts"][0]] and (repo / ".device" / "data" / manifest["parts"][1]).is_file()
+    assert 'run(command="bash scripts/device_stage.sh .device-stage-1", carry=[".device-stage-1"]' in res.stdout
+    assert "--budget-s 480 --suite toy" in res.stdout
+    for p in [repo / ".device", *repo.glob(".device-stage-*")]:  # each call within the limit
+        assert sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) <= 2**20
+    archives, stage = repo / ".device" / "data", repo / ".device-staged"
+    assert ds.missing_parts(archives, "BIG", stage) == [manifest["parts"][0]]
+    args = ["--device", "cpu", "--checks", "skip", "--suite", "toy", "--check-suites", "toy", "--carried",
+            str(repo / ".device"), "--stage-dir", str(stage), "--out", str(tmp_path / "out")]
+    monkey = dict(ds.GRID_DATA)
+    try:
+        ds.GRID_DATA["toy"] = ("BIG",)  # as if the toy suite's data were this archive
+        with pytest.raises(ds.BadInput, match=manifest["parts"][0]):
+            ds.validate(ds.build_parser().parse_args(args))
+        subprocess.run(["bash", "scripts/device_stage.sh", ".device-stage-1"], cwd=repo, check=True, capture_output=True)
+        assert ds.missing_parts(archives, "BIG", stage) == []
+        ds.validate(ds.build_parser().parse_args(args))
+    finally:
+        ds.GRID_DATA.clear()
+        ds.GRID_DATA.update(monkey)
+    got = ds.unpack_archives(archives, ["BIG"], tmp_path / "data", stage, tmp_path / "work")
+    assert got[0]["status"] == "unpacked and verified" and got[0]["files"] == 2
+    assert got[0]["source"] == "assembled from 2 part(s), 1 staged by earlier calls"
+    assert (tmp_path / "data" / "BIG" / "blob.bin").read_bytes() == payload
+    # a part that changed on the way: the put-together archive fails its SHA-256
+    (stage / manifest["parts"][0]).write_bytes(b"x" + (stage / manifest["parts"][0]).read_bytes()[1:])
+    with pytest.raises(RuntimeError, match="SHA-256"):
+        ds.unpack_archives(archives, ["BIG"], tmp_path / "data2", stage, tmp_path / "work2")
