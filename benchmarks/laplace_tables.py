@@ -61,6 +61,7 @@ def laplace_rows(runs: Runs, h: str) -> pd.DataFrame:
         s, n = d.get("subnet_size"), d.get("num_observations")
         return {"log10_tau": search.get("log10_prior_precision"), "edge": search.get("at_grid_edge"),
                 "excluded": d.get("n_non_identifiable"), "layers": d.get("layer_distribution"),
+                "digest": d.get("subnet_digest"),
                 "s_over_n": s / n if s and n else None, "logit_var_ratio": spread.get("ratio")}
 
     return runs.per_seed_with(h, extract)
@@ -257,8 +258,12 @@ def table_schemes(runs: Runs, a) -> list[list[str]]:
         if not both:
             continue
         lap, pbn = lap[lap["seed"].isin(both)], pbn[pbn["seed"].isin(both)]
-        same = [_digest(fitted_indices(a.results, a.suite, runs.model, hl, s)) == d
-                for s, d in zip(pbn["seed"], pbn["digest"]) if d is not None]
+        # the subnet each fit used: its record's digest (older Laplace records lack it: their fitted
+        # checkpoint, where kept); a seed where either is unknown is not counted
+        lap_digest = {s: d if d is not None else _digest(fitted_indices(a.results, a.suite, runs.model, hl, s))
+                      for s, d in zip(lap["seed"], lap["digest"])}
+        same = [lap_digest[s] == d for s, d in zip(pbn["seed"], pbn["digest"])
+                if d is not None and lap_digest.get(s) is not None]
         # the row holds two fits: each is marked on its own ("(Laplace) ✗", "(PBN) ✗")
         plain = (f"{label} (Laplace)", f"{label} (PBN)")
         flags = [m[len(label) + 1:] for m, q in zip((runs.mark(plain[0], lap), runs.mark(plain[1], pbn)), plain) if m != q]

@@ -116,3 +116,24 @@ def test_the_size_table_shows_s_over_n_and_the_predictive_spread_of_each_row(tmp
         assert row[col["s / N"]].startswith(f"{20 / d['num_observations']:.3g}")
         assert row[col["logit variance / MAP spread (val)"]].startswith(f"{d['predictive_spread']['ratio']:.3f}")
         assert row[col["Δ ID NLL vs MAP"]] == f"{rec['metrics.nll'] - map_nll:+.4f}"
+
+
+def test_the_schemes_table_compares_masks_from_the_records_without_checkpoints(tmp_path):
+    """laplace_tables' schemes table says whether PBN and the subnetwork Laplace used the same weights
+    from each fit's recorded subnet digest, so it holds for kept records, which have no checkpoints:
+    the magnitude criterion picks the same weights under both schemes."""
+    import argparse
+    import shutil
+
+    from laplace_tables import table_schemes
+    from vi_tables import Runs
+
+    out = _smoke_deterministic(tmp_path, "0", "--methods", "deterministic,subnet_laplace,pbn",
+                               "--set", "subnet_laplace.n_subnet=20", "--set", "subnet_laplace.criterion=magnitude",
+                               "--set", "pbn.n_bayes=20", "--set", "pbn.criterion=magnitude")
+    shutil.rmtree(out / "mnist_rotated" / "checkpoints")  # as kept records are
+    runs = Runs(str(out), "mnist_rotated", "lenet_300_100", "smoke", [0])
+    header, *rows = table_schemes(runs, argparse.Namespace(n_subnet=20, subnet_fraction=None, swag_snapshot_every=None,
+                                                            results=str(out), suite="mnist_rotated"))
+    (row,) = [r for r in rows if r[0].startswith("largest")]
+    assert row[header.index("same mask")] == "1 of 1 seeds"
