@@ -515,7 +515,7 @@ def grid_worker(spec_path: str) -> int:
 
     apply_threads(spec["threads"])
     import bench.harness as harness_mod
-    from bench.config import resolve_plan
+    from bench.config import parse_sets, resolve_plan
     from bench.provenance import resolve_device
     from bench.store import ResultsStore
     from bench.suites import SUITES
@@ -529,7 +529,8 @@ def grid_worker(spec_path: str) -> int:
         print(CELL_TAG + json.dumps({**kw, "worker": index}), flush=True)
 
     suite = SUITES.get(spec["suite"])()
-    plan = resolve_plan(suite, spec["profile"], spec["methods"], {}, seeds=spec["seeds"], method_registry=METHODS)
+    plan = resolve_plan(suite, spec["profile"], spec["methods"], parse_sets(spec.get("sets") or []),
+                        seeds=spec["seeds"], method_registry=METHODS)
     data = suite.load(Path(spec["data_root"]), plan.data, download=False)
     h = harness_mod.Harness(suite, plan, data, ResultsStore(spec["results"]), resolve_device(spec["device"]), METHODS,
                             progress=False, quiet=True, workers=0)
@@ -608,7 +609,7 @@ class Session:
             "budget_s": a.budget_s, "wheels": os.environ.get("DEVICE_SESSION_WHEELS", "not reported by the wrapper"),
             "setup": {}, "checks": {"policy": a.checks, "suites": {}, "perf": None, "passed": None},
             "grid": {"suite": a.suite, "profile": a.profile, "seeds": a.seeds, "methods": a.methods,
-                     "status": "not started", "cells": [], "deferred": [], "history_used": {}},
+                     "sets": a.sets, "status": "not started", "cells": [], "deferred": [], "history_used": {}},
             "outputs": {}, "merge": "python scripts/keep_records.py merge <files_at>/records.tar.gz",
         }
 
@@ -828,7 +829,7 @@ class Session:
         workers = max(1, min(a.grid_workers or (3 if self.cuda else 1), len(a.seeds)))
         g["workers"] = workers
         threads = a.threads or max(1, (os.cpu_count() or 1) // workers)
-        spec = {"suite": a.suite, "profile": a.profile, "seeds": a.seeds, "methods": a.methods,
+        spec = {"suite": a.suite, "profile": a.profile, "seeds": a.seeds, "methods": a.methods, "sets": a.sets,
                 "data_root": str(a.data_root), "results": str(results), "device": str(self.device),
                 "threads": threads, "deadline": self.deadline - a.finish_s,
                 "min_cell_s": a.min_cell_s, "history": history, "commit": self.commit}
@@ -967,6 +968,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="paper")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--methods", default=None, help="the grid's methods (default: the suite's)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE[,VALUE...]",
+                   help="the grid's options, as bench run's --set (a method option's values sweep it)")
     p.add_argument("--check-suites", default=None, help="suites checked at smoke scale (default: every suite)")
     p.add_argument("--check-methods", default=None, help="methods checked (default: each suite's)")
     p.add_argument("--checks", choices=("auto", "always", "skip"), default="auto",
@@ -989,7 +992,7 @@ def build_parser() -> argparse.ArgumentParser:
 def validate(a) -> None:
     """Everything checked before anything is written; BadInput names what is valid."""
     from bench.cli import check_datasets_package
-    from bench.config import resolve_plan
+    from bench.config import parse_sets, resolve_plan
     from bench.errors import BenchError
     from bench.provenance import resolve_device
     from bench.suites import PROFILES, SUITES
@@ -1041,7 +1044,8 @@ def validate(a) -> None:
     if a.grid_workers is not None and a.grid_workers < 1:
         raise BadInput(f"--grid-workers must be at least 1, got {a.grid_workers}")
     try:
-        resolve_plan(suite, a.profile, a.methods, {}, seeds=a.seeds, method_registry=METHODS)
+        a.sets = a.sets or []
+        resolve_plan(suite, a.profile, a.methods, parse_sets(a.sets), seeds=a.seeds, method_registry=METHODS)
         device = resolve_device(a.device)
     except BenchError as exc:
         raise BadInput(str(exc)) from None

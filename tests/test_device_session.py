@@ -191,6 +191,7 @@ def test_an_exhausted_budget_runs_no_cell_and_still_writes_the_summary(carried, 
     (["--perf-cases", "nosuch"], ["nosuch", "harness_vs_bare_loop"]),
     (["--cuda-tests", "tests/nosuch.py"], ["tests/nosuch.py", "test_method_contract.py", "none"]),
     (["--grid-workers", "0"], ["--grid-workers", "at least 1"]),
+    (["--set", "pbn.nosuch=1"], ["nosuch", "pbn"]),
 ])
 def test_bad_input_exits_2_naming_what_is_valid_and_writes_nothing(args, words, carried, tmp_path, capsys):
     out, work = tmp_path / "out", tmp_path / "work"
@@ -366,15 +367,18 @@ def test_grid_workers_share_the_seeds_and_run_side_by_side(carried, tmp_path):
     kept.mkdir()
     out = tmp_path / "out"
     args = [a for a in FAST if a not in ("--seeds", "0")]
-    res = _wrapper([*args, "--seeds", "0,1", "--grid-workers", "2", "--checks", "skip", "--carried", str(carried),
+    res = _wrapper([*args, "--seeds", "0,1", "--grid-workers", "2", "--checks", "skip", "--set", "train.epochs=2",
+                    "--carried", str(carried),
                     "--kept", str(kept), "--work", str(tmp_path / "work"), "--budget-s", "240"], out)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     g = json.loads((out / "summary.json").read_text())["grid"]
     assert g["status"] == "complete" and g["workers"] == 2
     assert sorted((c["cell"], c["worker"], c["status"]) for c in g["cells"]) == [
         ("lenet_300_100/deterministic/seed0", 0, "fitted"), ("lenet_300_100/deterministic/seed1", 1, "fitted")]
-    records = [k for k in _members(out / "records.tar.gz") if "/records/" in k]
-    assert {k.split("/")[-2] for k in records} == {"seed0", "seed1"}
+    members = _members(out / "records.tar.gz")
+    records = [json.loads(v) for k, v in members.items() if "/records/" in k]
+    assert {r["seed"] for r in records} == {0, 1}
+    assert {r["train_config"]["epochs"] for r in records} == {2} and g["sets"] == ["train.epochs=2"]  # --set reached the grid
 
 
 def test_an_archive_too_large_for_one_call_travels_in_parts_and_is_put_together(tmp_path):
