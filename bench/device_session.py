@@ -531,6 +531,21 @@ def grid_worker(spec_path: str) -> int:
     suite = SUITES.get(spec["suite"])()
     plan = resolve_plan(suite, spec["profile"], spec["methods"], parse_sets(spec.get("sets") or []),
                         seeds=spec["seeds"], method_registry=METHODS)
+    suite.results_dir = Path(spec["results"])
+    if getattr(suite, "backbone_run", None) and suite.backbone_run(plan.data):
+        # a network the grid starts from (camvid_multilabel's data.backbone=camvid): worker 0 makes it first,
+        # as bench run does, in the grid's results; the others wait until it is there
+        if index == 0:
+            import argparse
+
+            from bench.cli import run_backbone
+
+            run_backbone(argparse.Namespace(out=spec["results"], device=spec["device"], data_root=spec["data_root"],
+                                            threads=spec["threads"], loader_workers=0, quiet=True, no_report=True,
+                                            no_download=True), suite, plan)
+        else:
+            while not suite.camvid_backbone_path(plan.data).is_file() and time.time() < spec["deadline"]:
+                time.sleep(2.0)
     data = suite.load(Path(spec["data_root"]), plan.data, download=False)
     h = harness_mod.Harness(suite, plan, data, ResultsStore(spec["results"]), resolve_device(spec["device"]), METHODS,
                             progress=False, quiet=True, workers=0)
@@ -1078,8 +1093,10 @@ def validate(a) -> None:
 
 
 def needed_archives(a) -> list[str]:
-    """The archives a session unpacks: the grid suite's data and the real data of the check suites."""
-    return sorted({*GRID_DATA.get(a.suite, ()), *(n for s in a.check_suites for n in REAL_DATA.get(s, ()))})
+    """The archives a session unpacks: the grid suite's data and the real data of the check suites
+    (none with ``--checks skip``)."""
+    checked = [] if a.checks == "skip" else a.check_suites
+    return sorted({*GRID_DATA.get(a.suite, ()), *(n for s in checked for n in REAL_DATA.get(s, ()))})
 
 
 def main(argv=None) -> int:

@@ -442,3 +442,34 @@ def test_an_archive_too_large_for_one_call_travels_in_parts_and_is_put_together(
     (stage / manifest["parts"][0]).write_bytes(b"x" + (stage / manifest["parts"][0]).read_bytes()[1:])
     with pytest.raises(RuntimeError, match="SHA-256"):
         ds.unpack_archives(archives, ["BIG"], tmp_path / "data2", stage, tmp_path / "work2")
+
+
+def test_a_camvid_grid_makes_its_backbone_first(tmp_path):
+    """The grid on camvid_multilabel with data.backbone=camvid:smoke (CamVid carried as an archive with its
+    SHA256SUMS): worker 0 trains the camvid MAP UNet first, as bench run would, and the grid's
+    unet_presence cells start from it (their records name its weights' hash)."""
+    from test_camvid_multilabel import make_camvid
+
+    from bench.models import weights_provenance
+
+    src = make_camvid(tmp_path / "src", n=(8, 2, 4))
+    carried = tmp_path / ".device"
+    (carried / "data").mkdir(parents=True)
+    with tarfile.open(carried / "data" / "CamVid-240x180.tar.xz", "w:xz", preset=0) as tar:
+        tar.add(src / "CamVid", arcname="CamVid")
+    (carried / "data" / "SHA256SUMS-CamVid-240x180").write_text("".join(
+        f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(src)}\n"
+        for p in sorted((src / "CamVid").rglob("*")) if p.is_file()))
+    (carried / "commit.txt").write_text("0123abc\n")
+    out, work = tmp_path / "out", tmp_path / "work"
+    code = ds.main(["--device", "cpu", "--threads", "1", "--checks", "skip", "--suite", "camvid_multilabel",
+                    "--profile", "smoke", "--seeds", "0", "--methods", "deterministic", "--set", "models=unet_presence",
+                    "--set", "data.backbone=camvid:smoke", "--set", "data.size=[48,64]", "--carried", str(carried),
+                    "--kept", str(tmp_path / "kept"), "--out", str(out), "--work", str(work), "--budget-s", "240"])
+    s = json.loads((out / "summary.json").read_text())
+    assert code == 0 and s["grid"]["status"] == "complete", s.get("traceback") or s["grid"]
+    assert s["setup"]["data"][0]["status"] == "unpacked and verified"
+    (backbone,) = (work / "grid" / "camvid" / "checkpoints" / "map" / "unet_small").glob("*/seed0.pt")
+    records = [json.loads(v) for k, v in _members(out / "records.tar.gz").items() if "/records/" in k]
+    assert records and {r["model"] for r in records} == {"unet_presence"}
+    assert {r["model_identity"]["backbone_sha256_16"] for r in records} == {weights_provenance(backbone)["sha256_16"]}
