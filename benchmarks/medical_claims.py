@@ -174,8 +174,9 @@ CLAIMS: tuple[Claim, ...] = (
 SUITE_SPECS: dict[str, SuiteSpec] = {
     "camvid_multilabel": SuiteSpec(
         "camvid_multilabel", "quick",
-        cost_note="the MAP network ~2.5 min per seed on one core (30 epochs x ~5 s, docs/medical.md); no records "
-                  "of this suite measure the methods' cost yet"),
+        cost_note="the MAP network ~7 min per seed (6 epochs of the pooled UNet, as docs/ablations' unet_presence "
+                  "records took on 2 shared cores) after the camvid MAP UNet it starts from; no records of this "
+                  "profile measure the methods' cost yet"),
     "chestmnist": SuiteSpec(
         "chestmnist", "quick",
         cost_note="~3.5 min per network on one core (docs/medical.md)",

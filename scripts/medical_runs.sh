@@ -2,7 +2,7 @@
 # The runs behind the binary-segmentation rows of docs/results/medical.md (camvid_binary, quick
 # profile, seeds 0-2): the MAP network, PBN at 1 % and the three single-option changes the claims
 # compare it with (squared saliency, median-frequency class weights, 20 % Bayesian), full VI and
-# the 5-member ensemble. Resumable: finished cells are skipped, and every command after the first
+# the 5-member ensemble, then the multi-label rows (MULTILABEL=0 skips them). Resumable: finished cells are skipped, and every command after the first
 # reuses the MAP networks of the same results folder. OUT (default results) is the results folder.
 # Keep the records with
 #   .venv/bin/python scripts/keep_records.py save camvid_binary --results $OUT --archive docs/records
@@ -19,3 +19,10 @@ $B --methods pbn --set pbn.class_weights=median_frequency   # S7: the paper's cl
 $B --methods pbn --set pbn.r_bayes=0.2                  # S5: 20 % Bayesian
 $B --methods deep_ensemble                              # S1, S3, S6
 $B --methods mfvi                                       # S2, S4: the fully Bayesian network
+# the multi-label rows (camvid_multilabel, quick profile: every network starts from the camvid MAP UNet of
+# seed 0, which the first command makes in $OUT): claims M1-M9; keep with
+#   .venv/bin/python scripts/keep_records.py save camvid_multilabel --results $OUT --archive docs/records
+[ "${MULTILABEL:-1}" = 1 ] || exit 0
+M=".venv/bin/python -m bench run --suite camvid_multilabel --profile quick --data-root ${DATA_ROOT:-data} --no-report --out $OUT"
+$M --methods deterministic,pbn,mfvi,deep_ensemble       # M1-M7
+$M --methods pbn --set pbn.r_bayes=0.2                  # M8, M9: 20 % Bayesian

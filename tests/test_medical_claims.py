@@ -20,9 +20,9 @@ mc = importlib.util.module_from_spec(_spec)
 sys.modules["medical_claims"] = mc
 _spec.loader.exec_module(mc)
 
-SUITE, PROFILE, MODEL = "camvid_multilabel", "quick", "resnet_small"
+SUITE, PROFILE, MODEL = "camvid_multilabel", "quick", "unet_presence"
 SEEDS = (0, 1, 2)
-TRAIN = {"schedule": "cosine", "batch_size": 16, "epochs": 30}
+TRAIN = {"schedule": "cosine", "batch_size": 16, "epochs": 6}
 #: a MAP network whose validation NLL is at rest over its last epochs (check map_converged)
 AT_REST = {"map_training": {"val_nll": [1.0 + 1.0 / (e + 1) ** 3 for e in range(12)]}}
 
