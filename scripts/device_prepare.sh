@@ -145,7 +145,7 @@ else
   echo "The device call (one command; it writes summary.json, records.tar.gz and device_session.log to \$OUT):"
 fi
 cat <<CALL
-  run(command="bash scripts/device_session.sh --budget-s 480$args", carry=[".whl", ".device"], timeout_s=540)
+  run(command="bash scripts/device_session.sh --budget-s 540$args", carry=[".whl", ".device"], timeout_s=590)
 Then, here:
   .venv/bin/python scripts/keep_records.py merge <files_at>/records.tar.gz
 CALL
