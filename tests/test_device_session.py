@@ -416,7 +416,7 @@ def test_an_archive_too_large_for_one_call_travels_in_parts_and_is_put_together(
     staged = [p.name for p in (repo / ".device-stage-1").iterdir()]
     assert staged == [manifest["parts"][0]] and (repo / ".device" / "data" / manifest["parts"][1]).is_file()
     assert 'run(command="bash scripts/device_stage.sh .device-stage-1", carry=[".device-stage-1"]' in res.stdout
-    assert "--budget-s 480 --suite toy" in res.stdout
+    assert "--budget-s 540 --suite toy" in res.stdout
     for p in [repo / ".device", *repo.glob(".device-stage-*")]:  # each call within the limit
         assert sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) <= 2**20
     archives, stage = repo / ".device" / "data", repo / ".device-staged"
