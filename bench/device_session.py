@@ -128,16 +128,9 @@ def device_info(device) -> dict:
     return info
 
 
-def _md5(path: Path) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
+def _digest(path: Path, algorithm: str = "md5") -> str:
+    """The hex digest of a file (``algorithm``: a hashlib name), read in 1 MiB blocks."""
+    h = hashlib.new(algorithm)
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
@@ -183,7 +176,7 @@ def archive_source(archives: Path, name: str, stage: Path, work: Path) -> tuple[
             staged += src.parent == stage
             with open(src, "rb") as fh:
                 shutil.copyfileobj(fh, dst, 1 << 22)
-    if _sha256(out) != entry["sha256"]:
+    if _digest(out, "sha256") != entry["sha256"]:
         raise RuntimeError(f"{name}: the archive put together from {len(entry['parts'])} part(s) does not match "
                            f"the SHA-256 of {archives / PARTS_MANIFEST}")
     return out, f"assembled from {len(entry['parts'])} part(s), {staged} staged by earlier calls"
@@ -200,13 +193,14 @@ def unpack_archives(archives: Path, names: list[str], data_root: Path, stage: Pa
     for name in names:
         t0 = time.perf_counter()
         if (archives / f"SHA256SUMS-{name}").is_file():
-            mine, digest, sums_file = _read_sums(archives / f"SHA256SUMS-{name}"), _sha256, f"SHA256SUMS-{name}"
+            mine, algorithm, sums_file = _read_sums(archives / f"SHA256SUMS-{name}"), "sha256", f"SHA256SUMS-{name}"
         else:
             prefix = name.removesuffix("-test") + "/"
-            mine, digest, sums_file = {k: v for k, v in md5.items() if k.startswith(prefix)}, _md5, "MD5SUMS"
+            mine, algorithm, sums_file = {k: v for k, v in md5.items() if k.startswith(prefix)}, "md5", "MD5SUMS"
 
         def verified() -> bool:
-            return bool(mine) and all((data_root / k).is_file() and digest(data_root / k) == v for k, v in mine.items())
+            return bool(mine) and all((data_root / k).is_file() and _digest(data_root / k, algorithm) == v
+                                      for k, v in mine.items())
 
         if verified():
             out.append({"archive": name, "status": "present and verified", "seconds": time.perf_counter() - t0})
