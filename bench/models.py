@@ -114,6 +114,16 @@ def resnet_small(in_shape, num_outputs: int, dropout: float = 0.0) -> nn.Module:
     return _resnet(in_shape, num_outputs, dropout, stem, 16, [(16, 2), (32, 2), (64, 2), (64, 2)])
 
 
+@MODELS.register("resnet_small_x2")
+def resnet_small_x2(in_shape, num_outputs: int, dropout: float = 0.0) -> nn.Module:
+    """``resnet_small`` at twice the width (stem 32, blocks 32 / 64 / 128 / 128; 0.62 M weights at
+    10 classes, about 4x the multiply-adds): the wider network of the SSVI capacity experiment
+    (docs/ssvi.md), where a 10 %-dense classifier keeps 128 of its weights instead of 64."""
+    c = in_shape[0]
+    stem = [nn.Conv2d(c, 32, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2)]
+    return _resnet(in_shape, num_outputs, dropout, stem, 32, [(32, 2), (64, 2), (128, 2), (128, 2)])
+
+
 _RESNET18_BLOCKS = [(64, 1), (64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), (512, 1)]
 
 

@@ -300,6 +300,10 @@ def test_resnet_shapes_and_parameter_counts():
     block = lambda ci, co: ci * co * 9 + co * co * 9 + ci * co + 3 * 2 * co  # noqa: E731
     expected = 432 + 32 + block(16, 16) + block(16, 32) + block(32, 64) + block(64, 64) + 64 * 10 + 10
     assert count_params(small) == expected == 156_538
+    wide = build_model("resnet_small_x2", (3, 32, 32), 10)
+    assert wide(x).shape == (3, 10)
+    expected_wide = 3 * 32 * 9 + 64 + block(32, 32) + block(32, 64) + block(64, 128) + block(128, 128) + 128 * 10 + 10
+    assert count_params(wide) == expected_wide
     r18 = build_model("resnet18_cifar", (3, 32, 32), 10, dropout=0.2)
     assert count_params(r18) == 11_173_962  # the standard CIFAR ResNet-18 (He et al. 2016 widths)
     assert count_params(build_model("resnet18_pbn", (3, 32, 32), 10)) == 11_173_962 + 64 * 3 * (49 - 9)
