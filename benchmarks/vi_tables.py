@@ -335,9 +335,10 @@ def table_sigma0(runs: Runs) -> list[list[str]]:
     rows = []
     crit = METHODS.get("ssvi").defaults["criterion"]
     mb = {k: v for k, v in mfvi_base(runs).items() if k != "sigma_init"}
+    sb = tuned_base(runs, "ssvi")
     for method, key, extra in (("mfvi", "sigma_init", mb),
-                               ("ssvi", "sigma_init_mean", {"density": 1.0, "criterion": crit}),
-                               ("ssvi", "sigma_init_mean", {"density": 0.1, "criterion": crit})):
+                               ("ssvi", "sigma_init_mean", {"density": 1.0, "criterion": crit, **sb}),
+                               ("ssvi", "sigma_init_mean", {"density": 0.1, "criterion": crit, **sb})):
         found = sorted(runs.configs(method, **extra), key=lambda hc: float(hc[1][key]))
         for h, cfg in found:
             p = runs.per_seed(h)
@@ -430,9 +431,11 @@ def table_rho(runs: Runs) -> list[list[str]]:
 
 
 def _ssvi_reference(runs: Runs, density: float) -> pd.DataFrame | None:
-    """Per-seed rows of SSVI with its default criterion and sigma0 at ``density`` (None if not run)."""
+    """Per-seed rows of SSVI at its tuned options with its default criterion and sigma0 at ``density``
+    (None if not run)."""
     d = METHODS.get("ssvi").defaults
-    found = runs.configs("ssvi", density=density, criterion=d["criterion"], sigma_init_mean=d["sigma_init_mean"])
+    found = runs.configs("ssvi", density=density, criterion=d["criterion"], sigma_init_mean=d["sigma_init_mean"],
+                         **tuned_base(runs, "ssvi"))
     return runs.per_seed(found[0][0]) if found else None
 
 
@@ -447,7 +450,8 @@ def table_ssvi(runs: Runs) -> list[list[str]]:
     d = METHODS.get("ssvi").defaults
     rows = []
     for dens in (1.0, 0.1, 0.05):
-        found = runs.configs("ssvi", density=dens, sigma_init_mean=d["sigma_init_mean"], criterion=d["criterion"])
+        found = runs.configs("ssvi", density=dens, sigma_init_mean=d["sigma_init_mean"], criterion=d["criterion"],
+                             **tuned_base(runs, "ssvi"))
         if not found:
             continue
         h = found[0][0]
@@ -475,7 +479,7 @@ def table_criteria(runs: Runs) -> list[list[str]]:
     d = METHODS.get("ssvi").defaults
     rows = []
     for c in CRITERIA:
-        found = runs.configs("ssvi", density=0.1, criterion=c, sigma_init_mean=d["sigma_init_mean"])
+        found = runs.configs("ssvi", density=0.1, criterion=c, sigma_init_mean=d["sigma_init_mean"], **tuned_base(runs, "ssvi"))
         if not found:
             continue
         p = runs.per_seed(found[0][0])
