@@ -92,6 +92,24 @@ def _with_notes(table: list[str], notes: list[str]) -> str:
     return "\n".join(table + ["", "_✗: fails its validity checks (bench.validity): not method evidence._", ""] + notes)
 
 
+#: the options a row is "at": the plugins' defaults, or with ``--tuning`` the configuration `bench tune`
+#: chose among fits that pass their checks (set by :func:`main`, as benchmarks/vi_tables.py's rows)
+BASES = {"ssvi": dict(SSVI.defaults), "mfvi": dict(MFVI.defaults)}
+
+
+def tuned_bases(tuning: str, suite: str, profile: str, model: str) -> dict:
+    """``{method: defaults updated with the stored choice}`` (a method without a choice made among
+    valid fits keeps its defaults)."""
+    from bench.tuning import stored_choice
+
+    out = {}
+    for method, cls in (("ssvi", SSVI), ("mfvi", MFVI)):
+        c = stored_choice(tuning, suite, profile, method, model)
+        chosen = dict(c["chosen"]) if c is not None and c.get("chosen_among_valid", True) else {}
+        out[method] = {**cls.defaults, **chosen}
+    return out
+
+
 def _is_default(cfg: dict, defaults: dict, free: tuple[str, ...]) -> bool:
     return all(cfg.get(k) == v for k, v in defaults.items() if k not in free)
 
@@ -102,10 +120,10 @@ def _ms(vals: list[float], fmt: str) -> str:
 
 def density_table(runs: list[dict]) -> str:
     rows, notes = [], []
-    mf = [r for r in runs if r["method"] == "mfvi" and _is_default(r["config"], MFVI.defaults, ())]
+    mf = [r for r in runs if r["method"] == "mfvi" and _is_default(r["config"], BASES["mfvi"], ())]
     groups: dict = {}
     for r in runs:
-        if r["method"] == "ssvi" and _is_default(r["config"], SSVI.defaults, ("density",)):
+        if r["method"] == "ssvi" and _is_default(r["config"], BASES["ssvi"], ("density",)):
             groups.setdefault(float(r["config"]["density"]), []).append(r)
     out = ["| method | density | seeds | ID acc | ID NLL | ID ECE | rotation acc | rotation NLL | rotation ECE | "
            "OOD AUROC | stochastic params | variational state (B) | train FLOPs vs dense VI | fit time (s) |",
@@ -130,7 +148,7 @@ def criteria_table(runs: list[dict], density: float) -> str:
     notes: list[str] = []
     for c in CRITERIA:
         g = [r for r in runs if r["method"] == "ssvi" and r["config"]["criterion"] == c
-             and float(r["config"]["density"]) == density and _is_default(r["config"], SSVI.defaults, ("criterion", "density"))]
+             and float(r["config"]["density"]) == density and _is_default(r["config"], BASES["ssvi"], ("criterion", "density"))]
         g = sorted(g, key=lambda r: r["seed"])
         if not g:
             continue
@@ -149,7 +167,7 @@ def variants_table(runs: list[dict]) -> str:
     groups: dict = {}
     notes: list[str] = []
     for r in runs:
-        defaults = SSVI.defaults if r["method"] == "ssvi" else MFVI.defaults
+        defaults = BASES["ssvi"] if r["method"] == "ssvi" else BASES["mfvi"]
         if _is_default(r["config"], defaults, ("density", "criterion") if r["method"] == "ssvi" else ()):
             continue
         diff = ", ".join(f"{k}={v}" for k, v in sorted(r["config"].items()) if v != defaults.get(k))
@@ -178,7 +196,7 @@ def iou_matrix(iou: dict) -> str:
 
 def iou_section(runs: list[dict], density: float) -> str:
     base = [r for r in runs if r["method"] == "ssvi" and r["seed"] == 0 and float(r["config"]["density"]) == density
-            and _is_default(r["config"], SSVI.defaults, ("density",))]
+            and _is_default(r["config"], BASES["ssvi"], ("density",))]
     if not base:
         return "(no default SSVI run at this density)"
     hist = [h for h in base[0]["diagnostics"].get("history", []) if h.get("iou")]
@@ -217,8 +235,12 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", default="quick")
     ap.add_argument("--density", type=float, default=0.1)
     ap.add_argument("--epochs", type=int, default=None, help="only runs of this training budget")
+    ap.add_argument("--tuning", default=None, metavar="DIR",
+                    help="rows at the configuration `bench tune` chose (DIR/<suite>/tuning/<profile>.json), not the defaults")
     ap.add_argument("--out", default=None, help="also write the markdown here")
     args = ap.parse_args(argv)
+    if args.tuning:
+        BASES.update(tuned_bases(args.tuning, args.suite, args.profile, args.model))
     runs = load_runs(args.results, args.suite, args.model, args.profile, args.epochs)
     budget = f", {args.epochs} epochs" if args.epochs is not None else ""
     text = "\n\n".join([
