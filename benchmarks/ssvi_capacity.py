@@ -58,8 +58,27 @@ def load_cells(results: str, suite: str = "cifar10c", profile: str = "quick", n_
         cells.setdefault(key, {})[int(seed)] = {
             "test_acc": float(i["metrics.accuracy"]), "test_nll": float(i["metrics.nll"]),
             "val_acc": float(val.iloc[0]["metrics.accuracy"]), "val_nll": float(val.iloc[0]["metrics.nll"]),
-            "validity": i["validity"] if isinstance(i["validity"], dict) else {}}
+            "validity": i["validity"] if isinstance(i["validity"], dict) else {}, "seed": int(seed)}
     return cells
+
+
+def _signed(values: list[float]) -> str:
+    """``+m ± s`` (the sign on the mean only)."""
+    import statistics
+
+    return f"{values[0]:+.4f}" if len(values) == 1 else f"{statistics.mean(values):+.4f} ± {statistics.stdev(values):.4f}"
+
+
+def _reasons(runs: list[dict]) -> str:
+    """The failed checks of ``runs`` with their seeds (bench.validity.runs_validity: the numbers of
+    the first seed that fails each check)."""
+    import pandas as pd
+
+    from bench.validity import runs_validity
+
+    _status, texts = runs_validity(pd.DataFrame({"seed": [r["seed"] for r in runs], "validity": [r["validity"] for r in runs],
+                                                 "validity.status": [r["validity"].get("status") for r in runs]}))
+    return "; ".join(texts) or "no reason recorded"
 
 
 def _mark(runs: list[dict]) -> str:
@@ -80,12 +99,11 @@ def capacity_table(cells: dict) -> str:
             continue
         d, s = [dense[k] for k in seeds], [sparse[k] for k in seeds]
         ms = lambda rs, key: mean_std_text([r[key] for r in rs], "{:.4f}")  # noqa: E731
-        gap = lambda key: mean_std_text([sparse[k][key] - dense[k][key] for k in seeds], "{:+.4f}")  # noqa: E731
+        gap = lambda key: _signed([sparse[k][key] - dense[k][key] for k in seeds])  # noqa: E731
         md, ms_ = _mark(d), _mark(s)
         for label, mark, rs in (("dense", md, d), ("10 %", ms_, s)):
             if mark:
-                reasons = sorted({t for r in rs for t in r["validity"].get("reasons", [])})
-                notes.append(f"- {model}, {opt}, {epochs} epochs, {label}{mark}: " + ("; ".join(reasons) or "no reason recorded"))
+                notes.append(f"- {model}, {opt}, {epochs} epochs, {label}{mark}: " + _reasons(rs))
         rows.append(f"| {model} | {opt} | {epochs} | {','.join(map(str, seeds))} | {ms(d, 'val_acc')}{md} | "
                     f"{ms(s, 'val_acc')}{ms_} | {ms(d, 'test_acc')}{md} | {ms(s, 'test_acc')}{ms_} | "
                     f"{gap('test_acc')} | {gap('val_acc')} |")
