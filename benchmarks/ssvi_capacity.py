@@ -69,21 +69,16 @@ def _signed(values: list[float]) -> str:
     return f"{values[0]:+.4f}" if len(values) == 1 else f"{statistics.mean(values):+.4f} ± {statistics.stdev(values):.4f}"
 
 
-def _reasons(runs: list[dict]) -> str:
-    """The failed checks of ``runs`` with their seeds (bench.validity.runs_validity: the numbers of
-    the first seed that fails each check)."""
+def _verdict(runs: list[dict]) -> tuple[str, str]:
+    """(" ✗" / " ?" / "", the failing checks with their seeds) of ``runs``: bench.validity's
+    :func:`runs_validity` and :func:`marked_label`, as every board marks a row."""
     import pandas as pd
 
-    from bench.validity import runs_validity
+    from bench.validity import marked_label, runs_validity
 
-    _status, texts = runs_validity(pd.DataFrame({"seed": [r["seed"] for r in runs], "validity": [r["validity"] for r in runs],
-                                                 "validity.status": [r["validity"].get("status") for r in runs]}))
-    return "; ".join(texts) or "no reason recorded"
-
-
-def _mark(runs: list[dict]) -> str:
-    status = {r["validity"].get("status") for r in runs}
-    return " ✗" if "fail" in status else (" ?" if None in status or "unverified" in status else "")
+    status, texts = runs_validity(pd.DataFrame({"seed": [r["seed"] for r in runs], "validity": [r["validity"] for r in runs],
+                                                "validity.status": [r["validity"].get("status") for r in runs]}))
+    return marked_label("", status), "; ".join(texts) or "no reason recorded"
 
 
 def capacity_table(cells: dict) -> str:
@@ -100,10 +95,10 @@ def capacity_table(cells: dict) -> str:
         d, s = [dense[k] for k in seeds], [sparse[k] for k in seeds]
         ms = lambda rs, key: mean_std_text([r[key] for r in rs], "{:.4f}")  # noqa: E731
         gap = lambda key: _signed([sparse[k][key] - dense[k][key] for k in seeds])  # noqa: E731
-        md, ms_ = _mark(d), _mark(s)
-        for label, mark, rs in (("dense", md, d), ("10 %", ms_, s)):
+        (md, why_d), (ms_, why_s) = _verdict(d), _verdict(s)
+        for label, mark, why in (("dense", md, why_d), ("10 %", ms_, why_s)):
             if mark:
-                notes.append(f"- {model}, {opt}, {epochs} epochs, {label}{mark}: " + _reasons(rs))
+                notes.append(f"- {model}, {opt}, {epochs} epochs, {label}{mark}: {why}")
         rows.append(f"| {model} | {opt} | {epochs} | {','.join(map(str, seeds))} | {ms(d, 'val_acc')}{md} | "
                     f"{ms(s, 'val_acc')}{ms_} | {ms(d, 'test_acc')}{md} | {ms(s, 'test_acc')}{ms_} | "
                     f"{gap('test_acc')} | {gap('val_acc')} |")
