@@ -221,6 +221,14 @@ def stored_choice(results: str | Path, suite: str, profile: str, method: str, mo
     return next((c for c in entry.get("choices", []) if c["model"] == model), None)
 
 
+def valid_choice(results: str | Path, suite: str, profile: str, method: str, model: str) -> dict:
+    """The options of :func:`stored_choice` when they were chosen among fits that pass their
+    validity checks; ``{}`` otherwise (no stored choice, or none of its candidates passed): the
+    configuration a table takes a method's rows at, on top of the method's defaults."""
+    c = stored_choice(results, suite, profile, method, model)
+    return dict(c["chosen"]) if c is not None and c.get("chosen_among_valid", True) else {}
+
+
 def budget_difference(results: str | Path, suite: str, profile: str, method: str, sets=()) -> str | None:
     """How the training budget the stored choice of ``method`` was made at differs from the one
     ``profile`` (with ``sets``) trains at now, e.g. ``"epochs 10 (the profile now: 15)"``; None when

@@ -87,7 +87,7 @@ def capacity_table(cells: dict) -> str:
             "10 % test acc | test gap (10 % - dense, paired) | val gap (paired) |",
             "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     rows, notes = [], []
-    for model, opt, epochs in sorted({k[:3] for k in cells}, key=lambda k: (k[0], k[1], k[2])):
+    for model, opt, epochs in sorted({k[:3] for k in cells}):
         dense, sparse = cells.get((model, opt, epochs, DENSE), {}), cells.get((model, opt, epochs, SPARSE), {})
         seeds = sorted(set(dense) & set(sparse))
         if not seeds:

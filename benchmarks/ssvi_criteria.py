@@ -100,14 +100,10 @@ BASES = {"ssvi": dict(SSVI.defaults), "mfvi": dict(MFVI.defaults)}
 def tuned_bases(tuning: str, suite: str, profile: str, model: str) -> dict:
     """``{method: defaults updated with the stored choice}`` (a method without a choice made among
     valid fits keeps its defaults)."""
-    from bench.tuning import stored_choice
+    from bench.tuning import valid_choice
 
-    out = {}
-    for method, cls in (("ssvi", SSVI), ("mfvi", MFVI)):
-        c = stored_choice(tuning, suite, profile, method, model)
-        chosen = dict(c["chosen"]) if c is not None and c.get("chosen_among_valid", True) else {}
-        out[method] = {**cls.defaults, **chosen}
-    return out
+    return {method: {**cls.defaults, **valid_choice(tuning, suite, profile, method, model)}
+            for method, cls in (("ssvi", SSVI), ("mfvi", MFVI))}
 
 
 def _is_default(cfg: dict, defaults: dict, free: tuple[str, ...]) -> bool:

@@ -238,10 +238,9 @@ def tuned_base(runs: Runs, method: str) -> dict:
     """The options every row of ``method`` in the tables is taken at: the configuration `bench tune`
     chose among fits that pass their validity checks (``--tuning``: ``<dir>/<suite>/tuning/<profile>.json``);
     with no such choice stored, the method's defaults (rows that may fail their checks, marked)."""
-    from bench.tuning import stored_choice
+    from bench.tuning import valid_choice
 
-    c = stored_choice(getattr(runs, "tuning", "docs/tuning"), runs.suite, runs.profile, method, runs.model)
-    return dict(c["chosen"]) if c is not None and c.get("chosen_among_valid", True) else {}
+    return valid_choice(getattr(runs, "tuning", "docs/tuning"), runs.suite, runs.profile, method, runs.model)
 
 
 def pbn_base(runs: Runs) -> dict:
@@ -430,12 +429,11 @@ def table_rho(runs: Runs) -> list[list[str]]:
     return [header] + rows
 
 
-def _ssvi_reference(runs: Runs, density: float) -> pd.DataFrame | None:
-    """Per-seed rows of SSVI at its tuned options with its default criterion and sigma0 at ``density``
-    (None if not run)."""
+def _ssvi_reference(runs: Runs, density: float, sb: dict) -> pd.DataFrame | None:
+    """Per-seed rows of SSVI at its tuned options ``sb`` with its default criterion and sigma0 at
+    ``density`` (None if not run)."""
     d = METHODS.get("ssvi").defaults
-    found = runs.configs("ssvi", density=density, criterion=d["criterion"], sigma_init_mean=d["sigma_init_mean"],
-                         **tuned_base(runs, "ssvi"))
+    found = runs.configs("ssvi", density=density, criterion=d["criterion"], sigma_init_mean=d["sigma_init_mean"], **sb)
     return runs.per_seed(found[0][0]) if found else None
 
 
@@ -444,14 +442,14 @@ def table_ssvi(runs: Runs) -> list[list[str]]:
     1, same estimator, prior, initialisation and optimiser), paired over seeds."""
     header = ["density", "seeds", "ID acc", "Δ ID acc vs density 1", "ID NLL", "rotation NLL", "Δ rotation NLL vs density 1",
               "OOD AUROC", "stochastic params", "train FLOPs vs density 1", "sigma median: init -> final"]
-    bp = _ssvi_reference(runs, density=1.0)
+    sb = tuned_base(runs, "ssvi")
+    bp = _ssvi_reference(runs, 1.0, sb)
     if bp is None:
         return [header]
     d = METHODS.get("ssvi").defaults
     rows = []
     for dens in (1.0, 0.1, 0.05):
-        found = runs.configs("ssvi", density=dens, sigma_init_mean=d["sigma_init_mean"], criterion=d["criterion"],
-                             **tuned_base(runs, "ssvi"))
+        found = runs.configs("ssvi", density=dens, sigma_init_mean=d["sigma_init_mean"], criterion=d["criterion"], **sb)
         if not found:
             continue
         h = found[0][0]
@@ -473,13 +471,14 @@ def table_criteria(runs: Runs) -> list[list[str]]:
               "OOD AUROC"]
     from bench.subnet.ssvi import CRITERIA, CRITERION_LABELS
 
-    bp = _ssvi_reference(runs, density=0.1)
+    sb = tuned_base(runs, "ssvi")
+    bp = _ssvi_reference(runs, 0.1, sb)
     if bp is None:
         return [header]
     d = METHODS.get("ssvi").defaults
     rows = []
     for c in CRITERIA:
-        found = runs.configs("ssvi", density=0.1, criterion=c, sigma_init_mean=d["sigma_init_mean"], **tuned_base(runs, "ssvi"))
+        found = runs.configs("ssvi", density=0.1, criterion=c, sigma_init_mean=d["sigma_init_mean"], **sb)
         if not found:
             continue
         p = runs.per_seed(found[0][0])
