@@ -7,7 +7,10 @@ Reads the ``ssvi`` / ``mfvi`` records under ``--results`` (a results folder or a
 SSVI run stores in its diagnostics (at each drop step the removal set of every criterion is
 computed on the same posterior, the run's own criterion drives the training).
 
-    .venv/bin/python benchmarks/ssvi_criteria.py --results docs/ablations --out docs/ssvi_tables_lenet_300_100.md
+    .venv/bin/python benchmarks/ssvi_criteria.py --results docs/ablations --epochs 15 --tuning docs/tuning
+
+(docs/ssvi_tables_lenet_300_100.md is this output between table markers: benchmarks/refresh_tables.py
+regenerates and checks it.)
 """
 from __future__ import annotations
 
@@ -92,9 +95,11 @@ def _with_notes(table: list[str], notes: list[str]) -> str:
     return "\n".join(table + ["", "_✗: fails its validity checks (bench.validity): not method evidence._", ""] + notes)
 
 
-#: the options a row is "at": the plugins' defaults, or with ``--tuning`` the configuration `bench tune`
-#: chose among fits that pass their checks (set by :func:`main`, as benchmarks/vi_tables.py's rows)
-BASES = {"ssvi": dict(SSVI.defaults), "mfvi": dict(MFVI.defaults)}
+def default_bases() -> dict:
+    """The options a row is "at" without ``--tuning``: the plugins' defaults (with it, the configuration
+    `bench tune` chose among fits that pass their checks, :func:`tuned_bases`, as benchmarks/vi_tables.py's
+    rows)."""
+    return {"ssvi": dict(SSVI.defaults), "mfvi": dict(MFVI.defaults)}
 
 
 def tuned_bases(tuning: str, suite: str, profile: str, model: str) -> dict:
@@ -114,12 +119,12 @@ def _ms(vals: list[float], fmt: str) -> str:
     return mean_std_text(vals, "{:" + fmt + "}")
 
 
-def density_table(runs: list[dict]) -> str:
+def density_table(runs: list[dict], bases: dict) -> str:
     rows, notes = [], []
-    mf = [r for r in runs if r["method"] == "mfvi" and _is_default(r["config"], BASES["mfvi"], ())]
+    mf = [r for r in runs if r["method"] == "mfvi" and _is_default(r["config"], bases["mfvi"], ())]
     groups: dict = {}
     for r in runs:
-        if r["method"] == "ssvi" and _is_default(r["config"], BASES["ssvi"], ("density",)):
+        if r["method"] == "ssvi" and _is_default(r["config"], bases["ssvi"], ("density",)):
             groups.setdefault(float(r["config"]["density"]), []).append(r)
     out = ["| method | density | seeds | ID acc | ID NLL | ID ECE | rotation acc | rotation NLL | rotation ECE | "
            "OOD AUROC | stochastic params | variational state (B) | train FLOPs vs dense VI | fit time (s) |",
@@ -138,13 +143,13 @@ def density_table(runs: list[dict]) -> str:
     return _with_notes(out + rows, notes)
 
 
-def criteria_table(runs: list[dict], density: float) -> str:
+def criteria_table(runs: list[dict], density: float, bases: dict) -> str:
     out = ["| removal criterion | seeds | ID acc | ID NLL | rotation acc | rotation NLL | rotation ECE | OOD AUROC |",
            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     notes: list[str] = []
     for c in CRITERIA:
         g = [r for r in runs if r["method"] == "ssvi" and r["config"]["criterion"] == c
-             and float(r["config"]["density"]) == density and _is_default(r["config"], BASES["ssvi"], ("criterion", "density"))]
+             and float(r["config"]["density"]) == density and _is_default(r["config"], bases["ssvi"], ("criterion", "density"))]
         g = sorted(g, key=lambda r: r["seed"])
         if not g:
             continue
@@ -156,14 +161,14 @@ def criteria_table(runs: list[dict], density: float) -> str:
     return _with_notes(out, notes)
 
 
-def variants_table(runs: list[dict]) -> str:
+def variants_table(runs: list[dict], bases: dict) -> str:
     """Every other SSVI configuration (options away from the defaults besides density / criterion)."""
     out = ["| variant (`--set <method>.…`) | seeds | ID acc | ID NLL | rotation acc | rotation NLL | rotation ECE | OOD AUROC | mean sigma |",
            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     groups: dict = {}
     notes: list[str] = []
     for r in runs:
-        defaults = BASES["ssvi"] if r["method"] == "ssvi" else BASES["mfvi"]
+        defaults = bases["ssvi"] if r["method"] == "ssvi" else bases["mfvi"]
         if _is_default(r["config"], defaults, ("density", "criterion") if r["method"] == "ssvi" else ()):
             continue
         diff = ", ".join(f"{k}={v}" for k, v in sorted(r["config"].items()) if v != defaults.get(k))
@@ -190,9 +195,9 @@ def iou_matrix(iou: dict) -> str:
     return "\n".join(out)
 
 
-def iou_section(runs: list[dict], density: float) -> str:
+def iou_section(runs: list[dict], density: float, bases: dict) -> str:
     base = [r for r in runs if r["method"] == "ssvi" and r["seed"] == 0 and float(r["config"]["density"]) == density
-            and _is_default(r["config"], BASES["ssvi"], ("density",))]
+            and _is_default(r["config"], bases["ssvi"], ("density",))]
     if not base:
         return "(no default SSVI run at this density)"
     hist = [h for h in base[0]["diagnostics"].get("history", []) if h.get("iou")]
@@ -235,18 +240,17 @@ def main(argv=None) -> int:
                     help="rows at the configuration `bench tune` chose (DIR/<suite>/tuning/<profile>.json), not the defaults")
     ap.add_argument("--out", default=None, help="also write the markdown here")
     args = ap.parse_args(argv)
-    if args.tuning:
-        BASES.update(tuned_bases(args.tuning, args.suite, args.profile, args.model))
+    bases = tuned_bases(args.tuning, args.suite, args.profile, args.model) if args.tuning else default_bases()
     runs = load_runs(args.results, args.suite, args.model, args.profile, args.epochs)
     budget = f", {args.epochs} epochs" if args.epochs is not None else ""
     text = "\n\n".join([
         f"# SSVI tables: {args.suite}, {args.model}, profile {args.profile}{budget}",
-        "## Density sweep: SSVI against its own dense model (density 1) and mfvi (equal epochs)", density_table(runs),
-        f"## Removal criteria at density {args.density:g}", criteria_table(runs, args.density),
-        "## Other variants (density 0.1 unless listed)", variants_table(runs),
+        "## Density sweep: SSVI against its own dense model (density 1) and mfvi (equal epochs)", density_table(runs, bases),
+        f"## Removal criteria at density {args.density:g}", criteria_table(runs, args.density, bases),
+        "## Other variants (density 0.1 unless listed)", variants_table(runs, bases),
         f"## IoU between the removal sets of the criteria (default run, density {args.density:g}, seed 0)",
-        iou_section(runs, args.density)]) + "\n"
-    print(text)
+        iou_section(runs, args.density, bases)]) + "\n"
+    print(text, end="")
     if args.out:
         with open(args.out, "w") as f:
             f.write(text)
