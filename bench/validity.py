@@ -445,7 +445,7 @@ def laplace_attainable_variance(run: dict) -> CheckResult:
     training data constrain least: there the predictive can move far from MAP's (the README's
     rotated-MNIST board, s / N = 0.02). The row stays marked for shift claims too: there the
     movement follows the prior scale that validation tunes for the subnet's size, random subnets
-    move as far, and no number of the row separates that from evidence for the selected subnetwork
+    move it far too, and no number of the row separates that from evidence for the selected subnetwork
     (docs/validity.md; docs/subnet_laplace.md, the size table): a criterion's shift claim is read
     against the random subnet of the same size. Daxberger et al.'s
     ResNet-18 on CIFAR-10 (s = 42,438, N = 50,000) is at about 0.85."""
