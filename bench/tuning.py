@@ -254,17 +254,26 @@ def budget_difference(results: str | Path, suite: str, profile: str, method: str
     return "; ".join(diff) or None
 
 
-def chosen_configs(results_dirs) -> dict[tuple[str, str, str, str], str]:
-    """``(suite, profile, model, method) -> config_hash`` of every configuration a stored tuning
-    (``<results>/<suite>/tuning/<profile>.json``) chose."""
-    out = {}
+def _stored_choices(results_dirs):
+    """``((suite, profile, model, method), choice)`` of every choice a stored tuning
+    (``<results>/<suite>/tuning/<profile>.json``) made; a later directory's choice replaces an earlier's."""
     for d in results_dirs:
         for path in sorted(Path(d).glob("*/tuning/*.json")):
             doc = read_tuning(path)
             for method, entry in (doc.get("methods") or {}).items():
                 for c in entry.get("choices", []):
-                    out[(doc["suite"], doc["profile"], c["model"], method)] = c["chosen_config_hash"]
-    return out
+                    yield (doc["suite"], doc["profile"], c["model"], method), c
+
+
+def chosen_configs(results_dirs) -> dict[tuple[str, str, str, str], str]:
+    """``(suite, profile, model, method) -> config_hash`` of every configuration a stored tuning chose."""
+    return {key: c["chosen_config_hash"] for key, c in _stored_choices(results_dirs)}
+
+
+def chosen_options(results_dirs) -> dict[tuple[str, str, str, str], dict]:
+    """``(suite, profile, model, method) -> {option: value}``: the tuned options a stored tuning chose
+    (only the swept ones; the rest are the profile's)."""
+    return {key: dict(c["chosen"]) for key, c in _stored_choices(results_dirs)}
 
 
 def edge_notes(results_dirs) -> dict[tuple[str, str, str], list[str]]:

@@ -18,6 +18,11 @@ the paired difference over the seeds both rows share (a 95 % t interval), and th
 * ``not run here yet: <the bench command that makes the missing rows>``, with what it costs where
   the records of a suite sharing the network and profile measured it (or the suite's stated budget).
 
+Where a stored ``bench tune`` of the suite and profile (``<results>/<suite>/tuning/<profile>.json``)
+chose a method's options, every row of that method, its ablations too, is read at that choice, and
+the command of a missing row sets it (the tuning protocol of docs/validity.md: one procedure for
+every method, on validation).
+
 Run from the repository root:
   .venv/bin/python benchmarks/medical_claims.py                                  # docs/records, every suite
   .venv/bin/python benchmarks/medical_claims.py --results results docs/records --suite camvid_binary
@@ -27,7 +32,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,6 +64,16 @@ class Row:
     name: str
     method: str
     options: dict = field(default_factory=dict)
+    #: the options a stored ``bench tune`` chose for the method (already in ``options``; named in the text)
+    tuned: dict = field(default_factory=dict)
+
+
+def with_tuned(row: Row, chosen: dict) -> Row:
+    """``row`` at the options ``bench tune`` chose for its method (``chosen``: method -> options),
+    under the row's own: a tuned method's rows and their ablations all run at its choice."""
+    opts = chosen.get(row.method) or {}
+    tuned = {k: v for k, v in opts.items() if k not in row.options}
+    return Row(row.name, row.method, {**tuned, **row.options}, tuned) if tuned else row
 
 
 @dataclass(frozen=True)
@@ -379,7 +394,8 @@ def row_text(r: RowRuns) -> str:
 
     if r.label is None:
         return f"{r.row.name}: no records"
-    what = f"`{marked_label(r.label, r.status)}`" + ("" if r.exact else ", not the profile's options") \
+    wanted = "the options bench tune chose" if r.row.tuned else "the profile's options"
+    what = f"`{marked_label(r.label, r.status)}`" + ("" if r.exact else f", not {wanted}") \
         + (f" (the one with the most seeds of {r.configs} that match)" if r.configs > 1 else "")
     seeds = f"seeds {_seeds(r.values)}" if r.values is not None and len(r.values) else "no value"
     return f"{r.row.name}: {what}, {seeds}"
@@ -452,7 +468,20 @@ def claims_of(suite: str) -> list[Claim]:
     return [c for c in CLAIMS if suite in c.suites]
 
 
-def table(df, suite: str, profile: str, df_ref=None) -> list[str]:
+def tuned_choices(results_dirs, suite: str, profile: str) -> dict[str, dict]:
+    """method -> the options a stored ``bench tune`` of ``suite``/``profile`` chose (for the profile's
+    first model, the one the claims are read on; bench.tuning.chosen_options)."""
+    from bench.suites import SUITES
+    from bench.tuning import chosen_options
+
+    model = SUITES.get(suite).profiles[profile]["models"][0]
+    return {m: opts for (s, p, mdl, m), opts in chosen_options(results_dirs).items()
+            if (s, p, mdl) == (suite, profile, model)}
+
+
+def table(df, suite: str, profile: str, df_ref=None, tuned: dict | None = None) -> list[str]:
+    """``tuned``: method -> the options bench tune chose (:func:`tuned_choices`); every row of a tuned
+    method is read, and its missing records are asked for, at that choice."""
     spec = SUITE_SPECS[suite]
     spec = SuiteSpec(spec.name, profile, spec.cost_reference, spec.cost_note, spec.data_note)
     notes = [n for n in (spec.data_note and f"Running it {spec.data_note}.",
@@ -460,7 +489,13 @@ def table(df, suite: str, profile: str, df_ref=None) -> list[str]:
     lines = [" ".join([f"**{suite}**, profile {profile}, on the clean test set.", *notes]), "",
              "| claim | paper: where, its numbers | rows here | measured here | verdict |",
              "| --- | --- | --- | --- | --- |"]
+    tuned = tuned or {}
+    if tuned:
+        lines[0] += " Tuned by `bench tune` (the rows of a tuned method, its ablations too, at its choice): " + \
+            "; ".join(f"{m}: " + ", ".join(f"{k} {_value_text(v)}" for k, v in sorted(o.items()))
+                      for m, o in sorted(tuned.items())) + "."
     for c in claims_of(suite):
+        c = replace(c, a=with_tuned(c.a, tuned), b=with_tuned(c.b, tuned))
         a, b = select(df, suite, profile, c, c.a), select(df, suite, profile, c, c.b)
         measured, verdict = verdict_text(c, spec, a, b, df_ref)
         lines.append(f"| {c.key}: {c.text} ({METRIC_TITLES.get(c.metric, c.metric)}, "
@@ -516,7 +551,8 @@ def main(argv=None) -> int:
     df_ref = load(a.results, refs, validity=False) if refs else None
     out = []
     for s in suites:
-        out += table(df, s, a.profile or SUITE_SPECS[s].profile, df_ref) + [""]
+        profile = a.profile or SUITE_SPECS[s].profile
+        out += table(df, s, profile, df_ref, tuned_choices(a.results, s, profile)) + [""]
     out += legend(suites)
     print("\n".join(out))
     return 0

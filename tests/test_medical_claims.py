@@ -187,3 +187,31 @@ def test_unknown_suite_or_results_directory_exit_2(tmp_path, capsys):
     assert code == 2 and "does not exist" in err and not out
     code, out, err = run(capsys, "--suite", SUITE, "--profile", "nope", "--results", str(tmp_path))
     assert code == 2 and "no profile 'nope'" in err
+
+
+def test_a_tuned_method_is_read_and_asked_for_at_its_choice(tmp_path, capsys):
+    """Where ``bench tune`` stored a choice for PBN, every PBN row (the 1 % row and its 20 % ablation)
+    is read at that choice: the profile's configuration, also present, is not the row, and the
+    command of a missing row carries the chosen options."""
+    from bench.tuning import write_tuning
+
+    chosen = {"beta_start": 0.01, "rho_lr": 0.1}
+    tuned = mc.with_tuned(mc.PBN_1, {"pbn": chosen})
+    assert tuned.options == {**chosen, **mc.PBN_1.options} and tuned.tuned == chosen
+    # the profile's PBN, its sigma not learned (never a verdict), beside the tuned one, which learned it
+    write(tmp_path, "pbn", pbn_diag=NOT_LEARNED, row=mc.PBN_1)
+    write(tmp_path, "pbn", row=tuned)
+    write(tmp_path, "deterministic")
+    choice = {"model": MODEL, "chosen": chosen, "chosen_config_hash": config_hash(
+        {"method": "pbn", **mc.profile_config(SUITE, PROFILE, tuned)}), "seeds": [0], "candidates": []}
+    write_tuning(tmp_path, SUITE, PROFILE, {"pbn": {"space": {}, "configurations": 4, "choices": [choice]}}, {})
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    m2 = line(out, "M2")
+    assert m2.endswith("| verdict: supported |") and "rho_lr=0.1" in m2 and "✗" not in m2
+    assert "Tuned by `bench tune`" in out and "pbn: beta_start 0.01, rho_lr 0.1" in out
+    m8 = line(out, "M8")
+    assert "--set pbn.r_bayes=0.2" in m8 and "--set pbn.rho_lr=0.1" in m8 and "--set pbn.beta_start=0.01" in m8
+    # without the stored choice the profile's configuration is the row again: not a verdict
+    (tmp_path / SUITE / "tuning" / f"{PROFILE}.json").unlink()
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    assert "not a verdict" in line(out, "M2")
