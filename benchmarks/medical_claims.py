@@ -191,7 +191,8 @@ SUITE_SPECS: dict[str, SuiteSpec] = {
         "camvid_multilabel", "quick",
         cost_note="the MAP network ~7 min per seed (6 epochs of the pooled UNet, as docs/ablations' unet_presence "
                   "records took on 2 shared cores) after the camvid MAP UNet it starts from; no records of this "
-                  "profile measure the methods' cost yet"),
+                  "profile measure the ensemble's or mean-field VI's cost yet (PBN's: its train s and predict ms / ex "
+                  "on the unet_presence board, docs/results/medical.md)"),
     "chestmnist": SuiteSpec(
         "chestmnist", "quick",
         cost_note="~3.5 min per network on one core (docs/medical.md)",
@@ -460,7 +461,8 @@ def verdict_text(claim: Claim, spec: SuiteSpec, a: RowRuns, b: RowRuns, df_ref) 
     if failing:
         return measured, f"not a verdict: {why}"
     if res is None:
-        return measured, "verdict: not separable (fewer than two seeds on a side: the seed noise is unknown)"
+        # both rows pass their checks, but one seed on a side gives no interval: nothing is decided yet
+        return measured, "no verdict yet: fewer than two seeds on a side (the seed noise is unknown)"
     return measured, f"verdict: {decide(claim, res[1], res[2])}"
 
 
@@ -512,7 +514,8 @@ def legend(suites) -> list[str]:
                      "separable.")
     lines += ["", "The metrics (the records' `metrics.<name>`):", ""]
     lines += [f"- {METRIC_TITLES[k]} (`{k}`): {v}." for k, v in METRIC_NOTES.items()]
-    lines += ["", "A verdict only where every record of both rows passes its validity checks (bench.validity); "
+    lines += ["", "A verdict only where every record of both rows passes its validity checks (bench.validity) and "
+              "each row has two seeds or more; "
               "`✗` marks a row that fails them, `?` one that could not be checked. Records reach docs/records "
               "with `.venv/bin/python scripts/keep_records.py save <suite>` after the run."]
     return lines

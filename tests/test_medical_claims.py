@@ -117,7 +117,7 @@ def test_a_row_failing_its_checks_is_never_a_verdict(tmp_path, capsys):
         ln = line(out, key)
         assert "not a verdict: PBN 1 %: vi_moved: sigma stayed at its initial value" in ln, ln
         assert "verdict: supported" not in ln and "verdict: contradicted" not in ln
-        assert "PBN 1 %: `pbn[epochs=3,lr=0.005] ✗`, seeds 0, 1, 2" in ln   # the profile's PBN, marked
+        assert "PBN 1 %: `pbn[beta_start=0.01,epochs=12,lr=0.005,rho_lr=0.1] ✗`, seeds 0, 1, 2" in ln   # the profile's PBN, marked
     # the numbers are still shown (M2's would read as supported)
     assert "gain PBN 1 % − deterministic +0.020" in line(out, "M2")
     assert "verdict: supported" not in out and "verdict: contradicted" not in out
@@ -195,7 +195,7 @@ def test_a_tuned_method_is_read_and_asked_for_at_its_choice(tmp_path, capsys):
     command of a missing row carries the chosen options."""
     from bench.tuning import write_tuning
 
-    chosen = {"beta_start": 0.01, "rho_lr": 0.1}
+    chosen = {"beta_start": 0.2, "rho_lr": 0.05}   # not the profile's
     tuned = mc.with_tuned(mc.PBN_1, {"pbn": chosen})
     assert tuned.options == {**chosen, **mc.PBN_1.options} and tuned.tuned == chosen
     # the profile's PBN, its sigma not learned (never a verdict), beside the tuned one, which learned it
@@ -207,11 +207,21 @@ def test_a_tuned_method_is_read_and_asked_for_at_its_choice(tmp_path, capsys):
     write_tuning(tmp_path, SUITE, PROFILE, {"pbn": {"space": {}, "configurations": 4, "choices": [choice]}}, {})
     _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
     m2 = line(out, "M2")
-    assert m2.endswith("| verdict: supported |") and "rho_lr=0.1" in m2 and "✗" not in m2
-    assert "Tuned by `bench tune`" in out and "pbn: beta_start 0.01, rho_lr 0.1" in out
+    assert m2.endswith("| verdict: supported |") and "rho_lr=0.05" in m2 and "✗" not in m2
+    assert "Tuned by `bench tune`" in out and "pbn: beta_start 0.2, rho_lr 0.05" in out
     m8 = line(out, "M8")
-    assert "--set pbn.r_bayes=0.2" in m8 and "--set pbn.rho_lr=0.1" in m8 and "--set pbn.beta_start=0.01" in m8
+    assert "--set pbn.r_bayes=0.2" in m8 and "--set pbn.rho_lr=0.05" in m8 and "--set pbn.beta_start=0.2" in m8
     # without the stored choice the profile's configuration is the row again: not a verdict
     (tmp_path / SUITE / "tuning" / f"{PROFILE}.json").unlink()
     _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
     assert "not a verdict" in line(out, "M2")
+
+
+def test_one_seed_on_a_side_decides_nothing(tmp_path, capsys):
+    """Rows that pass their checks with one seed each: the means are shown, no verdict is given."""
+    write(tmp_path, "pbn", seeds=(0,))
+    write(tmp_path, "deterministic", seeds=(0,))
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    m2 = line(out, "M2")
+    assert m2.endswith("| no verdict yet: fewer than two seeds on a side (the seed noise is unknown) |")
+    assert "PBN 1 % 0.900 (1 seed)" in m2 and "verdict:" not in m2
