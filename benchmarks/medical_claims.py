@@ -470,15 +470,13 @@ def claims_of(suite: str) -> list[Claim]:
     return [c for c in CLAIMS if suite in c.suites]
 
 
-def tuned_choices(results_dirs, suite: str, profile: str) -> dict[str, dict]:
+def tuned_choices(choices: dict, suite: str, profile: str) -> dict[str, dict]:
     """method -> the options a stored ``bench tune`` of ``suite``/``profile`` chose (for the profile's
-    first model, the one the claims are read on; bench.tuning.chosen_options)."""
+    first model, the one the claims are read on), of ``choices`` (bench.tuning.chosen_options)."""
     from bench.suites import SUITES
-    from bench.tuning import chosen_options
 
     model = SUITES.get(suite).profiles[profile]["models"][0]
-    return {m: opts for (s, p, mdl, m), opts in chosen_options(results_dirs).items()
-            if (s, p, mdl) == (suite, profile, model)}
+    return {m: opts for (s, p, mdl, m), opts in choices.items() if (s, p, mdl) == (suite, profile, model)}
 
 
 def table(df, suite: str, profile: str, df_ref=None, tuned: dict | None = None) -> list[str]:
@@ -486,16 +484,16 @@ def table(df, suite: str, profile: str, df_ref=None, tuned: dict | None = None) 
     method is read, and its missing records are asked for, at that choice."""
     spec = SUITE_SPECS[suite]
     spec = SuiteSpec(spec.name, profile, spec.cost_reference, spec.cost_note, spec.data_note)
+    tuned = tuned or {}
+    tuned_note = "; ".join(f"{m}: " + ", ".join(f"{k} {_value_text(v)}" for k, v in sorted(o.items()))
+                           for m, o in sorted(tuned.items()))
     notes = [n for n in (spec.data_note and f"Running it {spec.data_note}.",
-                         spec.cost_note and f"Cost of a missing row: {spec.cost_note}.") if n]
+                         spec.cost_note and f"Cost of a missing row: {spec.cost_note}.",
+                         tuned_note and "Tuned by `bench tune` (the rows of a tuned method, its ablations too, at "
+                                        f"its choice): {tuned_note}.") if n]
     lines = [" ".join([f"**{suite}**, profile {profile}, on the clean test set.", *notes]), "",
              "| claim | paper: where, its numbers | rows here | measured here | verdict |",
              "| --- | --- | --- | --- | --- |"]
-    tuned = tuned or {}
-    if tuned:
-        lines[0] += " Tuned by `bench tune` (the rows of a tuned method, its ablations too, at its choice): " + \
-            "; ".join(f"{m}: " + ", ".join(f"{k} {_value_text(v)}" for k, v in sorted(o.items()))
-                      for m, o in sorted(tuned.items())) + "."
     for c in claims_of(suite):
         c = replace(c, a=with_tuned(c.a, tuned), b=with_tuned(c.b, tuned))
         a, b = select(df, suite, profile, c, c.a), select(df, suite, profile, c, c.b)
@@ -552,10 +550,13 @@ def main(argv=None) -> int:
     refs = sorted({SUITE_SPECS[s].cost_reference for s in suites if SUITE_SPECS[s].cost_reference})
     df = load(a.results, suites)
     df_ref = load(a.results, refs, validity=False) if refs else None
+    from bench.tuning import chosen_options
+
+    choices = chosen_options(a.results)  # every stored tuning, read once
     out = []
     for s in suites:
         profile = a.profile or SUITE_SPECS[s].profile
-        out += table(df, s, profile, df_ref, tuned_choices(a.results, s, profile)) + [""]
+        out += table(df, s, profile, df_ref, tuned_choices(choices, s, profile)) + [""]
     out += legend(suites)
     print("\n".join(out))
     return 0
