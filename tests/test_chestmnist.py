@@ -216,3 +216,17 @@ def test_smoke_run_through_the_cli(tmp_path, capsys):
     rec = next(r for r in recs if r.get("kind") == "id")
     assert rec["task"] == "multilabel" and rec["num_labels"] == 14
     assert rec["reference"]["prevalence"] == pytest.approx(arrays()["train_labels"].mean(0))
+
+
+@pytest.mark.parametrize("profile", ["quick", "paper"])
+def test_vi_methods_take_the_papers_static_kl_weight_for_classification(profile):
+    """Sec. 3.1: 'a static weight for the KL term of 0.01 for classification' (annealed 0.2 -> 0.01
+    only for segmentation), for the partial and the fully Bayesian network alike."""
+    from bench.config import resolve_plan
+    from bench.suites import SUITES
+    from methods import METHODS
+    plan = resolve_plan(SUITES.get("chestmnist")(), profile, ["pbn", "mfvi"], {}, method_registry=METHODS)
+    for name in ("pbn", "mfvi"):
+        (cfg,) = plan.methods[name]
+        assert cfg["beta_start"] == cfg["beta_end"] == 0.01, (name, cfg)
+    assert plan.methods["pbn"][0]["r_bayes"] == 0.01
