@@ -18,6 +18,11 @@ the paired difference over the seeds both rows share (a 95 % t interval), and th
 * ``not run here yet: <the bench command that makes the missing rows>``, with what it costs where
   the records of a suite sharing the network and profile measured it (or the suite's stated budget).
 
+Beside the claims stand controls of this benchmark (``C1``-``C4``, not the paper's): PBN against its
+own pipeline with no stochastic weight (the MAP network fine-tuned for the VI phase, ``n_bayes=0``),
+where a claim sets PBN against the network it fine-tunes, and against a random subnetwork of its size
+beside the saliency claim; they are decided as the claims are.
+
 Where a stored ``bench tune`` of the suite and profile (``<results>/<suite>/tuning/<profile>.json``)
 chose a method's options, every row of that method, its ablations too, is read at that choice, and
 the command of a missing row sets it (the tuning protocol of docs/validity.md: one procedure for
@@ -131,6 +136,10 @@ PBN_1 = Row("PBN 1 %", "pbn", {"r_bayes": 0.01, "n_bayes": None, "criterion": "g
 PBN_20 = Row("PBN 20 %", "pbn", {**PBN_1.options, "r_bayes": 0.2})
 PBN_1_WEIGHTED = Row("PBN 1 % weighted", "pbn", {**PBN_1.options, "class_weights": "median_frequency"})
 PBN_1_SQUARED = Row("PBN 1 % squared", "pbn", {**PBN_1.options, "squared": True})
+#: the controls (docs/pbn.md, "Controls"): PBN's pipeline with no stochastic weight (the MAP network
+#: fine-tuned for the VI phase's epochs at its rate and loss), and a random subnetwork of PBN's size
+FINE_TUNE_ONLY = Row("fine-tuning only", "pbn", {**PBN_1.options, "n_bayes": 0})
+RANDOM_SUBNET = Row("PBN 1 % random", "pbn", {**PBN_1.options, "criterion": "random"})
 ENSEMBLE = Row("ensemble of 5", "deep_ensemble", {"members": 5})
 DETERMINISTIC = Row("deterministic", "deterministic", {})
 FULL_VI = Row("fully Bayesian", "mfvi", {"class_weights": "none"})
@@ -139,6 +148,10 @@ MULTILABEL = ("camvid_multilabel", "chestmnist")
 BINARY = ("camvid_binary",)
 CHEST = "Table 1, ChestMNIST"
 SEG = "Table 1, LIDC-IDRI and ISIC"
+#: the controls' "where": not the paper's; what each separates
+CONTROL = "control (this benchmark, not the paper's)"
+FT_WHY = ("PBN fine-tunes the MAP network for its VI phase; the same pipeline with no stochastic weight "
+          "separates what the VI does from what the extra training does")
 
 CLAIMS: tuple[Claim, ...] = (
     # -- multi-label classification (ChestMNIST, ResNet-18; Sec. 3.2, Table 1) --
@@ -161,6 +174,10 @@ CLAIMS: tuple[Claim, ...] = (
           "accuracy", True),
     Claim("M9", MULTILABEL, "the Brier score rises with the Bayesian share (1 % below 20 %)",
           f"{CHEST}; Sec. 3.2, Fig. 4", "Brier 0.064 / 0.067 / 0.083 at 1 / 5 / 20 %", PBN_1, PBN_20, "brier", False),
+    Claim("C1", MULTILABEL, "beside M2: 1 % Bayesian is more accurate than its pipeline without stochastic weights",
+          CONTROL, FT_WHY, PBN_1, FINE_TUNE_ONLY, "accuracy", True),
+    Claim("C2", MULTILABEL, "beside M4: 1 % Bayesian has a lower Brier score than its pipeline without stochastic "
+          "weights", CONTROL, FT_WHY, PBN_1, FINE_TUNE_ONLY, "brier", False),
     # -- binary segmentation (LIDC-IDRI, ISIC, UNet; Sec. 3.3, Table 1) --
     Claim("S1", BINARY, "1 % Bayesian segments as well as a 5-member ensemble, or better",
           f"{SEG}; Sec. 3.3, Sec. 4", "LIDC Dice 0.800 vs 0.687; ISIC IoU 0.783 vs 0.808 (called a match)",
@@ -184,6 +201,11 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("S8", BINARY, "the squared-gradient saliency chooses a subnetwork no worse than the absolute "
           "gradient's", "Sec. 2.2, step 2", "no number: the paper ranks by squared gradients and compares no "
           "other saliency", PBN_1_SQUARED, PBN_1, "dice", True, "no_worse", 0.025),
+    Claim("C3", BINARY, "beside S1-S5: 1 % Bayesian segments better than its pipeline without stochastic weights",
+          CONTROL, FT_WHY, PBN_1, FINE_TUNE_ONLY, "dice", True),
+    Claim("C4", BINARY, "beside S8: the gradient saliency chooses a better subnetwork than a random one of the same "
+          "size", CONTROL, "a saliency earns its place only where it beats a random subnetwork of the same size "
+          "(subnetwork Laplace's paper reports that baseline for its criterion)", PBN_1, RANDOM_SUBNET, "dice", True),
 )
 
 SUITE_SPECS: dict[str, SuiteSpec] = {
@@ -510,6 +532,11 @@ def legend(suites) -> list[str]:
     for c in [c for c in CLAIMS if set(c.suites) & set(suites)]:
         lines.append(f"- {c.key}: supported when {c.supports}; contradicted when {c.contradicts}; otherwise not "
                      "separable.")
+    keys = [c.key for c in CLAIMS if set(c.suites) & set(suites) and c.where == CONTROL]
+    if keys:
+        lines += ["", f"{', '.join(keys)} are controls of this benchmark, not claims of the paper: a claim of PBN "
+                      "against another network speaks of its Bayesian weights (or of its saliency) only where the "
+                      "control separates them from the extra training (or from chance)."]
     lines += ["", "The metrics (the records' `metrics.<name>`):", ""]
     lines += [f"- {METRIC_TITLES[k]} (`{k}`): {v}." for k, v in METRIC_NOTES.items()]
     lines += ["", "A verdict only where every record of both rows passes its validity checks (bench.validity) and "

@@ -47,14 +47,14 @@ ACCURACY = {"pbn": [0.900, 0.910, 0.905], "deterministic": [0.880, 0.889, 0.886]
 ROWS = {"pbn": mc.PBN_1, "deterministic": mc.DETERMINISTIC, "mfvi": mc.FULL_VI, "deep_ensemble": mc.ENSEMBLE}
 
 
-def write(root, method: str, seeds=SEEDS, pbn_diag=LEARNED, row=None):
+def write(root, method: str, seeds=SEEDS, pbn_diag=LEARNED, row=None, accuracy=None):
     row = row or ROWS[method]
     cfg = mc.profile_config(SUITE, PROFILE, row)
     chash = config_hash({"method": method, **cfg})
     store = ResultsStore(root)
     diag = pbn_diag if method in ("pbn", "mfvi") else AT_REST
     for seed in seeds:
-        acc = ACCURACY[method][seed]
+        acc = (accuracy or ACCURACY[method])[seed]
         base = {"status": "ok", "suite": SUITE, "profile": PROFILE, "task": "multilabel", "method": method,
                 "method_label": method_label(method, cfg, METHODS.get(method).defaults), "method_config": cfg,
                 "config_hash": chash, "model": MODEL, "seed": seed, "train_config": TRAIN, "num_labels": 11,
@@ -152,7 +152,8 @@ def test_no_records_prints_the_commands_that_make_them(tmp_path, capsys):
     assert "verdict:" not in out.split("How each claim")[0]
 
 
-@pytest.mark.parametrize("row", [mc.PBN_1_SQUARED, mc.PBN_1_WEIGHTED, mc.PBN_20, mc.ENSEMBLE])
+@pytest.mark.parametrize("row", [mc.PBN_1_SQUARED, mc.PBN_1_WEIGHTED, mc.PBN_20, mc.ENSEMBLE, mc.FINE_TUNE_ONLY,
+                                 mc.RANDOM_SUBNET])
 def test_the_printed_command_makes_the_configuration_the_table_looks_for(row):
     """What ``--set`` gives the run (bench.config.parse_sets, resolve_plan) is the row's configuration."""
     import shlex
@@ -225,3 +226,28 @@ def test_one_seed_on_a_side_decides_nothing(tmp_path, capsys):
     m2 = line(out, "M2")
     assert m2.endswith("| no verdict yet: fewer than two seeds on a side (the seed noise is unknown) |")
     assert "PBN 1 % 0.900 (1 seed)" in m2 and "verdict:" not in m2
+
+
+#: PBN's fine-tuning-only control as its records hold it: no stochastic weight, no sigma to check
+NO_STOCHASTIC = {"k": 0, "train": {"epochs": 12, "steps": 276, "num_train": 367}, **AT_REST}
+
+
+@pytest.mark.parametrize("control_accuracy, verdict", [
+    ([0.880, 0.889, 0.886], "verdict: supported"),       # PBN above its pipeline without VI on every seed
+    ([0.901, 0.909, 0.906], "verdict: not separable"),   # the extra fine-tuning gives the same accuracy
+])
+def test_the_fine_tuning_control_stands_beside_the_claim_against_the_deterministic_network(
+        tmp_path, capsys, control_accuracy, verdict):
+    """C1 reads PBN against the same pipeline with no stochastic weight (``n_bayes=0``), a row with
+    no sigma whose VI checks do not apply: a verdict is possible, and M2 can be supported while C1
+    says the gain is the extra training's."""
+    write(tmp_path, "pbn")
+    write(tmp_path, "deterministic")
+    write(tmp_path, "pbn", row=mc.FINE_TUNE_ONLY, pbn_diag=NO_STOCHASTIC, accuracy=control_accuracy)
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    assert line(out, "M2").endswith("| verdict: supported |")
+    c1 = line(out, "C1")
+    assert c1.endswith(f"| {verdict} |"), c1
+    assert "fine-tuning only: `pbn[beta_start=0.01,epochs=12,lr=0.005,n_bayes=0,rho_lr=0.1]`, seeds 0, 1, 2" in c1
+    assert "control (this benchmark, not the paper's)" in c1
+    assert "C1, C2 are controls of this benchmark, not claims of the paper" in out
