@@ -344,3 +344,38 @@ def test_state_dict_round_trip():
     assert torch.equal(vi3.indices, vi.indices)
     with torch.no_grad():
         assert torch.equal(vi3(x, 5, eps=eps), vi(x, 5, eps=eps))
+
+
+def test_no_stochastic_weight_runs_the_network_once_for_every_draw():
+    """PBN's fine-tuning-only control (no stochastic weight): the S draws are the network at its means,
+    so one pass over the N inputs stands for them. The outputs, the ELBO and its gradients equal the
+    network's (S identical draws), a training-mode batch-norm layer sees the N rows once and its
+    running mean moves as after one plain training step."""
+    class Wrapped(nn.Module):   # not an nn.Sequential: no deterministic prefix to run once already
+        def __init__(self):
+            super().__init__()
+            self.body = conv_net().train()
+
+        def forward(self, x):
+            return self.body(x)
+
+    wrapped, plain = Wrapped(), conv_net().train()
+    net = wrapped.body
+    vi = PartialVI(wrapped, torch.empty(0, dtype=torch.long))
+    assert vi.num_stochastic == 0
+    rows = []
+    net[0].register_forward_hook(lambda m, i, o: rows.append(i[0].shape[0]))
+    x, y = torch.randn(6, 2, 4, 4), torch.randint(0, 3, (6,))
+    out = vi(x, 5)
+    assert rows == [6], "one pass over the N inputs, not S*N"
+    ref = plain(x)
+    assert out.shape == (5, 6, 3)
+    torch.testing.assert_close(out, ref.unsqueeze(0).expand(5, 6, 3))
+    torch.testing.assert_close(net[1].running_mean, plain[1].running_mean)
+    loss = elbo_loss(classification(3), 100, samples=5, beta_start=0.2, beta_end=0.01)(vi, x, y, 0.0)
+    loss.backward()
+    F.cross_entropy(plain(x), y).backward()
+    for (name, p), q in zip(net.named_parameters(), plain.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
+    with pytest.raises(BenchError):
+        vi(x, 5, eps=torch.zeros(5, 1))

@@ -416,6 +416,15 @@ class PartialVI(nn.Module):
             raise BenchError(f"n_samples must be >= 1, got {n_samples}")
         if local_reparam and eps is not None:
             raise BenchError("eps fixes weight draws; it has no meaning with local_reparam")
+        if self.num_stochastic == 0 and S > 1:
+            # no stochastic weight (PBN's fine-tuning-only control): every draw is the network at its
+            # means, so one pass stands for the S (the same outputs, losses and gradients; a batch-norm
+            # layer in training mode sees the batch once instead of S identical copies, the same mean
+            # and biased variance) at 1/S of the cost
+            if eps is not None and eps.shape != (S, 0):
+                raise BenchError(f"eps has shape {tuple(eps.shape)}, expected {(S, 0)}")
+            one = self.forward(x, 1, local_reparam=local_reparam, chunk=chunk)
+            return one.expand(S, *one.shape[1:])
         if not local_reparam and eps is None:
             eps = self.sample_eps(S, generator)
         h, i0 = x, None
