@@ -13,8 +13,9 @@ PBN paper ("sensitivity-guided subnetwork VI"), Algorithm 1:
    optionally class-weighted (``class_weights``, the medical PBN paper; bench/class_weights.py);
 5. predict with the average of 5 posterior samples (Appendix H.6).
 
-Ablations of the paper, as options: ``criterion="random"`` (random subnetwork of the same
-size), ``init="random"`` (random mu and rho on the same gradient-selected subnetwork, Sec. 4.3
+Ablations and controls, as options: ``criterion="random"`` (a random subnetwork of the same
+size: a control of this benchmark, the baseline subnetwork Laplace's paper reports for its own
+criterion, "Ours (Rand)"; the PBN paper has no such ablation), ``init="random"`` (random mu and rho on the same gradient-selected subnetwork, Sec. 4.3
 and Fig. 6), ``squared=True`` (the earlier paper's squared-gradient saliency).
 
 The shared machinery (:class:`VIMethod`) also backs ``mfvi`` (methods/mfvi.py).
@@ -339,7 +340,8 @@ class VIMethod(Method):
 class PBN(VIMethod):
     STARTS_FROM = "map"
     VALIDITY_CHECKS = VIMethod.VALIDITY_CHECKS + ("map_converged",)  # and the MAP network it starts from
-    # Sec. 4.3's random subnetwork of the same size; and the same pipeline with no stochastic weight
+    # a random subnetwork of the same size (subnetwork Laplace's paper's "Ours (Rand)" baseline;
+    # the PBN paper compares none); and the same pipeline with no stochastic weight
     # (the MAP network fine-tuned for the same epochs at the same rate): what the extra training does
     CONTROLS = {"random subnetwork": {"criterion": "random"}, "fine-tuning only": {"n_bayes": 0}}
     description = ("partial Bayesian network: top-k |gradient| subnetwork of the MAP network, "
@@ -349,7 +351,7 @@ class PBN(VIMethod):
         # earlier paper's Table 1 finds 1 % best. MNIST figures sweep r_bayes (use --set).
         "r_bayes": 0.01,
         "n_bayes": None,  # a count that overrides r_bayes
-        "criterion": "gradient",  # Algorithm 1 line 8; "magnitude" | "random" (Sec. 4.3 ablation)
+        "criterion": "gradient",  # Algorithm 1 line 8; "magnitude" | "random" (controls, not the paper's)
         # |grad| (Alg. 1); True: grad^2 (medical PBN paper, Sec. 2.2 step 2), squared per mini-batch and
         # accumulated (aggregate "per_batch"); with aggregate "full" it ranks as |full-data gradient|
         "squared": False,

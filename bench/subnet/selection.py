@@ -29,8 +29,8 @@ Criteria (registry ``CRITERIA``):
   magnitudes measure how strongly the loss reacts to each parameter. ``aggregate="full"``
   ranks by the magnitude of the full-data gradient instead.
 * ``magnitude`` -- largest ``|theta|`` (pruning-style baseline).
-* ``random`` -- uniformly random subset (the PBN paper's "random subnetwork of the same size"
-  ablation, Sec. 4.3).
+* ``random`` -- uniformly random subset of the same size (the subnetwork-Laplace paper's
+  "Ours (Rand)" baseline; a control beside the PBN paper's criterion, which it does not compare).
 * ``largest_variance_diag_laplace`` -- the subnetwork-Laplace paper's Wasserstein criterion
   ("Q3"): largest marginal variance under a diagonal GGN Laplace over all weights
   (laplace-torch's ``LargestVarianceDiagLaplaceSubnetMask``), restricted to weights with
