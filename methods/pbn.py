@@ -16,7 +16,8 @@ PBN paper ("sensitivity-guided subnetwork VI"), Algorithm 1:
 Ablations and controls, as options: ``criterion="random"`` (a random subnetwork of the same
 size: a control of this benchmark, the baseline subnetwork Laplace's paper reports for its own
 criterion, "Ours (Rand)"; the PBN paper has no such ablation), ``init="random"`` (random mu and
-rho on the same gradient-selected subnetwork, Sec. 4.3 and Fig. 6), ``squared=True`` (the earlier paper's squared-gradient saliency).
+rho on the same gradient-selected subnetwork, Sec. 4.3 and Fig. 6), ``squared=True`` (the
+earlier paper's squared-gradient saliency).
 
 The shared machinery (:class:`VIMethod`) also backs ``mfvi`` (methods/mfvi.py).
 """
