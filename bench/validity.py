@@ -645,7 +645,41 @@ def reference_row(task: str, k: int | None, keys, df=None) -> tuple[str, dict]:
     predictor (:func:`prevalence_reference`)."""
     if task == "multilabel":
         return prevalence_reference(df, keys)
+    if task == "segmentation" and k == 2 and df is not None and "metrics.foreground_share" in getattr(df, "columns", ()):
+        ref = foreground_share_reference(df, keys)
+        if ref:
+            return "foreground share for every pixel (reference)", ref
     return f"uniform predictor (1/{k} each; reference)", uniform_reference(task, k, keys)
+
+
+def foreground_share_reference(df, keys) -> dict:
+    """Binary segmentation: what the predictor that says the foreground's share p of the set's
+    pixels (``metrics.foreground_share``) for every pixel scores, the reference of the binary
+    ``informative`` check: NLL the binary entropy H(p), Brier 2 p (1 - p) (summed over the two
+    classes), and, its arg-max being background everywhere, pixel accuracy 1 - p, mIoU (1 - p) / 2
+    and foreground Dice 0. Per set, averaged as the columns average a seed's sets (``id.``: the clean
+    test set; ``shift.``: the shifted sets, whose labels, and so p, are the test set's)."""
+    import pandas as pd
+
+    def scores(p: float) -> dict:
+        if not 0 < p < 1:
+            return {}
+        return {"nll": -(p * math.log(p) + (1 - p) * math.log(1 - p)), "brier": 2 * p * (1 - p),
+                "pixel_accuracy": 1 - p, "miou": (1 - p) / 2, "dice": 0.0}
+
+    ref = {}
+    for key in keys:
+        if not key.startswith(("id.", "shift.")):
+            continue
+        kind, metric = key.split(".", 1)
+        sub = df[df["kind"] == kind].dropna(subset=["metrics.foreground_share"])
+        if not len(sub):
+            continue
+        per_set = sub.drop_duplicates(["shift", "severity"])
+        vals = [scores(float(p)).get(metric) for p in pd.to_numeric(per_set["metrics.foreground_share"])]
+        if vals and all(v is not None for v in vals):
+            ref[key] = float(sum(vals) / len(vals))
+    return ref
 
 
 def prevalence_reference(df, keys) -> tuple[str, dict]:

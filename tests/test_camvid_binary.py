@@ -58,3 +58,31 @@ def test_the_car_share_of_the_real_training_labels():
         images_with += bool((y == 1).any())
     assert len(files) == 367 and images_with == 360
     assert 0.060 < fg / labelled < 0.062
+
+
+def test_binary_board_reference_is_what_the_constant_share_predictor_scores():
+    """The binary board's reference row (bench.validity.foreground_share_reference) against the
+    segmentation metrics of an actual predictor that says the foreground's share for every pixel."""
+    import pandas as pd
+    import torch
+
+    from bench.segmentation_metrics import SegmentationScores
+    from bench.validity import reference_row
+
+    labels = torch.tensor([1] * 3 + [0] * 17 + [255] * 4)  # p = 3 / 20, void ignored
+    p = 3 / 20
+    probs = torch.tensor([[1 - p, p]], dtype=torch.float64).expand(len(labels), 2)
+    scores = SegmentationScores(2)
+    scores.update(probs, labels)
+    m = scores.result()
+    df = pd.DataFrame([{"kind": "id", "shift": "clean", "severity": 0, "metrics.foreground_share": p},
+                       {"kind": "shift", "shift": "fog", "severity": 1, "metrics.foreground_share": p}])
+    keys = [f"{kind}.{name}" for kind in ("id", "shift") for name in ("nll", "brier", "pixel_accuracy", "miou", "dice")]
+    title, ref = reference_row("segmentation", 2, keys, df)
+    assert title.startswith("foreground share")
+    for kind in ("id", "shift"):
+        for name in ("nll", "brier", "pixel_accuracy", "miou"):
+            assert ref[f"{kind}.{name}"] == pytest.approx(m[name], rel=1e-9), name
+        assert ref[f"{kind}.dice"] == (m["dice"] or 0.0)
+    # without the share in the records, the uniform predictor as before
+    assert reference_row("segmentation", 2, keys, df.drop(columns="metrics.foreground_share"))[0].startswith("uniform")
