@@ -757,8 +757,10 @@ def regime_markdown(results) -> str:
     df = attach_validity(df)
     df = df[(df["status"].fillna("ok") == "ok") & (df["kind"] == "id")]
     rows = ["| suite / model (profile) | MAP clean accuracy, pixels on segmentation, Hamming on multi-label "
-            "(chance 1/K; multi-label: the training-prevalence predictor's) "
-            "| MAP clean NLL / ln K (multi-label: / the prevalence predictor's) | subnet Laplace s / N "
+            "(chance 1/K; multi-label: the training-prevalence predictor's; binary segmentation: the "
+            "foreground-share predictor's) "
+            "| MAP clean NLL / ln K (multi-label: / the prevalence predictor's; binary segmentation: / the "
+            "foreground-share predictor's) | subnet Laplace s / N "
             "| configurations: ok / fail / unverified |", "| --- | --- | --- | --- | --- |"]
     for (suite, model, profile), g in df.groupby(["suite", "model", "profile"]):
         k = num_classes_of(suite)
@@ -771,6 +773,12 @@ def regime_markdown(results) -> str:
             ref_nll = m["reference.nll"] if "reference.nll" in m else None
             acc_t = f"{np.mean(acc):.3f} ({np.mean(ref_acc):.3f})" if ref_acc is not None else "–"
             nll_t = f"{np.mean(m['metrics.nll'] / ref_nll):.0%}" if ref_nll is not None else "–"
+        elif k == 2 and len(m) and "metrics.foreground_share" in m and m["metrics.foreground_share"].notna().all():
+            # binary segmentation: the reference of its informative check, the foreground-share predictor
+            p = m["metrics.foreground_share"].astype(float)
+            ref_nll = -(p * np.log(p) + (1 - p) * np.log(1 - p))
+            acc_t = f"{np.mean(acc):.3f} ({np.mean(1 - p):.3f})" if acc is not None else "–"
+            nll_t = f"{np.mean(m['metrics.nll'] / ref_nll):.0%}"
         else:
             acc_t = f"{np.mean(acc):.3f} ({1 / k:.3f})" if k and acc is not None and len(m) else "–"
             nll_t = f"{np.mean(m['metrics.nll']) / math.log(k):.0%}" if k and len(m) else "–"

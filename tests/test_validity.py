@@ -507,3 +507,24 @@ def test_regime_table_compares_a_multilabel_map_with_the_prevalence_predictor(tm
         assert f"| {acc:.3f} ({ref:.3f}) |" in line
         assert f"| {(m['metrics.nll'] / m['reference.nll']).mean():.0%} |" in line
         assert f"({1 / 11:.3f})" not in line
+
+
+def test_regime_table_compares_a_binary_segmentation_map_with_the_foreground_share_predictor(tmp_path):
+    """python -m bench.validity --results: a binary segmentation board's MAP pixel accuracy and NLL
+    are read against the predictor that says the foreground's share everywhere (its informative
+    reference: accuracy 1 - p, NLL H(p)), not 1/2 and ln 2."""
+    import shutil
+    from pathlib import Path
+
+    from bench.store import load_records
+
+    shutil.copytree(Path(__file__).resolve().parents[1] / "docs" / "records" / "camvid_binary",
+                    tmp_path / "camvid_binary")
+    df = load_records(tmp_path, "camvid_binary")
+    m = df[(df["method_label"] == "deterministic") & (df["kind"] == "id")]
+    assert len(m)
+    line = next(r for r in V.regime_markdown(tmp_path).splitlines() if r.startswith("| camvid_binary / "))
+    p = m["metrics.foreground_share"].astype(float)
+    h = -(p * np.log(p) + (1 - p) * np.log(1 - p))
+    assert f"| {m['metrics.pixel_accuracy'].mean():.3f} ({(1 - p).mean():.3f}) |" in line
+    assert f"| {(m['metrics.nll'] / h).mean():.0%} |" in line
