@@ -86,3 +86,30 @@ def test_binary_board_reference_is_what_the_constant_share_predictor_scores():
         assert ref[f"{kind}.dice"] == (m["dice"] or 0.0)
     # without the share in the records, the uniform predictor as before
     assert reference_row("segmentation", 2, keys, df.drop(columns="metrics.foreground_share"))[0].startswith("uniform")
+
+
+def test_quick_profiles_pbn_is_the_kl_weight_chosen_on_validation_and_its_kept_record_passes():
+    """camvid_binary quick: PBN's static KL weight 1e-4 (KL per image) is the candidate chosen on
+    validation (docs/results/medical.md); the kept seed-0 record of exactly that configuration passes
+    every validity check, and the paper's annealed weight at the same budget does not."""
+    from pathlib import Path
+
+    from bench.config import resolve_plan
+    from bench.store import load_records
+    from bench.suites import SUITES
+    from methods import METHODS
+
+    plan = resolve_plan(SUITES.get("camvid_binary")(), "quick", ["pbn"], {}, method_registry=METHODS)
+    (cfg,) = plan.methods["pbn"]
+    assert cfg["beta_start"] == cfg["beta_end"] == 1e-4 and cfg["kl_scale"] == "examples" and cfg["rho_lr"] == 0.1
+    df = load_records(Path(__file__).resolve().parents[1] / "docs" / "records", "camvid_binary")
+    ids = df[(df["kind"] == "id") & (df["method"] == "pbn")]
+
+    def same(mc, **over):
+        want = {**dict(cfg), **over}
+        return all(mc.get(k) == v for k, v in want.items() if k in mc)
+
+    chosen = ids[ids["method_config"].map(same)]
+    assert len(chosen) == 1 and chosen.iloc[0]["validity"]["status"] == "ok"
+    paper = ids[ids["method_config"].map(lambda mc: same(mc, beta_start=0.2, beta_end=0.01))]
+    assert len(paper) == 1 and paper.iloc[0]["validity"]["status"] != "ok"
