@@ -139,6 +139,12 @@ def informative(run: dict) -> CheckResult:
     return _result(name, PASS, f"clean NLL {nll / ln_k:.0%} of ln K, accuracy {acc / chance:.1f}x chance", **nums)
 
 
+def binary_entropy(p: float) -> float:
+    """H(p) in nats: the NLL of the predictor that says the foreground's share p for every pixel,
+    the reference of binary segmentation (0 < p < 1)."""
+    return -(p * math.log(p) + (1 - p) * math.log(1 - p))
+
+
 def _informative_binary_segmentation(run: dict) -> CheckResult:
     """Binary segmentation (``camvid_binary``: cars against the rest): twice chance would ask for
     100 % pixel accuracy, and a uniform guess's ln 2 is far above what the all-background
@@ -152,7 +158,7 @@ def _informative_binary_segmentation(run: dict) -> CheckResult:
     if nll is None or dice is None or p is None or not 0 < p < 1:
         return _result(name, NOT_MEASURED, "no clean-test NLL, Dice or foreground share in the record "
                                            "(binary segmentation)")
-    ref_nll = -(p * math.log(p) + (1 - p) * math.log(1 - p))
+    ref_nll = binary_entropy(p)
     need = min(2 * p, (1 + p) / 2)
     nums = dict(nll=nll, reference_nll=ref_nll, foreground_share=p, dice=dice, dice_needed=need)
     if nll >= ref_nll:
@@ -664,7 +670,7 @@ def foreground_share_reference(df, keys) -> dict:
     def scores(p: float) -> dict:
         if not 0 < p < 1:
             return {}
-        return {"nll": -(p * math.log(p) + (1 - p) * math.log(1 - p)), "brier": 2 * p * (1 - p),
+        return {"nll": binary_entropy(p), "brier": 2 * p * (1 - p),
                 "pixel_accuracy": 1 - p, "miou": (1 - p) / 2, "dice": 0.0}
 
     ref = {}
@@ -776,7 +782,7 @@ def regime_markdown(results) -> str:
         elif k == 2 and len(m) and "metrics.foreground_share" in m and m["metrics.foreground_share"].notna().all():
             # binary segmentation: the reference of its informative check, the foreground-share predictor
             p = m["metrics.foreground_share"].astype(float)
-            ref_nll = -(p * np.log(p) + (1 - p) * np.log(1 - p))
+            ref_nll = p.map(binary_entropy)
             acc_t = f"{np.mean(acc):.3f} ({np.mean(1 - p):.3f})" if acc is not None else "–"
             nll_t = f"{np.mean(m['metrics.nll'] / ref_nll):.0%}"
         else:
