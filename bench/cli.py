@@ -626,7 +626,7 @@ def cmd_tune(args) -> int:
     from bench.suites import SUITES
 
     if args.spaces:
-        print(tuning.spaces_markdown())
+        print(tuning.spaces_markdown(SUITES.get(args.suite)()))
         return 0
     if args.markdown:
         SUITES.get(args.suite)  # an unknown suite: exit 2 naming the valid ones
@@ -644,7 +644,8 @@ def cmd_tune(args) -> int:
 
             def stored(c):  # JSON keeps the seeds of per_seed as strings
                 cands = [{**r, "per_seed": {int(k): v for k, v in r["per_seed"].items()}} for r in c["candidates"]]
-                return {**c, "candidates": cands, "method": args.candidates, "tuned": list(entry["space"])}
+                return {**c, "candidates": cands, "method": args.candidates,
+                        "tuned": tuning.tuned_options(entry["space"])}
 
             print(selection_markdown([stored(c) for c in entry["choices"]]))
             return 0
@@ -655,46 +656,53 @@ def cmd_tune(args) -> int:
     suite = SUITES.get(args.suite)()
     if args.profile not in suite.profiles:
         raise BenchError(f"suite {args.suite} has no profile {args.profile!r}; valid: {', '.join(suite.profiles)}")
-    methods = args.methods or [m for m in suite.default_methods if tuning.space_of(m)]
-    unknown = [m for m in methods if not tuning.space_of(m)]
+    methods = args.methods or [m for m in suite.default_methods if tuning.space_of(m, suite)]
+    unknown = [m for m in methods if not tuning.space_of(m, suite)]
     if unknown:
-        raise BenchError(f"no tuning space for {', '.join(unknown)}; methods with one: {', '.join(tuning.SPACES)} "
+        with_space = dict.fromkeys([*tuning.SPACES, *(getattr(suite, "tuning_spaces", None) or {})])
+        raise BenchError(f"no tuning space for {', '.join(unknown)}; methods with one: {', '.join(with_space)} "
                          f"(tuned inside their fit: {', '.join(tuning.TUNED_INSIDE)})")
-    clash = [s for s in args.sets for m in methods for k in tuning.SPACES[m] if s.split("=")[0] == f"{m}.{k}"]
+    spaces = {m: tuning.space_of(m, suite) for m in methods}
+    clash = [s for s in args.sets for m in methods for o in tuning.tuned_options(spaces[m])
+             if s.split("=")[0] == f"{m}.{o}"]
     if clash:
         raise BenchError(f"--set {', '.join(clash)}: the protocol sweeps these options itself")
     tuning.check_spaces()
+    tuning.check_spaces(spaces)
     entries, failed = {}, {}
+    from bench.config import parse_sets, resolve_plan
+    from methods import METHODS
+
     for m in methods:
+        runs = tuning.sweep_runs(m, spaces[m])
         if not args.select_only:
-            argv = ["run", "--suite", args.suite, "--profile", args.profile, "--methods", m, "--out", args.out,
-                    "--device", args.device, "--no-report"]
-            argv += ["--data-root", args.data_root] if args.data_root else []
-            argv += ["--threads", str(args.threads)] if args.threads else []
-            argv += ["--quiet"] if args.quiet else []
-            argv += [a for f in getattr(args, "plugins", []) for a in ("--plugin", f)]
-            for s in [*tuning.sweep_sets(m), *args.sets]:
-                argv += ["--set", s]
-            cmd_run(build_parser().parse_args(argv))  # a failing cell is recorded, the sweep goes on
+            for sets in runs:
+                argv = ["run", "--suite", args.suite, "--profile", args.profile, "--methods", m, "--out", args.out,
+                        "--device", args.device, "--no-report"]
+                argv += ["--data-root", args.data_root] if args.data_root else []
+                argv += ["--threads", str(args.threads)] if args.threads else []
+                argv += ["--quiet"] if args.quiet else []
+                argv += [a for f in getattr(args, "plugins", []) for a in ("--plugin", f)]
+                for s in [*sets, *args.sets]:
+                    argv += ["--set", s]
+                cmd_run(build_parser().parse_args(argv))  # a failing cell is recorded, the sweep goes on
         # the candidates are the configurations of this sweep, at this profile: records of an earlier
         # space or of other fixed options (an earlier sweep in the same results) are not
-        from bench.config import parse_sets, resolve_plan
-        from methods import METHODS
-
-        plan = resolve_plan(suite, args.profile, [m], parse_sets([*tuning.sweep_sets(m), *args.sets]),
-                            method_registry=METHODS)
-        swept = plan.methods.get(m, [])
+        swept, plan = [], None
+        for sets in runs:
+            plan = resolve_plan(suite, args.profile, [m], parse_sets([*sets, *args.sets]), method_registry=METHODS)
+            swept += [c for c in plan.methods.get(m, []) if c not in swept]
         try:
             from bench.plugins import identity_fields
 
-            choices = select(args.out, args.suite, m, list(tuning.SPACES[m]), configs=swept, profile=args.profile,
-                             later=getattr(METHODS.get(m), "LATER_OPTIONS", {}),
+            choices = select(args.out, args.suite, m, tuning.tuned_options(spaces[m]), configs=swept,
+                             profile=args.profile, later=getattr(METHODS.get(m), "LATER_OPTIONS", {}),
                              plugin_sha=identity_fields(METHODS.get(m)).get("plugin_source_sha256"))
         except BenchError as exc:
             failed[m] = str(exc)
             continue
         # the training budget the choice was made at: a choice made at another budget is not this one's
-        entries[m] = {**tuning.summarize(m, choices), "train": plan.train.to_dict()}
+        entries[m] = {**tuning.summarize(m, choices, spaces[m]), "train": plan.train.to_dict()}
     path = tuning.write_tuning(args.out, args.suite, args.profile, entries, failed, args.sets)
     print(tuning.tuning_markdown(tuning.read_tuning(path)))
     print(f"tuning: {path}")

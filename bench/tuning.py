@@ -2,7 +2,11 @@
 configurations, chosen on the validation split by one procedure (``python -m bench tune``).
 
 Each method with options that decide its regime gets a search space of exactly
-:data:`CONFIGS_PER_METHOD` configurations (:data:`SPACES`; the product of the listed values).
+:data:`CONFIGS_PER_METHOD` configurations (:data:`SPACES`; the product of the listed values). A
+suite may replace a method's space with its own (``Suite.tuning_spaces``: the range that decides a
+regime differs between tasks, e.g. a KL weight over decades where a per-image KL meets thousands of
+pixels), and a space key may tie several options to one value (``"beta_start+beta_end"``: a static
+KL weight), so the swept configuration still counts once.
 ``bench tune`` runs every space as a sweep of the suite's profile (the harness resumes, so a
 tune that stopped goes on where it stopped), then chooses with :func:`bench.selection.select`:
 the lowest validation NLL averaged over the seeds every candidate shares, among the candidates
@@ -62,37 +66,78 @@ def tuned_inside(method: str) -> str:
     return TUNED_INSIDE[method].format(**METHODS.get(method).defaults)
 
 
+#: joins the options of a space key that one value sets together ("beta_start+beta_end")
+TIE = "+"
+
+
+def options_of(key: str) -> list[str]:
+    """The method options a space key sets: one, or several tied to one value."""
+    return key.split(TIE)
+
+
+def tuned_options(space: dict[str, list]) -> list[str]:
+    """Every method option a space sets, tied ones each by name (the options a choice compares)."""
+    return [o for k in space for o in options_of(k)]
+
+
 def configurations(space: dict[str, list]) -> list[dict]:
-    """The configurations of a space: the product of its values, in order."""
+    """The configurations of a space: the product of its values, in order (keyed as the space is)."""
     keys = list(space)
     return [dict(zip(keys, combo)) for combo in itertools.product(*(space[k] for k in keys))]
 
 
-def space_of(method: str) -> dict[str, list] | None:
-    return SPACES.get(method)
+def space_of(method: str, suite=None) -> dict[str, list] | None:
+    """``method``'s space: ``suite``'s own (its ``tuning_spaces``) where it has one, else :data:`SPACES`'s."""
+    own = getattr(suite, "tuning_spaces", None) or {}
+    return own.get(method) or SPACES.get(method)
 
 
-def sweep_sets(method: str) -> list[str]:
-    """The ``--set`` arguments of ``bench run`` that sweep ``method``'s space."""
-    space = SPACES[method]
-    return [f"{method}.{k}=" + ",".join(repr(v) if isinstance(v, str) else f"{v:g}" for v in vals)
-            for k, vals in space.items()]
+def _values(vals) -> str:
+    return ",".join(repr(v) if isinstance(v, str) else f"{v:g}" for v in vals)
+
+
+def sweep_sets(method: str, space: dict[str, list] | None = None) -> list[str]:
+    """The ``--set`` arguments of one ``bench run`` that sweeps ``method``'s space (default: the global
+    one); a space with tied options needs one run per tied value (:func:`sweep_runs`)."""
+    space = SPACES[method] if space is None else space
+    if any(TIE in k for k in space):
+        raise BenchError(f"the space of {method} ties options ({', '.join(k for k in space if TIE in k)}): "
+                         "one run per tied value, see sweep_runs")
+    return [f"{method}.{k}=" + _values(vals) for k, vals in space.items()]
+
+
+def sweep_runs(method: str, space: dict[str, list]) -> list[list[str]]:
+    """The ``--set`` arguments of the ``bench run`` calls that sweep ``space``: one call whose
+    ``--set`` lists are the space (a product), or, where options are tied, one call per combination
+    of the tied values (each option set to it) with the untied ones as lists."""
+    tied = [k for k in space if TIE in k]
+    free = [f"{method}.{k}=" + _values(vals) for k, vals in space.items() if k not in tied]
+    if not tied:
+        return [free]
+    return [[f"{method}.{o}=" + _values([v]) for k, v in zip(tied, combo) for o in options_of(k)] + free
+            for combo in itertools.product(*(space[k] for k in tied))]
 
 
 def at_edge(space: dict[str, list], chosen: dict) -> list[str]:
-    """Options whose chosen value is the smallest or largest of three or more swept numbers: the
+    """Space keys whose chosen value is the smallest or largest of three or more swept numbers: the
     optimum may lie outside the space (with two values every choice is an edge, so none is named)."""
     out = []
     for k, vals in space.items():
         nums = [v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        if len(nums) >= 3 and k in chosen and chosen[k] in (min(nums), max(nums)):
+        opt = options_of(k)[0]
+        if len(nums) >= 3 and opt in chosen and chosen[opt] in (min(nums), max(nums)):
             out.append(k)
     return out
 
 
 def check_spaces(spaces: dict[str, dict[str, list]] = SPACES, n: int = CONFIGS_PER_METHOD) -> None:
-    """Every space has exactly ``n`` distinct configurations (the protocol's fairness rule)."""
+    """Every space has exactly ``n`` distinct configurations (the protocol's fairness rule), and no
+    option is swept twice (alone and tied, or in two ties)."""
     for m, space in spaces.items():
+        opts = tuned_options(space)
+        twice = sorted({o for o in opts if opts.count(o) > 1})
+        if twice:
+            raise BenchError(f"tuning space of {m} sets {', '.join(twice)} more than once")
         cfgs = configurations(space)
         distinct = {tuple(sorted(c.items())) for c in cfgs}
         if len(cfgs) != n or len(distinct) != n:
@@ -100,9 +145,10 @@ def check_spaces(spaces: dict[str, dict[str, list]] = SPACES, n: int = CONFIGS_P
                              f"gives every method {n}")
 
 
-def summarize(method: str, choices: list[dict]) -> dict:
-    """The tuning entry of one method: its space and, per model, the choice with every candidate."""
-    space = SPACES[method]
+def summarize(method: str, choices: list[dict], space: dict[str, list] | None = None) -> dict:
+    """The tuning entry of one method: its space (default: the global one) and, per model, the
+    choice with every candidate."""
+    space = SPACES[method] if space is None else space
     n = len(configurations(space))
 
     def entry(c):
@@ -144,14 +190,18 @@ def write_tuning(results: str | Path, suite: str, profile: str, entries: dict, f
     return path
 
 
-def spaces_markdown() -> str:
-    """The protocol itself as markdown: every method's space, or what it tunes inside its fit."""
+def spaces_markdown(suite=None) -> str:
+    """The protocol itself as markdown: every method's space (``suite``'s own where it has one, said
+    so), or what it tunes inside its fit."""
     from methods import METHODS
 
+    own = getattr(suite, "tuning_spaces", None) or {}
     lines = [f"| method | swept ({CONFIGS_PER_METHOD} configurations each) |", "| --- | --- |"]
     for m in METHODS.names():
-        if m in SPACES:
-            what = " x ".join(f"{k} {', '.join(f'{v:g}' for v in vals)}" for k, vals in SPACES[m].items())
+        space = space_of(m, suite)
+        if space:
+            what = " x ".join(f"{k.replace(TIE, ' = ')} {', '.join(f'{v:g}' for v in vals)}" for k, vals in space.items())
+            what += f" ({suite.name}'s own space)" if m in own else ""
         elif m in TUNED_INSIDE:
             what = "nothing outside the fit; inside it, on validation: " + tuned_inside(m)
         else:
@@ -167,7 +217,7 @@ def tuning_markdown(doc: dict) -> str:
              "| --- | --- | --- | --- | --- | ---: | --- |"]
     for m in sorted(doc["methods"]):
         e = doc["methods"][m]
-        swept = "; ".join(f"{k} {', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in vals)}"
+        swept = "; ".join(f"{k.replace(TIE, ' = ')} {', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in vals)}"
                           for k, vals in e["space"].items())
         for c in e["choices"]:
             ok = sum(1 for r in c["candidates"] if r.get("validity", "ok") == "ok")
@@ -290,8 +340,10 @@ def edge_notes(results_dirs) -> dict[tuple[str, str, str], list[str]]:
                     parts = []
                     for k in c.get("at_edge") or []:
                         vals = sorted(v for v in space.get(k, []) if isinstance(v, (int, float)))
-                        end = "smallest" if c["chosen"].get(k) == vals[0] else "largest"
-                        parts.append(f"{k} = {c['chosen'][k]:g}, the {end} of {', '.join(f'{v:g}' for v in vals)}")
+                        value = c["chosen"].get(options_of(k)[0])
+                        end = "smallest" if value == vals[0] else "largest"
+                        parts.append(f"{k.replace(TIE, ' = ')} = {value:g}, the {end} of "
+                                     f"{', '.join(f'{v:g}' for v in vals)}")
                     if parts:
                         out.setdefault((doc["suite"], doc["profile"], c["model"]), []).append(
                             f"{method}: its tuning chose the edge of the swept range ({'; '.join(parts)}): a value "

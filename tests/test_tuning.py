@@ -29,6 +29,66 @@ def test_a_choice_at_the_end_of_three_or_more_values_is_named():
 
 def test_sweep_sets_are_the_space():
     assert tuning.sweep_sets("pbn") == ["pbn.beta_start=0.01,0.2", "pbn.rho_lr=0.05,0.1"]
+    assert tuning.sweep_runs("pbn", tuning.SPACES["pbn"]) == [tuning.sweep_sets("pbn")]  # one run, a product
+
+
+def test_tied_options_take_one_value_per_run_and_count_once():
+    """A space key "a+b" sets both options to each value: one bench run per value (a --set list would
+    sweep their product), the untied keys still a product inside each run; four configurations."""
+    space = {"beta_start+beta_end": [1e-4, 1e-3], "rho_lr": [0.05, 0.1]}
+    tuning.check_spaces({"pbn": space})
+    assert tuning.tuned_options(space) == ["beta_start", "beta_end", "rho_lr"]
+    assert tuning.sweep_runs("pbn", space) == [
+        ["pbn.beta_start=0.0001", "pbn.beta_end=0.0001", "pbn.rho_lr=0.05,0.1"],
+        ["pbn.beta_start=0.001", "pbn.beta_end=0.001", "pbn.rho_lr=0.05,0.1"]]
+    with pytest.raises(BenchError, match="one run per tied value"):
+        tuning.sweep_sets("pbn", space)
+    with pytest.raises(BenchError, match="sets beta_end more than once"):
+        tuning.check_spaces({"pbn": {"beta_start+beta_end": [1e-4, 1e-3], "beta_end": [0.01, 0.1]}})
+    three = {"beta_start+beta_end": [1e-5, 1e-4, 1e-3, 1e-2]}
+    assert tuning.at_edge(three, {"beta_start": 1e-2, "beta_end": 1e-2}) == ["beta_start+beta_end"]
+    assert tuning.at_edge(three, {"beta_start": 1e-4, "beta_end": 1e-4}) == []
+
+
+def test_a_suite_space_replaces_the_global_one_for_that_suite_only():
+    from bench.suites import SUITES
+
+    binary, toy = SUITES.get("camvid_binary")(), SUITES.get("toy")()
+    assert tuning.space_of("pbn", binary) == {"beta_start+beta_end": [1e-5, 1e-4, 1e-3, 1e-2]}
+    assert tuning.space_of("pbn", toy) == tuning.space_of("pbn") == tuning.SPACES["pbn"]
+    assert tuning.space_of("mc_dropout", binary) == tuning.SPACES["mc_dropout"]  # no own space: the global
+    for suite in SUITES.names():
+        tuning.check_spaces(getattr(SUITES.get(suite), "tuning_spaces", {}))
+    assert "beta_start = beta_end 1e-05, 0.0001, 0.001, 0.01 (camvid_binary's own space)" in \
+        tuning.spaces_markdown(binary)
+    assert "own space" not in tuning.spaces_markdown(toy)
+
+
+def test_tune_sweeps_a_suites_tied_space(tmp_path, monkeypatch):
+    """toy smoke with a suite space tying mean-field VI's KL weights (static): every swept fit has
+    beta_start = beta_end at one of the four values, and the choice is the argmin of the mean
+    validation NLL among the ok candidates, recomputed here from the records."""
+    from bench.suites import SUITES
+
+    values = [1e-3, 1e-2, 0.1, 1.0]
+    monkeypatch.setattr(SUITES.get("toy"), "tuning_spaces", {"mfvi": {"beta_start+beta_end": values}}, raising=False)
+    out = tmp_path / "results"
+    assert main(["tune", "--suite", "toy", "--profile", "smoke", "--methods", "mfvi", "--out", str(out),
+                 "--device", "cpu", "--threads", "1", "--quiet"]) == 0
+    df = load_records(out, "toy")
+    val = df[(df["kind"] == "val") & (df["method"] == "mfvi")]
+    pairs = sorted((c["beta_start"], c["beta_end"]) for c in val["method_config"])
+    assert pairs == [(v, v) for v in values]
+    entry = json.loads((out / "toy" / "tuning" / "smoke.json").read_text())["methods"]["mfvi"]
+    assert entry["space"] == {"beta_start+beta_end": values}
+    (choice,) = entry["choices"]
+    nll = {r["method_config"]["beta_start"]: r["metrics.nll"] for _, r in val.iterrows()}
+    verdict = {r["values"]["beta_start"]: r["validity"] for r in choice["candidates"]}
+    assert len(verdict) == 4
+    pool = [v for v in nll if verdict[v] == "ok"] or list(nll)
+    best = min(pool, key=nll.get)
+    assert choice["chosen"] == {"beta_start": best, "beta_end": best}
+    assert choice["at_edge"] == (["beta_start+beta_end"] if best in (values[0], values[-1]) else [])
 
 
 def df_epochs(out) -> int:

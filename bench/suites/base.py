@@ -50,6 +50,10 @@ class Suite(abc.ABC):
     #: profile -> {"models": [...], "seeds": [...], "train": {...TrainConfig}, "data": {...},
     #:             "methods": {method: {option: value}}, "note": str}
     profiles: ClassVar[dict[str, dict]] = {}
+    #: method -> the suite's own tuning space (``bench tune``), replacing ``bench.tuning.SPACES``'s
+    #: where the options that decide a regime lie elsewhere on this task; the same number of
+    #: configurations (bench.tuning)
+    tuning_spaces: ClassVar[dict[str, dict[str, list]]] = {}
     #: every data option (``--set data.<key>=...``) and its default
     DEFAULT_DATA: ClassVar[dict] = {}
     #: constraints beyond :data:`COMMON_DATA_CONSTRAINTS` and the defaults' types
