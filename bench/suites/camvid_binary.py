@@ -48,24 +48,32 @@ class CamVidBinaryC(CamVidC):
     # sigma rate raised from 0.01 to 0.1: camvid's PBN with the same 2-epoch VI phase (184 steps,
     # the KL per image) ended with sigma a tenth of its stationary value, Adam's step limit on log sigma
     # at 0.01 (0.9 over the cosine phase) short of the ~3.0 it had to travel (docs/segmentation.md,
-    # "PBN's sigma on CamVid"); at 0.1 that travel is a third of the limit. And PBN's KL weight static
-    # at 1e-4 (with the KL per image), chosen on validation (seed 0, docs/results/medical.md): the
-    # paper's annealed 0.2 -> 0.01 drops the foreground (its optimum: sigma 0.6, Dice 0.02), 1e-5 and
-    # the KL per pixel leave sigma where it started (not at rest); 1e-3 and 1e-4 pass every check, and
-    # 1e-4 has the lower validation NLL. Mean-field VI keeps the default until its own candidates
-    # have run (its camvid_binary rows are not compared with PBN's before that)
+    # "PBN's sigma on CamVid"); at 0.1 that travel is a third of the limit. Mean-field VI takes the same
+    # rate: at 0.01 its sigma was still rising after 12 epochs (KL weight 1e-4), at 0.1 no candidate
+    # is rate-limited. The KL weight of both is static (with the KL per image) and is bench tune's
+    # choice on validation over the suite's own space below (seed 0, docs/results/medical.md): the
+    # paper's annealed 0.2 -> 0.01 drops the foreground (PBN's optimum: sigma 0.6, Dice 0.02); the
+    # smallest weights leave PBN's sigma where it started, the largest leave the fully Bayesian network
+    # uninformed (test_camvid_binary ties these values to the kept tuning)
     QUICK_PBN_KL_WEIGHT = 1e-4
+    QUICK_MFVI_KL_WEIGHT = 1e-5
     profiles = {"smoke": CamVidC.profiles["smoke"],
                 "quick": {**CamVidC.profiles["quick"],
                           "methods": {**CamVidC.profiles["quick"]["methods"],
                                       "pbn": {**CamVidC.profiles["quick"]["methods"]["pbn"], "rho_lr": 0.1,
                                               "beta_start": QUICK_PBN_KL_WEIGHT,
-                                              "beta_end": QUICK_PBN_KL_WEIGHT}}}}
+                                              "beta_end": QUICK_PBN_KL_WEIGHT},
+                                      "mfvi": {**CamVidC.profiles["quick"]["methods"]["mfvi"], "rho_lr": 0.1,
+                                               "beta_start": QUICK_MFVI_KL_WEIGHT,
+                                               "beta_end": QUICK_MFVI_KL_WEIGHT}}}}
     # bench tune's space for the two VI methods here: a static KL weight (the KL per image) over four
     # decades, at the profile's sigma rate. The global space (annealed from 0.01 or 0.2) holds only
-    # weights that drop the foreground here (the paper's 0.2 -> 0.01 did: docs/results/medical.md), and
-    # the medical PBN paper's own static weight for classification, 0.01, is the largest candidate
-    tuning_spaces = {m: {"beta_start+beta_end": [1e-5, 1e-4, 1e-3, 1e-2]} for m in ("pbn", "mfvi")}
+    # weights that drop the foreground here (the paper's 0.2 -> 0.01 did). PBN's reaches the medical
+    # PBN paper's own static weight for classification, 0.01; mean-field VI's sits a decade lower
+    # (1e-6 .. 1e-3), since at 1e-4 the fully Bayesian network was already uninformed and at 1e-5,
+    # then the space's smallest, it passed every check (a choice at the edge)
+    tuning_spaces = {"pbn": {"beta_start+beta_end": [1e-5, 1e-4, 1e-3, 1e-2]},
+                     "mfvi": {"beta_start+beta_end": [1e-6, 1e-5, 1e-4, 1e-3]}}
     profiles["paper"] = {
         # the medical PBN paper's segmentation set-up (Sec. 3.1): UNet, SGD at a fixed lr 0.01, weight
         # decay 1e-5, batch 10, 50 epochs, class-weighted cross-entropy; PBN with 1 % of the weights,
