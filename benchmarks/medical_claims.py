@@ -546,10 +546,24 @@ def legend(suites) -> list[str]:
     return lines
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_results_option(p: argparse.ArgumentParser) -> None:
+    """``--results DIR [DIR ...]``: the results directories a table pools."""
     p.add_argument("--results", nargs="+", default=["docs/records"], metavar="DIR",
                    help="results directories, pooled (default: docs/records, the records kept in git)")
+
+
+def missing_results(prog: str, dirs) -> bool:
+    """True (and why, on stderr) when one of ``dirs`` is not a directory: the caller exits 2."""
+    missing = [d for d in dirs if not Path(d).is_dir()]
+    if missing:
+        print(f"{prog}: results directory {', '.join(map(repr, missing))} does not exist "
+              "(give directories holding <suite>/records, e.g. results or docs/records)", file=sys.stderr)
+    return bool(missing)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_results_option(p)
     p.add_argument("--suite", default=",".join(SUITE_SPECS),
                    help=f"comma-separated, of {', '.join(SUITE_SPECS)} (default: all)")
     p.add_argument("--profile", default=None, help="the profile whose records are compared (default: each suite's, "
@@ -561,10 +575,7 @@ def main(argv=None) -> int:
         print(f"medical_claims.py: unknown suite(s) {', '.join(unknown) or '(none given)'}; the paper's claims are "
               f"compared on: {', '.join(SUITE_SPECS)}", file=sys.stderr)
         return 2
-    missing = [d for d in a.results if not Path(d).is_dir()]
-    if missing:
-        print(f"medical_claims.py: results directory {', '.join(map(repr, missing))} does not exist "
-              "(give directories holding <suite>/records, e.g. results or docs/records)", file=sys.stderr)
+    if missing_results("medical_claims.py", a.results):
         return 2
     from bench.suites import SUITES
 

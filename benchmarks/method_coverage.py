@@ -33,14 +33,13 @@ import medical_claims as mc  # noqa: E402  (benchmarks/ is not a package)
 DEFAULT_SUITES = ("camvid_multilabel", "camvid_binary", "chestmnist")
 
 
-def method_line(df, suite: str, profile: str, method: str, tuned: dict, df_ref=None) -> list[str]:
-    """The cells of one method's line: method, in the default grid, the profile's row, its checks,
-    other kept configurations, status."""
-    from bench.suites import SUITES
+def method_line(df, s, profile: str, method: str, tuned: dict, df_ref=None) -> list[str]:
+    """The cells of one method's line on suite ``s`` (an instance): method, in the default grid, the
+    profile's row, its checks, other kept configurations, status."""
     from bench.validity import OK, marked_label, runs_validity
     from methods import METHODS
 
-    s = SUITES.get(suite)()
+    suite = s.name
     cls = METHODS.get(method)
     grid = "yes" if method in s.default_methods else f"no (`--methods {method}`)"
     if s.task.kind not in cls.tasks:
@@ -96,14 +95,13 @@ def table(df, suite: str, profile: str, tuned: dict, df_ref=None) -> list[str]:
              "| --- | --- | --- | --- | --- | --- |"]
     order = list(s.default_methods) + [m for m in METHODS.names() if m not in s.default_methods]
     for m in order:
-        lines.append("| " + " | ".join(method_line(df, suite, profile, m, tuned.get(m, {}), df_ref)) + " |")
+        lines.append("| " + " | ".join(method_line(df, s, profile, m, tuned.get(m, {}), df_ref)) + " |")
     return lines
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--results", nargs="+", default=["docs/records"], metavar="DIR",
-                   help="results directories, pooled (default: docs/records, the records kept in git)")
+    mc.add_results_option(p)
     p.add_argument("--suite", default=",".join(DEFAULT_SUITES),
                    help=f"comma-separated suite names (default: {','.join(DEFAULT_SUITES)})")
     p.add_argument("--profile", default="quick", help="the profile whose rows are listed (default: quick)")
@@ -116,10 +114,7 @@ def main(argv=None) -> int:
         print(f"method_coverage.py: unknown suite(s) {', '.join(unknown) or '(none given)'}; valid: "
               f"{', '.join(SUITES.names())}", file=sys.stderr)
         return 2
-    missing = [d for d in a.results if not Path(d).is_dir()]
-    if missing:
-        print(f"method_coverage.py: results directory {', '.join(map(repr, missing))} does not exist "
-              "(give directories holding <suite>/records, e.g. results or docs/records)", file=sys.stderr)
+    if mc.missing_results("method_coverage.py", a.results):
         return 2
     no_profile = [s for s in suites if a.profile not in SUITES.get(s).profiles]
     if no_profile:
