@@ -239,6 +239,17 @@ def restore_training_state(path, model: nn.Module, optimizer, loader: TensorLoad
     return state
 
 
+#: on an accelerator, how many training steps run between two reads of the loss on the host (the
+#: divergence check); a non-finite loss is then reported with the steps it lies between
+DIVERGENCE_CHECK_STEPS = 50
+
+
+def divergence_check_steps(device: torch.device) -> int:
+    """Steps between two reads of the summed loss: every step on the CPU (a read costs nothing
+    there, and a diverged training stops at once), :data:`DIVERGENCE_CHECK_STEPS` elsewhere."""
+    return 1 if device.type == "cpu" else DIVERGENCE_CHECK_STEPS
+
+
 def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_fn: LossFn, *,
                 params=None, desc: str = "train", progress: bool = False,
                 resume_path: str | os.PathLike | None = None,
@@ -276,27 +287,38 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
                disable=not progress_enabled(progress), leave=False, mininterval=0.5)
     model.train()
     for epoch in range(start_epoch, cfg.epochs):
-        running, count = 0.0, 0
+        # the epoch's summed loss stays on the loss's device (float64, the sum a Python float made),
+        # read every `check` steps: on a GPU a per-step read waits for the step to finish (a LeNet
+        # step on an H200 is bound by the host's kernel launches, which it then cannot run ahead)
+        running, count, checked, check = None, 0, -1, 1
         for i, (x, y) in enumerate(loader):
             step = epoch * steps_per_epoch + i
             f = lr_factor(cfg, step, steps_per_epoch)
             for g, lr in zip(optimizer.param_groups, base_lrs):
                 g["lr"] = lr * f
             loss = loss_fn(model, x, y, step / total_steps)
-            if not torch.isfinite(loss):
-                bar.close()
-                raise DivergedError(f"non-finite loss {loss.item()} at epoch {epoch} step {i} ({desc})")
+            if running is None:
+                running = torch.zeros((), dtype=torch.float32 if loss.device.type == "mps" else torch.float64,
+                                      device=loss.device)
+                check = divergence_check_steps(loss.device)
+            running += loss.detach().to(running.dtype) * len(x)
+            if (i - checked) >= check or i == steps_per_epoch - 1:
+                if not torch.isfinite(running):
+                    bar.close()
+                    if i - checked == 1:
+                        raise DivergedError(f"non-finite loss {loss.item()} at epoch {epoch} step {i} ({desc})")
+                    raise DivergedError(f"non-finite loss at epoch {epoch}, in steps {checked + 1}-{i} ({desc})")
+                checked = i
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.grad_clip:
                 nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], cfg.grad_clip)
             optimizer.step()
-            running += loss.item() * len(x)
             count += len(x)
             bar.update(1)
-            if i % 20 == 0:
-                bar.set_postfix(epoch=epoch, loss=f"{running / count:.4f}")
-        log["epoch_loss"].append(running / max(count, 1))
+            if i % 20 == 0 and not bar.disable:
+                bar.set_postfix(epoch=epoch, loss=f"{float(running) / count:.4f}")
+        log["epoch_loss"].append(float(running) / max(count, 1) if running is not None else 0.0)
         if epoch_stats is not None:
             log.setdefault("epoch_stats", []).append(epoch_stats())
         if on_epoch_end is not None:

@@ -1,0 +1,130 @@
+"""The training loop and loader on an accelerator: the loss read on the host every
+``divergence_check_steps`` steps, not every step, and in-memory data gathered on the device."""
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import bench.training as training
+from bench.data import TensorLoader
+from bench.errors import DivergedError
+from bench.tasks import classification
+from bench.training import TrainConfig, train_model
+
+#: the Python-level reads of a tensor's value on the host: each one is a CUDA synchronisation
+HOST_READS = ("item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__")
+
+
+def _data(n=200, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 6, generator=g), torch.randint(0, 3, (n,), generator=g)
+
+
+def _net(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def _recording_loss(seen, nan_from=None):
+    task = classification(3)
+
+    def fn(model, x, y, _progress):
+        loss = task.loss(model(x), y)
+        seen.append((float(loss), len(x)))  # the test's own read, before the loop's counting starts
+        if nan_from is not None and len(seen) > nan_from:
+            loss = loss * float("nan")
+        return loss
+    return fn
+
+
+def test_epoch_loss_is_the_example_weighted_mean_of_the_step_losses():
+    x, y = _data(205)
+    seen = []
+    log = train_model(_net(), TensorLoader(x, y, 20, seed=1), TrainConfig(epochs=2, batch_size=20),
+                      _recording_loss(seen))
+    steps = math.ceil(205 / 20)
+    for e in range(2):
+        part = seen[e * steps:(e + 1) * steps]
+        want = sum(v * k for v, k in part) / sum(k for _, k in part)  # a Python (float64) sum, as the loop's was
+        assert log["epoch_loss"][e] == pytest.approx(want, rel=1e-12, abs=0)
+
+
+def test_on_the_cpu_a_non_finite_loss_stops_training_at_its_step():
+    x, y = _data()
+    seen = []
+    with pytest.raises(DivergedError, match=r"non-finite loss nan at epoch 0 step 3 "):
+        train_model(_net(), TensorLoader(x, y, 20, seed=1), TrainConfig(epochs=1, batch_size=20),
+                    _recording_loss(seen, nan_from=3))
+    assert len(seen) == 4
+
+
+def test_between_checks_the_loop_reads_no_tensor_value_and_reports_the_steps_of_a_divergence(monkeypatch):
+    """The accelerator's schedule on the CPU: with checks every 4 steps the loop reads the loss
+    once per 4 steps (and once at the epoch's end), and a loss that turns non-finite at step 5 is
+    caught at step 7, named as steps 4-7."""
+    monkeypatch.setattr(training, "divergence_check_steps", lambda device: 4)
+    x, y = _data(200)
+    reads = []
+    seen = []
+    originals = {}
+    for name in HOST_READS:
+        originals[name] = getattr(torch.Tensor, name)
+
+        def wrapped(self, *a, _n=name, **k):
+            reads.append(_n)
+            return originals[_n](self, *a, **k)
+        monkeypatch.setattr(torch.Tensor, name, wrapped)
+    train_model(_net(), TensorLoader(x, y, 20, seed=1), TrainConfig(epochs=1, batch_size=20),
+                _recording_loss(seen))
+    loop_reads = len(reads) - len(seen)  # the recording loss function's own float() reads aside
+    # 10 steps: checks after steps 3 and 7 and at the last step (9), plus the epoch's mean
+    assert loop_reads == 4, reads
+    reads.clear()
+    seen.clear()
+    with pytest.raises(DivergedError, match=r"epoch 0, in steps 4-7"):
+        train_model(_net(), TensorLoader(x, y, 20, seed=1), TrainConfig(epochs=1, batch_size=20),
+                    _recording_loss(seen, nan_from=5))
+    assert len(seen) == 8
+
+
+def _cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA: runs on a lent GPU machine (python -m bench.device_session, docs/device.md)")
+    return torch.device("cuda")
+
+
+@pytest.mark.cuda
+def test_a_cuda_loader_keeps_its_data_on_the_device_and_gives_the_cpu_loaders_batches():
+    dev = _cuda()
+    x, y = _data(205)
+    on_cuda, on_cpu = TensorLoader(x, y, 20, seed=3, device=dev), TensorLoader(x, y, 20, seed=3)
+    for _ in range(2):  # two epochs: the same order stream
+        for (xa, ya), (xb, yb) in zip(on_cuda, on_cpu, strict=True):
+            assert xa.device.type == "cuda" and torch.equal(xa.cpu(), xb) and torch.equal(ya.cpu(), yb)
+    assert on_cuda._resident is not None and on_cuda._resident[0].device.type == "cuda"
+    assert on_cuda.x.device.type == "cpu"  # the given tensors are left as they were
+
+
+@pytest.mark.cuda
+def test_a_cuda_training_step_does_not_synchronise_with_the_host_between_checks():
+    import warnings
+
+    dev = _cuda()
+    x, y = _data(2000)
+    task = classification(3)
+    loader = TensorLoader(x, y, 20, seed=1, device=dev)
+    net = _net().to(dev)
+    cfg = TrainConfig(epochs=1, batch_size=20)
+    train_model(net, loader, cfg, lambda m, xb, yb, _p: task.loss(m(xb), yb))  # warm-up
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            train_model(net, loader, cfg, lambda m, xb, yb, _p: task.loss(m(xb), yb))
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [str(w.message).splitlines()[0] for w in caught if "called a synchronizing" in str(w.message)]
+    # 100 steps: the checks after steps 49 and 99 and the epoch's mean, not one or two per step
+    assert len(syncs) <= 100 // training.DIVERGENCE_CHECK_STEPS + 2, syncs
