@@ -11,15 +11,20 @@ first), after ``scripts/device_prepare.sh`` filled the carried folders here. In 
    travel on the fixtures their tests build), the clean-test metrics of each cell against a CPU
    run of the same cell (CUDA only), and ``bench perf --device cuda`` (CUDA only);
 3. the grid: ``--suite`` (``mnist_rotated``) at ``--profile`` (``paper``), seeds 0-2, every
-   default method, resumed from the kept records (``docs/records``), cell after cell in a child
-   process until ``--budget-s`` runs out: a cell is not started when the time left is short or
-   when earlier runs showed it needs more; a cell still running at the deadline is stopped and
-   none of its records is kept (the store writes each record atomically, so none is half-written).
+   default method, resumed from the kept records and MAP networks (``docs/records``), in
+   ``--grid-workers`` child processes that take the MAP networks still to train and the cells from
+   one list (:func:`grid_items`) until ``--budget-s`` runs out: an item is not started when the
+   time left is short or when earlier runs showed it needs more; a cell still running at the
+   deadline is stopped and none of its records is kept (the store writes each record atomically,
+   so none is half-written), while every MAP network finished by then is.
 
 After each step ``--out`` (default ``$OUT``) holds ``summary.json`` and ``records.tar.gz``: the
 new records, slimmed as ``scripts/keep_records.py save`` keeps them, in the layout of
 ``docs/records`` (``<suite>/records/...``), this summary as ``device/<run_id>.json`` and the perf
-rows as ``perf/<device>.json``. ``scripts/keep_records.py merge records.tar.gz`` merges it here.
+rows as ``perf/<device>.json``; and ``maps-<k>.tar``: the MAP networks the grid trained that the
+kept records lack (``<suite>/checkpoints/map/...``, at most :data:`MAP_ARCHIVES` archives of
+:data:`MAP_ARCHIVE_BYTES`), which the next run restores instead of training them again.
+``scripts/keep_records.py merge records.tar.gz maps-*.tar`` merges them here.
 
 Without CUDA (``--device cpu``, or ``auto`` on a machine without a GPU) the same flow runs on the
 CPU; the CUDA-only checks are reported as ``skipped: no CUDA``. Bad input exits 2 and writes
@@ -62,6 +67,19 @@ PARTS_MANIFEST = "parts.json"
 #: where scripts/device_stage.sh leaves the parts an earlier call carried (an ignored folder of the
 #: tree: kept between calls while the machine is held)
 STAGE_DIR = ROOT / ".device-staged"
+#: grid processes side by side on a GPU: a LeNet step is bound by the host's kernel launches, not the
+#: GPU (one process kept an H200 ~10 % busy); 8 processes on 16 cores each ran a step 1.25x slower
+#: than one alone (bare loop, 2026-11-28): about 6x the cells per second of one process
+CUDA_GRID_WORKERS = 8
+
+#: the largest MAP-network archive a run returns (a call returns files of at most 16 MiB) ...
+MAP_ARCHIVE_BYTES = 15 * 2**20
+#: ... and how many (a call returns at most 8 files: these, summary.json, records.tar.gz and the log)
+MAP_ARCHIVES = 4
+
+#: the test files with CUDA tests (pytest -m cuda) the session runs
+CUDA_TESTS = "tests/test_method_contract.py,tests/test_training_loop.py"
+
 #: bench perf cases that measure the device (the others time CPU threads, processes or loaders)
 PERF_CASES = ("harness_vs_bare_loop", "ensemble_vs_single", "mc_dropout_vs_single", "pbn_vs_mfvi_train_step",
               "ssvi_vs_mfvi_train_step", "pbn_predict_vs_single", "vdp_predict_vs_single",
@@ -489,27 +507,147 @@ def passed_before(kept: list[dict], suite: str, info: dict) -> str | None:
     return kept_pass(kept, info, parts, ("torch",))
 
 
+def cuda_tests_passed_before(kept: list[dict], info: dict, paths: list[str]) -> str | None:
+    """The run id of a kept device summary whose ``pytest -m cuda`` passed on this GPU and torch and
+    ran every test file of ``paths`` (a file added since is run), or None."""
+    def parts(chk):
+        entry = chk.get("cuda_tests") or {}
+        return [entry if set(paths) <= set(entry.get("paths") or []) else None]
+    return kept_pass(kept, info, parts, ("name", "torch"))
+
+
 # ------------------------------------------------------------------------------ the grid
 
 
-def shard_of(seed: int, seeds: list[int], workers: int) -> int:
-    """The grid worker that runs the cells of ``seed``: the seeds dealt round the workers, so that
-    each worker trains its seeds' MAP networks and the methods built on them (no two workers wait
-    on one network), e.g. 3 seeds, 3 workers: one seed each."""
-    return list(seeds).index(seed) % max(1, workers)
+def new_map_checkpoints(results: Path, suite: str, kept: Path, kr) -> list[Path]:
+    """The finished MAP networks under ``results/<suite>/checkpoints/map`` that the kept records
+    (``kept``, docs/records) do not hold with the same bytes, in path order."""
+    out = []
+    for path in sorted((results / suite / "checkpoints" / "map").glob("*/*/seed*.pt")):
+        rel = path.relative_to(results)
+        if not kr.is_map_checkpoint(rel.as_posix()):
+            continue
+        k = kept / rel
+        if not (k.is_file() and k.read_bytes() == path.read_bytes()):
+            out.append(path)
+    return out
+
+
+def write_map_archives(paths: list[Path], results: Path, out: Path, limit: int = MAP_ARCHIVE_BYTES,
+                       most: int = MAP_ARCHIVES) -> dict:
+    """``paths`` (files under ``results``) in ``maps-1.tar``, ``maps-2.tar``, ... of at most ``limit``
+    bytes each (uncompressed: network weights do not compress), at most ``most`` of them, each
+    written atomically; older ``maps-*.tar`` in ``out`` beyond those are removed. Returns the
+    archives' names, the networks they hold and those left out (which the next run trains again)."""
+    from bench.store import atomic_write_bytes
+
+    chunks: list[list[Path]] = []
+    size, left_out = 0, []
+    for path in paths:
+        n = path.stat().st_size + 1024  # the tar header and padding, generously
+        if n > limit:
+            left_out.append(path)
+            continue
+        if not chunks or size + n > limit:
+            if len(chunks) == most:
+                left_out.append(path)
+                continue
+            chunks.append([])
+            size = 0
+        chunks[-1].append(path)
+        size += n
+    names = []
+    for k, chunk in enumerate(chunks, 1):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for path in chunk:
+                tar.add(path, arcname=path.relative_to(results).as_posix())
+        atomic_write_bytes(out / f"maps-{k}.tar", buf.getvalue())
+        names.append(f"maps-{k}.tar")
+    for old in out.glob("maps-*.tar"):
+        if old.name not in names:
+            old.unlink()
+    return {"archives": names, "networks": sum(len(c) for c in chunks),
+            "left_out": [p.relative_to(results).as_posix() for p in left_out]}
+
+
+def grid_items(cells: list[dict], cached: set = frozenset()) -> list[dict]:
+    """The grid's work in the order the workers take it. ``cells``: ``{"key", "cell", "needs",
+    "done"}`` each, in run order, ``needs`` the ``(model, seed)`` MAP networks the cell builds on
+    (:func:`bench.executors.grid.map_dependencies`). Before each cell that still has records to
+    write come the networks it needs that no earlier item trains (``{"kind": "map", "key":
+    "<model>/map/seed<k>"}``); a cell lists the keys of its networks in ``needs``, so a worker can
+    leave it while another trains one of them (a paper-budget deep ensemble builds on 5 networks
+    a seed: trained side by side, not one after the other inside the cell). A network in ``cached``
+    (``(model, seed)``: trained already, e.g. restored from the kept ones) is no item."""
+    items, listed = [], set()
+    for c in cells:
+        keys = []
+        for model, seed in c["needs"]:
+            key = f"{model}/map/seed{seed}"
+            keys.append(key)
+            if not c["done"] and key not in listed and (model, seed) not in cached:
+                listed.add(key)
+                items.append({"kind": "map", "key": key, "model": model, "seed": seed})
+        items.append({"kind": "cell", "key": c["key"], "cell": c["cell"], "needs": keys, "done": c["done"]})
+    return items
+
+
+class Claims:
+    """Which grid items a worker has taken (a file created exclusively, so two workers never take
+    one) and which are finished (a second file), in a folder the session's workers share."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str, suffix: str = "") -> Path:
+        return self.root / (hashlib.sha1(key.encode()).hexdigest() + suffix)
+
+    def take(self, key: str) -> bool:
+        try:
+            os.close(os.open(self._path(key), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return True
+        except FileExistsError:
+            return False
+
+    def taken(self, key: str) -> bool:
+        return self._path(key).exists()
+
+    def finish(self, key: str) -> None:
+        self._path(key, ".done").touch()
+
+    def busy(self, key: str) -> bool:
+        """Taken by a worker and not finished yet."""
+        return self.taken(key) and not self._path(key, ".done").exists()
+
+
+def next_item(items: list[dict], claims: Claims) -> tuple[dict | None, bool]:
+    """The first item no worker has taken whose MAP networks no worker is training now, and whether
+    a cell was passed over for that reason (then the caller waits and asks again)."""
+    waiting = False
+    for it in items:
+        if claims.taken(it["key"]):
+            continue
+        if it["kind"] == "cell" and not it["done"] and any(claims.busy(k) for k in it["needs"]):
+            waiting = True
+            continue
+        return it, waiting
+    return None, waiting
 
 
 def grid_worker(spec_path: str) -> int:
-    """Child process: run the grid's cells (those of its shard, ``spec["shard"] = [i, k]``: the
-    seeds :func:`shard_of` gives worker ``i`` of ``k``) one after the other, printing one ``@@cell``
-    JSON line when a cell starts, ends, or is not started (deferred, or out of time)."""
+    """Child process: take the grid's items (:func:`grid_items`: MAP networks and cells) one at a
+    time from the list all workers share (:class:`Claims`), printing one ``@@cell`` JSON line when
+    an item starts, ends, or is not started (deferred, or out of time)."""
     spec = json.loads(Path(spec_path).read_text())
-    index, workers = spec.get("shard", [0, 1])
+    index = spec.get("worker", 0)
     from bench.threads import apply_threads
 
     apply_threads(spec["threads"])
     import bench.harness as harness_mod
     from bench.config import parse_sets, resolve_plan
+    from bench.executors.grid import cell_key, map_dependencies
     from bench.provenance import resolve_device
     from bench.store import ResultsStore
     from bench.suites import SUITES
@@ -544,33 +682,71 @@ def grid_worker(spec_path: str) -> int:
     h = harness_mod.Harness(suite, plan, data, ResultsStore(spec["results"]), resolve_device(spec["device"]), METHODS,
                             progress=False, quiet=True, workers=0)
     h.write_artifacts()
-    say(event="plan", cells=len(h.cells()), models=plan.models, seeds=plan.seeds)
-    finished, lower = spec.get("history", {}).get("finished", {}), spec.get("history", {}).get("lower_bound", {})
+    deps = map_dependencies(plan, METHODS, h.pretrained)
+
+    cells = []
     for model, method, cfg, seed in h.cells():
-        if shard_of(seed, plan.seeds, workers) != index:
-            continue
         cid = h.cell_identity(model, method, cfg, seed)
-        key = f"{model}/{cid.label}/seed{seed}"
-        left = spec["deadline"] - time.time()
-        need = max(lower.get(key, 0.0), finished.get(f"{model}/{cid.label}", 0.0))
         done = all(h.store.read(cid.run_dir, e.kind, e.shift, e.severity) is not None for e in data.eval_sets)
-        if not done and left < spec["min_cell_s"]:
-            say(event="stop", cell=key,
-                why=f"{left:.0f} s left, a cell is started with at least {spec['min_cell_s']:.0f} s")
-            break
-        if not done and need and need > left:
-            say(event="deferred", cell=key, why=f"needs more than {need:.0f} s (earlier runs), {left:.0f} s left")
+        cells.append({"key": f"{model}/{cid.label}/seed{seed}", "cell": (model, method, cfg, seed), "done": done,
+                      "needs": deps.get(cell_key((model, method, cfg, seed)), []), "label": cid.label,
+                      "run_dir": str(cid.run_dir)})
+    by_key = {c["key"]: c for c in cells}
+    cached = {(m, k) for c in cells for m, k in c["needs"] if h.map_cache(m).cached_path(k).exists()}
+    items = grid_items(cells, cached)
+    say(event="plan", cells=len(cells), models=plan.models, seeds=plan.seeds)
+    finished, lower = spec.get("history", {}).get("finished", {}), spec.get("history", {}).get("lower_bound", {})
+    claims = Claims(Path(spec["claims"]))
+    while True:
+        it, waiting = next_item(items, claims)
+        if it is None:
+            if not waiting or time.time() >= spec["deadline"]:
+                break
+            time.sleep(1.0)  # a network this worker's next cell needs is being trained by another
             continue
-        say(event="start", cell=key, model=model, method=method, label=cid.label, seed=seed,
-            run_dir=str(cid.run_dir))
-        before = (h.summary.fitted, h.summary.loaded, h.summary.skipped, len(h.summary.failed))
-        t0 = time.perf_counter()
-        h.run_cell(model, method, cfg, seed)
-        after = (h.summary.fitted, h.summary.loaded, h.summary.skipped, len(h.summary.failed))
-        status = ("failed" if after[3] > before[3] else "kept (skipped)" if after[2] > before[2]
-                  else "fitted" if after[0] > before[0] else "loaded")
-        say(event="done", cell=key, model=model, method=method, label=cid.label, seed=seed, status=status,
-            seconds=round(time.perf_counter() - t0, 2), run_dir=str(cid.run_dir))
+        if not claims.take(it["key"]):
+            continue  # another worker took it first
+        try:
+            key, left = it["key"], spec["deadline"] - time.time()
+            model = it["key"].split("/", 1)[0]
+            if it["kind"] == "map":
+                need = max(lower.get(key, 0.0), finished.get(f"{model}/map", 0.0) or
+                           finished.get(f"{model}/deterministic", 0.0))
+            else:
+                c = by_key[key]
+                need = max(lower.get(key, 0.0), finished.get(f"{model}/{c['label']}", 0.0))
+            if not it.get("done") and left < spec["min_cell_s"]:
+                say(event="stop", cell=key,
+                    why=f"{left:.0f} s left, a cell is started with at least {spec['min_cell_s']:.0f} s")
+                break
+            if not it.get("done") and need and need > left:
+                say(event="deferred", cell=key, why=f"needs more than {need:.0f} s (earlier runs), {left:.0f} s left")
+                continue
+            if it["kind"] == "map":
+                say(event="start", cell=key, kind="map", model=model, seed=it["seed"])
+                t0 = time.perf_counter()
+                cache = h.map_cache(model)
+                before, error = len(cache.trained_now), None
+                try:
+                    cache.get(it["seed"])
+                    status = "trained" if len(cache.trained_now) > before else "cached"
+                except Exception as exc:  # noqa: BLE001 - the cells built on it record the failure
+                    status, error = "failed", f"{type(exc).__name__}: {exc}"
+                say(event="done", cell=key, kind="map", model=model, seed=it["seed"], status=status, error=error,
+                    seconds=round(time.perf_counter() - t0, 2))
+                continue
+            model, method, cfg, seed = c["cell"]
+            say(event="start", cell=key, model=model, method=method, label=c["label"], seed=seed, run_dir=c["run_dir"])
+            before = (h.summary.fitted, h.summary.loaded, h.summary.skipped, len(h.summary.failed))
+            t0 = time.perf_counter()
+            h.run_cell(model, method, cfg, seed)
+            after = (h.summary.fitted, h.summary.loaded, h.summary.skipped, len(h.summary.failed))
+            status = ("failed" if after[3] > before[3] else "kept (skipped)" if after[2] > before[2]
+                      else "fitted" if after[0] > before[0] else "loaded")
+            say(event="done", cell=key, model=model, method=method, label=c["label"], seed=seed, status=status,
+                seconds=round(time.perf_counter() - t0, 2), run_dir=c["run_dir"])
+        finally:
+            claims.finish(it["key"])
     say(event="end")
     return 0
 
@@ -583,7 +759,7 @@ def grid_history(kept: list[dict], device_type: str) -> dict:
         if not (s.get("device") or {}).get("used", "").startswith(device_type):
             continue
         for c in (s.get("grid") or {}).get("cells", []):
-            if c.get("status") in ("fitted", "loaded") and c.get("seconds"):
+            if c.get("status") in ("fitted", "loaded", "trained") and c.get("seconds"):
                 k = c["cell"].rsplit("/", 1)[0]
                 finished[k] = max(finished.get(k, 0.0), c["seconds"])
             elif c.get("status") == "stopped at the deadline" and c.get("seconds"):
@@ -611,6 +787,8 @@ class Session:
         self.run_id = f"{stamp}-{device.type}"
         self.kept = kept_summaries(Path(a.kept))
         self.new_cells: list[dict] = []
+        self._maps: dict = {"archives": [], "networks": 0, "left_out": []}
+        self._maps_written: list = []
         self.summary = {
             "schema": SCHEMA, "run_id": self.run_id, "started_at": _dt.datetime.fromtimestamp(
                 a.started_at, _dt.timezone.utc).isoformat(timespec="seconds"),
@@ -649,7 +827,13 @@ class Session:
             slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.info.get("name", "cuda"))
             (stage / "perf").mkdir(exist_ok=True)
             (stage / "perf" / f"cuda-{slug}.json").write_text(json.dumps({"rows": perf["rows"]}, indent=1))
-        s["outputs"] = {"archive": "records.tar.gz", "records": n, "summary": "summary.json"}
+        maps = new_map_checkpoints(results, self.a.suite, Path(self.a.kept), self.kr)
+        if [(p, p.stat().st_mtime) for p in maps] != self._maps_written:  # archive them again only when they changed
+            self._maps = write_map_archives(maps, results, self.out)
+            self._maps_written = [(p, p.stat().st_mtime) for p in maps]
+        s["outputs"] = {"archive": "records.tar.gz", "records": n, "summary": "summary.json", "maps": self._maps}
+        s["merge"] = " ".join(["python scripts/keep_records.py merge <files_at>/records.tar.gz",
+                               *(f"<files_at>/{name}" for name in self._maps["archives"])])
         (stage / "device").mkdir(exist_ok=True)
         body = json.dumps(s, indent=1, sort_keys=True, default=str)
         (stage / "device" / f"{self.run_id}.json").write_text(body + "\n")
@@ -759,8 +943,7 @@ class Session:
             return {"status": NO_CUDA}
         if a.cuda_tests == "none":
             return {"status": "skipped: --cuda-tests none"}
-        prior = kept_pass(self.kept, self.info, lambda chk: [chk.get("cuda_tests")], ("name", "torch")) \
-            if a.checks == "auto" else None
+        prior = cuda_tests_passed_before(self.kept, self.info, a.cuda_tests.split(",")) if a.checks == "auto" else None
         if prior:
             return {"status": "ok", "note": f"skipped: passed in kept run {prior}"}
         left = min(a.started_at + a.check_share * a.budget_s, self.deadline) - time.time()
@@ -835,20 +1018,22 @@ class Session:
             g["restored_records"] = 0
         history = grid_history(self.kept, self.device.type)
         g["history_used"] = history
-        workers = max(1, min(a.grid_workers or (3 if self.cuda else 1), len(a.seeds)))
+        workers = max(1, a.grid_workers or (CUDA_GRID_WORKERS if self.cuda else 1))
         g["workers"] = workers
         threads = a.threads or max(1, (os.cpu_count() or 1) // workers)
+        claims = self.work / "claims"
+        shutil.rmtree(claims, ignore_errors=True)  # the items this run's workers take: none yet
         spec = {"suite": a.suite, "profile": a.profile, "seeds": a.seeds, "methods": a.methods, "sets": a.sets,
                 "data_root": str(a.data_root), "results": str(results), "device": str(self.device),
-                "threads": threads, "deadline": self.deadline - a.finish_s,
+                "threads": threads, "deadline": self.deadline - a.finish_s, "claims": str(claims),
                 "min_cell_s": a.min_cell_s, "history": history, "commit": self.commit}
         g["status"] = "running"
         self.say(f"grid {a.suite} {a.profile} seeds {a.seeds}, {workers} worker(s): {max(self.left(), 0):.0f} s left")
         lines: queue.Queue = queue.Queue()
         procs, errs = [], []
-        for i in range(workers):  # one process per shard of the seeds, side by side on the device
+        for i in range(workers):  # processes side by side on the device, taking items from one list
             spec_path = self.work / f"grid-spec-{i}.json"
-            spec_path.write_text(json.dumps({**spec, "shard": [i, workers]}))
+            spec_path.write_text(json.dumps({**spec, "worker": i}))
             err = open(self.work / "logs" / f"grid-{i}.log", "w")
             proc = subprocess.Popen([sys.executable, "-m", "bench.device_session", "grid-worker", str(spec_path)],
                                     cwd=ROOT, env=_bench_env(threads), stdout=subprocess.PIPE, stderr=err,
@@ -889,7 +1074,13 @@ class Session:
                     running.pop(worker, None)
                     cell = {k: ev[k] for k in ("cell", "status", "seconds")}
                     cell["worker"] = worker
-                    if ev["status"] != "kept (skipped)":
+                    if ev.get("kind") == "map":  # a MAP network trained ahead of the cells built on it
+                        if ev.get("error"):
+                            cell["error"] = ev["error"]
+                        g["cells"].append(cell)
+                        self.say(f"MAP {ev['cell']}: {ev['status']} in {ev['seconds']:.1f} s (worker {worker})")
+                        self.write_outputs()
+                    elif ev["status"] != "kept (skipped)":
                         g["cells"].append(cell)
                         self.new_cells.append(ev)
                         self.say(f"cell {ev['cell']}: {ev['status']} in {ev['seconds']:.1f} s (worker {worker})")
@@ -968,9 +1159,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where earlier calls staged the parts of an archive (default: .device-staged)")
     p.add_argument("--data-root", default=None, help="where they are unpacked (default: <work>/data)")
     p.add_argument("--work", default=None, help="scratch folder (default: a new folder under $TMPDIR)")
-    p.add_argument("--cuda-tests", default="tests/test_method_contract.py",
-                   help="comma-separated test paths run with pytest -m cuda on CUDA ('none': skip; default: "
-                        "tests/test_method_contract.py)")
+    p.add_argument("--cuda-tests", default=CUDA_TESTS,
+                   help=f"comma-separated test paths run with pytest -m cuda on CUDA ('none': skip; default: "
+                        f"{CUDA_TESTS})")
     p.add_argument("--kept", default=str(ROOT / "docs" / "records"),
                    help="the kept records the grid resumes from (default: docs/records)")
     p.add_argument("--suite", default="mnist_rotated", help=f"the grid's suite, one of {', '.join(GRID_SUITES)}")
@@ -994,7 +1185,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--perf-repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None, help="torch threads per process (default: by core count)")
     p.add_argument("--grid-workers", type=int, default=None,
-                   help="grid processes side by side, each with a share of the seeds (default: 3 on CUDA, 1 else)")
+                   help=f"grid processes side by side, taking MAP networks and cells from one list "
+                        f"(default: {CUDA_GRID_WORKERS} on CUDA, 1 else)")
     return p
 
 

@@ -66,8 +66,8 @@ def suite_rows(summaries: list[dict]) -> list[str]:
 
 
 def run_rows(summaries: list[dict]) -> list[str]:
-    lines = ["| run | device | commit | checks passed | perf | grid cells run | grid status |",
-             "| --- | --- | --- | --- | --- | ---: | --- |"]
+    lines = ["| run | device | commit | checks passed | perf | grid cells run | MAP networks trained | grid status |",
+             "| --- | --- | --- | --- | --- | ---: | ---: | --- |"]
     for s in summaries:
         c = s.get("checks") or {}
         perf = c.get("perf") or {}
@@ -75,8 +75,11 @@ def run_rows(summaries: list[dict]) -> list[str]:
         if perf.get("rows"):
             p = f"{sum(r.get('ok') is True for r in perf['rows'])}/{len(perf['rows'])} targets met"
         g = s.get("grid") or {}
+        items = g.get("cells") or []
+        maps = [i for i in items if "/map/" in i.get("cell", "")]  # MAP networks trained as items of their own
         lines.append(f"| {s.get('run_id')} | {_device(s)} | {_commit(s)} | {c.get('passed')} | {p} | "
-                     f"{len(g.get('cells') or [])} | {str(g.get('status', ''))[:90]} |")
+                     f"{len(items) - len(maps)} | {sum(i.get('status') == 'trained' for i in maps)} | "
+                     f"{str(g.get('status', ''))[:90]} |")
     return lines
 
 

@@ -136,16 +136,17 @@ args=""
 echo
 if [ ${#stages[@]} -gt 0 ]; then
   echo "The device calls, back to back (the machine keeps the staged parts only while it is held; idle 30 s, it"
-  echo "is given back): first each stage call, then the session, which writes summary.json, records.tar.gz and"
-  echo "device_session.log to \$OUT:"
+  echo "is given back): first each stage call, then the session, which writes summary.json, records.tar.gz,"
+  echo "maps-<k>.tar (the MAP networks it trained) and device_session.log to \$OUT:"
   for d in "${stages[@]}"; do
     echo "  run(command=\"bash scripts/device_stage.sh $d\", carry=[\"$d\"], timeout_s=120)"
   done
 else
-  echo "The device call (one command; it writes summary.json, records.tar.gz and device_session.log to \$OUT):"
+  echo "The device call (one command; it writes summary.json, records.tar.gz, maps-<k>.tar and device_session.log"
+  echo "to \$OUT):"
 fi
 cat <<CALL
   run(command="bash scripts/device_session.sh --budget-s 540$args", carry=[".whl", ".device"], timeout_s=590)
 Then, here:
-  .venv/bin/python scripts/keep_records.py merge <files_at>/records.tar.gz
+  .venv/bin/python scripts/keep_records.py merge <files_at>/*.tar*
 CALL

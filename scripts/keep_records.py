@@ -22,7 +22,8 @@ with the suite's ``artifacts/`` (the images and labels those maps are drawn besi
 ``python -m bench report --results docs/records`` draws them. ``restore`` puts them
 back into the results folder without overwriting a record there, so ``bench run`` skips their cells;
 a report's calibration and shift plots need the other curves: rerun those cells with ``--force``.
-Checkpoints are never kept: a method whose records are not all there refits from its seed.
+Checkpoints are not kept, but for the MAP networks a device run trains (below): a method whose
+records are not all there refits from its seed.
 
 ``merge`` takes the ``records.tar.gz`` a device run (``python -m bench.device_session``,
 docs/device.md) sends back: records already slimmed by ``save``, in the kept layout
@@ -30,12 +31,19 @@ docs/device.md) sends back: records already slimmed by ``save``, in the kept lay
 and its perf rows (``perf/<device>.json``). A record is added when absent and left alone when the
 kept one is the same; a different kept record is kept (a conflict, reported; ``--replace`` takes the
 archive's); perf rows, artifacts and the run's summary (a later archive of the same run) replace
-the kept file. Merging twice changes nothing.
+the kept file. Merging twice changes nothing. The same run's ``maps-<k>.tar`` archives hold the MAP
+networks it trained (``<suite>/checkpoints/map/<model>/<key hash>/seed<k>.pt``, the results
+folder's layout, each checked to load as a torch file of tensors and plain data): they are kept
+like records (added when absent, a different kept file kept as it is), and ``restore`` puts them
+back into the results folder (never over a file there), so the next device run builds its methods
+on these networks instead of training them again: a paper-budget deep ensemble needs 15 MAP
+networks a seed model, more than one call can train (docs/device.md).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tarfile
 from pathlib import Path, PurePosixPath
@@ -199,9 +207,37 @@ def restore(results: Path, suite: str, archive: Path = ARCHIVE) -> int:
         if not dest.exists():
             atomic_write_bytes(dest, encode(rec))
             n += 1
-    for tree in SMALL_TREES:
+    for tree in SMALL_TREES + (MAPS_TREE,):
         _copy_tree(archive / suite / tree, results / suite / tree, overwrite=False)
     return n
+
+
+#: the kept MAP networks of a suite, under docs/records/<suite>/ as under <results>/<suite>/
+MAPS_TREE = "checkpoints/map"
+_MAP_FILE = re.compile(r"seed\d+\.pt")
+
+
+def is_map_checkpoint(name: str) -> bool:
+    """``<suite>/checkpoints/map/<model>/<key hash>/seed<k>.pt``: a finished MAP network (not a
+    partial training, a lock or a failure note)."""
+    parts = PurePosixPath(name).parts
+    return len(parts) == 6 and parts[1:3] == ("checkpoints", "map") and bool(_MAP_FILE.fullmatch(parts[5]))
+
+
+def map_problem(body: bytes) -> str | None:
+    """Why the bytes are not a MAP checkpoint (a torch file of tensors and plain data with the
+    network's ``model`` state), or None."""
+    import io
+
+    import torch
+
+    try:
+        obj = torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - unpickling errors come in many types
+        return f"not a torch file of tensors and plain data ({type(exc).__name__})"
+    if not isinstance(obj, dict) or not isinstance(obj.get("model"), dict):
+        return "a torch file without the network's 'model' state"
+    return None
 
 
 class MergeError(Exception):
@@ -209,7 +245,7 @@ class MergeError(Exception):
 
 
 def _member_kind(name: str) -> str | None:
-    """'record', 'artifact', 'device', 'perf', or None for a path a device archive never holds."""
+    """'record', 'artifact', 'device', 'perf', 'map', or None for a path a device archive never holds."""
     parts = PurePosixPath(name).parts
     if not parts or name.startswith("/") or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
         return None
@@ -219,6 +255,8 @@ def _member_kind(name: str) -> str | None:
         return "record"
     if len(parts) >= 3 and parts[1] == "artifacts":
         return "artifact"
+    if is_map_checkpoint(name):
+        return "map"
     return None
 
 
@@ -243,7 +281,12 @@ def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False) -> dict
         kind = _member_kind(m.name)
         if kind is None:
             raise MergeError(f"{tarball}: {m.name} is outside the kept layout (<suite>/records/**.json, "
-                             f"<suite>/artifacts/..., device/*.json, perf/*.json)")
+                             f"<suite>/artifacts/..., device/*.json, perf/*.json, "
+                             f"<suite>/checkpoints/map/<model>/<hash>/seed<k>.pt)")
+        if kind == "map":
+            problem = map_problem(body)
+            if problem:
+                raise MergeError(f"{tarball}: {m.name}: {problem}")
         if kind in ("record", "device", "perf"):
             try:
                 obj = json.loads(body)
@@ -296,7 +339,7 @@ def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False) -> dict
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("action", choices=("save", "restore", "merge", "pack"))
-    p.add_argument("suites", nargs="+", help="save / restore / pack: suite names; merge: records.tar.gz file(s)")
+    p.add_argument("suites", nargs="+", help="save / restore / pack: suite names; merge: a device run's records.tar.gz and maps-<k>.tar file(s)")
     p.add_argument("--replace", action="store_true", help="merge: a kept record that differs takes the archive's")
     p.add_argument("--results", default=str(ROOT / "results"))
     p.add_argument("--archive", default=str(ARCHIVE), help="where the records are kept (default: docs/records)")

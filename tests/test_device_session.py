@@ -76,8 +76,14 @@ def _members(tarball: Path) -> dict[str, bytes]:
 
 def test_cpu_run_writes_the_summary_and_one_archive_of_the_new_records(first_run):
     out, log = first_run
-    assert sorted(p.name for p in out.iterdir()) == ["device_session.log", "records.tar.gz", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["device_session.log", "maps-1.tar", "records.tar.gz",
+                                                     "summary.json"]
     s = json.loads((out / "summary.json").read_text())
+    # the MAP network the grid trained comes back beside the records, to be kept and not trained again
+    assert s["outputs"]["maps"] == {"archives": ["maps-1.tar"], "networks": 1, "left_out": []}
+    (name,) = _members(out / "maps-1.tar")
+    assert keep.is_map_checkpoint(name) and name.startswith("mnist_rotated/checkpoints/map/lenet_300_100/")
+    assert s["merge"].endswith("<files_at>/records.tar.gz <files_at>/maps-1.tar")
     assert s["schema"] == ds.SCHEMA and s["status"] == "finished" and s["finished_at"]
     dev = s["device"]
     assert dev["used"] == "cpu" and dev["requested"] == "cpu" and dev["torch"] and "cuda" in dev and dev["name"]
@@ -91,8 +97,9 @@ def test_cpu_run_writes_the_summary_and_one_archive_of_the_new_records(first_run
     assert s["checks"]["passed"] is True
     g = s["grid"]
     assert g["status"] == "complete" and g["suite"] == "mnist_rotated" and g["profile"] == "smoke"
-    assert [c["cell"] for c in g["cells"]] == ["lenet_300_100/deterministic/seed0"]
-    assert g["cells"][0]["status"] == "fitted" and g["cells"][0]["seconds"] > 0
+    # the MAP network first, as an item of its own, then the cell built on it
+    assert [c["cell"] for c in g["cells"]] == ["lenet_300_100/map/seed0", "lenet_300_100/deterministic/seed0"]
+    assert [c["status"] for c in g["cells"]] == ["trained", "fitted"] and g["cells"][1]["seconds"] > 0
     members = _members(out / "records.tar.gz")
     records = {k: json.loads(v) for k, v in members.items() if "/records/" in k}
     assert s["outputs"]["records"] == len(records) == 6  # clean, 3 rotations, OOD, validation
@@ -117,6 +124,8 @@ def test_the_archive_merges_into_kept_records_idempotently_and_the_grid_resumes_
     df = load_records(kept, "mnist_rotated")
     assert len(df) == 6 and set(df["method"]) == {"deterministic"}
     assert len(list((kept / "device").glob("*.json"))) == 1
+    assert keep.merge(out / "maps-1.tar", kept) == {"added": 1, "unchanged": 0, "replaced": 0, "conflicts": 0}
+    (map_file,) = (kept / "mnist_rotated" / "checkpoints" / "map").rglob("seed0.pt")
     # the command line
     res = subprocess.run([sys.executable, str(ROOT / "scripts" / "keep_records.py"), "merge",
                           str(out / "records.tar.gz"), "--archive", str(kept)], capture_output=True, text=True)
@@ -141,6 +150,9 @@ def test_the_archive_merges_into_kept_records_idempotently_and_the_grid_resumes_
     assert code == 0
     s = json.loads((out2 / "summary.json").read_text())
     assert s["grid"]["restored_records"] == 5 and s["grid"]["cells"][0]["status"] == "fitted"  # one record gone: redone
+    # on the kept MAP network, restored into the run's results: it trained none, so it returns none
+    assert (tmp_path / "work2" / "grid" / map_file.relative_to(kept)).read_bytes() == map_file.read_bytes()
+    assert s["outputs"]["maps"]["networks"] == 0 and not list(out2.glob("maps-*.tar"))
     keep.merge(out2 / "records.tar.gz", kept)
     out3 = tmp_path / "out3"
     assert ds.main([*FAST, "--checks", "skip", "--carried", str(carried), "--kept", str(kept), "--out", str(out3),
@@ -148,6 +160,57 @@ def test_the_archive_merges_into_kept_records_idempotently_and_the_grid_resumes_
     s3 = json.loads((out3 / "summary.json").read_text())
     assert s3["grid"]["cells"] == [] and s3["grid"]["kept_cells"] == 1 and s3["grid"]["status"] == "complete"
     assert s3["grid"]["history_used"]["finished"]["lenet_300_100/deterministic"] > 0  # from the kept summaries
+
+
+def test_map_networks_go_back_in_archives_of_bounded_size_and_only_torch_files_merge(tmp_path):
+    results, out = tmp_path / "results", tmp_path / "out"
+    out.mkdir()
+    (out / "maps-3.tar").write_bytes(b"from an earlier write")
+    files = []
+    for k in range(3):
+        f = results / "s" / "checkpoints" / "map" / "m" / "abc" / f"seed{k}.pt"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(bytes(600))
+        files.append(f)
+    got = ds.write_map_archives(files, results, out, limit=3300, most=1)  # two networks fit in one archive
+    assert got == {"archives": ["maps-1.tar"], "networks": 2, "left_out": ["s/checkpoints/map/m/abc/seed2.pt"]}
+    assert sorted(p.name for p in out.iterdir()) == ["maps-1.tar"]  # the stale third archive is gone
+    assert sorted(_members(out / "maps-1.tar")) == ["s/checkpoints/map/m/abc/seed0.pt", "s/checkpoints/map/m/abc/seed1.pt"]
+    # kept ones are not sent again
+    kept = tmp_path / "kept"
+    (kept / "s" / "checkpoints" / "map" / "m" / "abc").mkdir(parents=True)
+    (kept / "s" / "checkpoints" / "map" / "m" / "abc" / "seed0.pt").write_bytes(bytes(600))
+    assert ds.new_map_checkpoints(results, "s", kept, keep) == files[1:]
+    # merge: the bytes must be a torch file holding a model state, the path a finished network's
+    import torch
+
+    def tar_of(name, body):
+        path = tmp_path / f"{len(list(tmp_path.glob('*.tar')))}.tar"
+        with tarfile.open(path, "w") as tar:
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+        return path
+
+    good = io.BytesIO()
+    torch.save({"model": {"w": torch.ones(2)}, "train_time_s": 1.0}, good)
+    target = kept / "s" / "checkpoints" / "map" / "m" / "abc" / "seed5.pt"
+    for name, body, words in (("s/checkpoints/map/m/abc/seed5.pt", bytes(600), "not a torch file"),
+                              ("s/checkpoints/map/m/abc/seed5.pt", _torch_bytes({"w": 1}), "without the network"),
+                              ("s/checkpoints/map/m/abc/seed5.partial", good.getvalue(), "outside the kept layout")):
+        with pytest.raises(keep.MergeError, match=words):
+            keep.merge(tar_of(name, body), kept)
+        assert not target.exists()
+    assert keep.merge(tar_of("s/checkpoints/map/m/abc/seed5.pt", good.getvalue()), kept)["added"] == 1
+    assert target.read_bytes() == good.getvalue()
+
+
+def _torch_bytes(obj) -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
 
 
 def test_merge_refuses_an_archive_outside_the_kept_layout_and_writes_nothing(tmp_path, capsys):
@@ -278,6 +341,13 @@ def test_checks_that_passed_on_cuda_and_cell_times_are_read_from_kept_summaries(
     assert ds.passed_before(kept, "toy", info) == "r2"
     assert ds.passed_before(kept, "camvid", info) is None  # its CUDA / CPU comparison failed
     assert ds.passed_before(kept, "toy", {"torch": "2.12.0"}) is None  # another torch: checked again
+    # the CUDA tests: a kept pass counts for the test files it ran, not for one added since
+    gpu = {"name": "H200", "torch": "2.11.0+cu130"}
+    kept[1]["device"]["name"] = "H200"
+    kept[1]["checks"]["cuda_tests"] = {"status": "ok", "paths": ["tests/a.py"]}
+    assert ds.cuda_tests_passed_before(kept, gpu, ["tests/a.py"]) == "r2"
+    assert ds.cuda_tests_passed_before(kept, gpu, ["tests/a.py", "tests/b.py"]) is None
+    assert ds.cuda_tests_passed_before(kept, {**gpu, "name": "H100"}, ["tests/a.py"]) is None
     h = ds.grid_history(kept, "cuda")
     assert h == {"finished": {"lenet5/pbn": 50.0}, "lower_bound": {"lenet5/deep_ensemble/seed0": 300.0}}
     assert ds.grid_history(kept, "cpu") == {"finished": {}, "lower_bound": {}}
@@ -358,27 +428,70 @@ def test_every_suite_the_checks_may_name_has_data_or_a_fixture(tmp_path):
         assert any(p.is_file() for p in (tmp_path / suite).rglob("*") if p.name != ".done"), suite
 
 
-def test_grid_workers_share_the_seeds_and_run_side_by_side(carried, tmp_path):
-    """--grid-workers 2 on seeds 0,1: two grid processes, one seed each (bench.device_session.shard_of),
-    both cells fitted, each by its own worker, and their records all in the one archive."""
-    assert [ds.shard_of(s, [0, 1, 2], 3) for s in (0, 1, 2)] == [0, 1, 2]
-    assert [ds.shard_of(s, [0, 1, 2], 2) for s in (0, 1, 2)] == [0, 1, 0]
+def test_the_work_list_puts_each_map_network_before_the_first_cell_that_needs_it():
+    cells = [{"key": "m/deterministic/seed0", "cell": 1, "needs": [("m", 0)], "done": True},
+             {"key": "m/deep_ensemble/seed0", "cell": 2, "needs": [("m", 0), ("m", 1)], "done": False},
+             {"key": "m/pbn/seed0", "cell": 3, "needs": [("m", 0)], "done": False},
+             {"key": "m/ssvi/seed0", "cell": 4, "needs": [], "done": False}]
+    items = ds.grid_items(cells)
+    assert [i["key"] for i in items] == ["m/deterministic/seed0", "m/map/seed0", "m/map/seed1",
+                                         "m/deep_ensemble/seed0", "m/pbn/seed0", "m/ssvi/seed0"]
+    assert items[3]["needs"] == ["m/map/seed0", "m/map/seed1"]
+    # a network trained already (restored from the kept ones) is no item; the cell still names it
+    items = ds.grid_items(cells, cached={("m", 0)})
+    assert [i["key"] for i in items] == ["m/deterministic/seed0", "m/map/seed1", "m/deep_ensemble/seed0",
+                                         "m/pbn/seed0", "m/ssvi/seed0"]
+    assert items[2]["needs"] == ["m/map/seed0", "m/map/seed1"]
+
+
+def test_a_worker_passes_over_a_cell_whose_map_network_another_is_training(tmp_path):
+    items = ds.grid_items([{"key": "m/deep_ensemble/seed0", "cell": 1, "needs": [("m", 0), ("m", 1)], "done": False},
+                           {"key": "m/ssvi/seed0", "cell": 2, "needs": [], "done": False}])
+    a, b = ds.Claims(tmp_path), ds.Claims(tmp_path)  # two workers, one folder
+    first, _ = ds.next_item(items, a)
+    assert first["key"] == "m/map/seed0" and a.take(first["key"]) and not b.take(first["key"])
+    second, _ = ds.next_item(items, b)
+    assert second["key"] == "m/map/seed1" and b.take(second["key"])
+    third, waiting = ds.next_item(items, a)  # the ensemble waits on both networks: the next cell instead
+    assert third["key"] == "m/ssvi/seed0" and waiting and a.take(third["key"])
+    assert ds.next_item(items, a) == (None, True)  # nothing to take, a cell waits
+    a.finish("m/map/seed0")
+    b.finish("m/map/seed1")
+    fourth, waiting = ds.next_item(items, b)
+    assert fourth["key"] == "m/deep_ensemble/seed0" and not waiting
+
+
+def test_grid_workers_take_map_networks_and_cells_from_one_list_side_by_side(carried, tmp_path):
+    """--grid-workers 2 on seeds 0,1 with a 2-member ensemble: the 4 MAP networks are trained once
+    each, by both workers, as items of their own before the cells; every cell fitted once and its
+    records all in the one archive."""
     kept = tmp_path / "kept"
     kept.mkdir()
     out = tmp_path / "out"
-    args = [a for a in FAST if a not in ("--seeds", "0")]
-    res = _wrapper([*args, "--seeds", "0,1", "--grid-workers", "2", "--checks", "skip", "--set", "train.epochs=2",
-                    "--carried", str(carried),
+    args = list(FAST)
+    args[args.index("--seeds") + 1] = "0,1"
+    args[args.index("--methods") + 1] = "deterministic,deep_ensemble"
+    res = _wrapper([*args, "--grid-workers", "2", "--checks", "skip", "--set", "train.epochs=2",
+                    "--set", "deep_ensemble.members=2", "--carried", str(carried),
                     "--kept", str(kept), "--work", str(tmp_path / "work"), "--budget-s", "240"], out)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    g = json.loads((out / "summary.json").read_text())["grid"]
+    s = json.loads((out / "summary.json").read_text())
+    g = s["grid"]
     assert g["status"] == "complete" and g["workers"] == 2
-    assert sorted((c["cell"], c["worker"], c["status"]) for c in g["cells"]) == [
-        ("lenet_300_100/deterministic/seed0", 0, "fitted"), ("lenet_300_100/deterministic/seed1", 1, "fitted")]
+    maps = [c for c in g["cells"] if "/map/" in c["cell"]]
+    cells = [c for c in g["cells"] if "/map/" not in c["cell"]]
+    # members of seed s are the MAP networks of seeds 2s, 2s+1 (the deterministic cells use 0 and 1)
+    assert sorted(c["cell"] for c in maps) == [f"lenet_300_100/map/seed{k}" for k in range(4)]
+    assert {c["status"] for c in maps} == {"trained"} and {c["worker"] for c in maps} == {0, 1}
+    assert sorted((c["cell"].split("-")[0].split("[")[0], c["status"]) for c in cells) == [
+        ("lenet_300_100/deep_ensemble", "fitted"), ("lenet_300_100/deep_ensemble", "fitted"),
+        ("lenet_300_100/deterministic/seed0", "fitted"), ("lenet_300_100/deterministic/seed1", "fitted")]
     members = _members(out / "records.tar.gz")
     records = [json.loads(v) for k, v in members.items() if "/records/" in k]
-    assert {r["seed"] for r in records} == {0, 1}
-    assert {r["train_config"]["epochs"] for r in records} == {2} and g["sets"] == ["train.epochs=2"]  # --set reached the grid
+    assert {(r["method"], r["seed"]) for r in records} == {(m, s) for m in ("deterministic", "deep_ensemble")
+                                                             for s in (0, 1)}
+    assert {r["train_config"]["epochs"] for r in records} == {2} and g["sets"][0] == "train.epochs=2"  # --set reached the grid
+    assert s["outputs"]["maps"]["networks"] == 4 and len(_members(out / "maps-1.tar")) == 4
 
 
 def test_an_archive_too_large_for_one_call_travels_in_parts_and_is_put_together(tmp_path):
@@ -473,3 +586,15 @@ def test_a_camvid_grid_makes_its_backbone_first(tmp_path):
     records = [json.loads(v) for k, v in _members(out / "records.tar.gz").items() if "/records/" in k]
     assert records and {r["model"] for r in records} == {"unet_presence"}
     assert {r["model_identity"]["backbone_sha256_16"] for r in records} == {weights_provenance(backbone)["sha256_16"]}
+
+
+def test_the_runs_table_counts_map_networks_apart_from_cells():
+    spec = importlib.util.spec_from_file_location("device_table", ROOT / "benchmarks" / "device_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    s = {"run_id": "r", "device": {"name": "G", "torch": "t"}, "git_commit": "abc", "checks": {"passed": True},
+         "grid": {"status": "complete", "cells": [
+             {"cell": "m/map/seed0", "status": "trained"}, {"cell": "m/map/seed1", "status": "failed"},
+             {"cell": "m/deep_ensemble/seed0", "status": "fitted"}]}}
+    row = table.run_rows([s])[2]
+    assert row.split(" | ")[5:8] == ["1", "1", "complete |"]
