@@ -8,7 +8,9 @@ directories pooled as ``benchmarks/medical_claims.py`` pools them):
   disagree;
 * **row**: records of the configuration the profile runs (at the options a stored ``bench tune``
   chose, where one did), with their seeds and validity (``bench.validity``: a row failing its checks
-  is not method evidence, whatever its numbers);
+  is not method evidence, whatever its numbers); a method with a tuning space
+  (``bench.tuning.space_of``) that no stored ``bench tune`` chose from ran at its defaults, which
+  the status says, with the tune's command: it was not tuned as the others were;
 * **not run here yet**: the command that makes the row (and what it costs where a suite sharing the
   network measured it), or why it cannot run here (data that cannot be had).
 
@@ -36,6 +38,7 @@ DEFAULT_SUITES = ("camvid_multilabel", "camvid_binary", "chestmnist")
 def method_line(df, s, profile: str, method: str, tuned: dict, df_ref=None) -> list[str]:
     """The cells of one method's line on suite ``s`` (an instance): method, in the default grid, the
     profile's row, its checks, other kept configurations, status."""
+    from bench.tuning import space_of
     from bench.validity import OK, marked_label, runs_validity
     from methods import METHODS
 
@@ -45,7 +48,7 @@ def method_line(df, s, profile: str, method: str, tuned: dict, df_ref=None) -> l
     if s.task.kind not in cls.tasks:
         why = cls.UNSUPPORTED.get(s.task.kind, f"no {s.task.kind} support")
         return [method, grid, "–", "–", "–", f"refused when the run is planned ({s.task.kind}): {why}"]
-    row = mc.with_tuned(mc.Row(method, method), tuned)
+    row = mc.with_tuned(mc.Row(method, method), {method: tuned})
     want = mc.profile_config(suite, profile, row)
     models = s.profiles[profile]["models"]
     sub = df[(df["suite"] == suite) & (df["profile"] == profile) & (df["method"] == method)
@@ -56,6 +59,10 @@ def method_line(df, s, profile: str, method: str, tuned: dict, df_ref=None) -> l
         same = sub["method_config"].map(lambda c: mc._norm(method, c) == want).astype(bool)
         hit, others = sub[same], sub[~same]["config_hash"].nunique()
     tuned_note = " (at bench tune's choice)" if row.tuned else ""
+    space = space_of(method, s)
+    untuned = (f"; at the method's defaults: `bench tune` has not chosen its {', '.join(space)} here "
+               f"(`python -m bench tune --suite {suite} --profile {profile} --methods {method}`), so it is not "
+               f"tuned as the tuned methods are") if space and not row.tuned else ""
     if hit.empty:
         spec = mc.SUITE_SPECS.get(suite, mc.SuiteSpec(suite, profile))
         spec = mc.SuiteSpec(suite, profile, spec.cost_reference, spec.cost_note, spec.data_note)
@@ -78,6 +85,7 @@ def method_line(df, s, profile: str, method: str, tuned: dict, df_ref=None) -> l
         verdict = "a row; one seed (a claim needs two or more)"
     else:
         verdict = "a row"
+    verdict += untuned
     return [method, grid, f"`{label}`{tuned_note}, {seeds_text}", checks, str(others) if others else "–", verdict]
 
 

@@ -122,3 +122,30 @@ def test_bad_input_exit_2(tmp_path, capsys, argv):
     argv = argv if "--results" in argv else ["--results", str(tmp_path), *argv]
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == "" and "method_coverage.py:" in err
+
+
+def test_a_method_with_a_tuning_space_but_no_stored_choice_is_marked_untuned(results, capsys):
+    """pbn and mc_dropout have tuning spaces and no stored choice here: their statuses say they ran at
+    their defaults, with the tune command; deterministic has no space and no such note."""
+    code, out, _ = run(capsys, "--suite", SUITE, "--results", str(results))
+    assert code == 0
+    pbn = line(out, "pbn")
+    assert "at the method's defaults: `bench tune` has not chosen its" in pbn
+    assert f"python -m bench tune --suite {SUITE} --profile {PROFILE} --methods pbn" in pbn
+    assert "bench tune" not in line(out, "deterministic")
+
+
+def test_a_tuned_method_is_read_at_its_stored_choice_and_not_marked_untuned(tmp_path, capsys):
+    """A stored bench tune that chose mc_dropout's p: the row at that p is the profile's row, named as
+    bench tune's choice, with no untuned note."""
+    import json
+
+    write(tmp_path, "mc_dropout", seeds=(0, 1), options={"p": 0.3})
+    tuning = tmp_path / SUITE / "tuning" / f"{PROFILE}.json"
+    tuning.parent.mkdir(parents=True)
+    tuning.write_text(json.dumps({"suite": SUITE, "profile": PROFILE, "methods": {"mc_dropout": {"choices": [
+        {"model": MODEL, "chosen": {"p": 0.3}, "chosen_config_hash": "x", "candidates": [], "at_edge": []}]}}}))
+    code, out, _ = run(capsys, "--suite", SUITE, "--results", str(tmp_path))
+    assert code == 0
+    mcd = line(out, "mc_dropout")
+    assert "(at bench tune's choice), seeds 0, 1" in mcd and "bench tune` has not chosen" not in mcd
