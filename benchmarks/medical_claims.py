@@ -14,7 +14,10 @@ the paired difference over the seeds both rows share (a 95 % t interval), and th
   its validity checks (``bench.validity``: ``validity.status == "ok"`` on all of them,
   :func:`bench.validity.worst_status`);
 * ``not a verdict: <row>: <the failing check's reason>`` when a row fails (or could not be checked):
-  a row whose sigma did not learn measures the set-up, not PBN;
+  a row whose sigma did not learn measures the set-up, not PBN; likewise a row of a method with a
+  tuning space (``bench.tuning.space_of``) that no stored ``bench tune`` chose from and that does
+  not set those options itself: it ran at its defaults, not by the protocol every method is chosen
+  by (the command that tunes it is named);
 * ``not run here yet: <the bench command that makes the missing rows>``, with what it costs where
   the records of a suite sharing the network and profile measured it (or the suite's stated budget).
 
@@ -457,6 +460,20 @@ def cost_text(df_ref, spec: SuiteSpec, rows: list[Row]) -> str:
     return ""
 
 
+def untuned_reason(suite: str, profile: str, row: Row) -> str | None:
+    """Why ``row`` is not chosen by the tuning protocol, or None: its method has a tuning space on
+    ``suite`` (:func:`bench.tuning.space_of`), no stored ``bench tune`` chose from it (``row.tuned``
+    is empty) and the row does not set the swept options itself."""
+    from bench.suites import SUITES
+    from bench.tuning import options_of, space_of
+
+    space = space_of(row.method, SUITES.get(suite)())
+    if not space or row.tuned or any(o in row.options for k in space for o in options_of(k)):
+        return None
+    return (f"at the method's defaults: `bench tune` has not chosen its {', '.join(space)} on this suite "
+            f"(`python -m bench tune --suite {suite} --profile {profile} --methods {row.method}`)")
+
+
 def verdict_text(claim: Claim, spec: SuiteSpec, a: RowRuns, b: RowRuns, df_ref) -> tuple[str, str]:
     """(measured, verdict) cells of one claim on one suite."""
     from bench.validity import OK
@@ -464,12 +481,16 @@ def verdict_text(claim: Claim, spec: SuiteSpec, a: RowRuns, b: RowRuns, df_ref) 
     missing = [r.row for r in (a, b) if r.label is None]
     failing = [r for r in (a, b) if r.label is not None and r.status != OK]
     why = "; ".join(f"{r.row.name}: " + ("; ".join(r.reasons) or r.status) for r in failing)
+    untuned = [(r.row.name, u) for r in (a, b) if r.label is not None
+               and (u := untuned_reason(spec.name, spec.profile, r.row))]
+    why = "; ".join([why] * bool(why) + [f"{name}: {u}" for name, u in untuned])
+    blocked = bool(failing or untuned)  # a row that fails its checks, or one not chosen by the tuning protocol
     measured = " vs ".join(f"{r.row.name} {_mean_std(r.values)}" for r in (a, b)
                            if r.values is not None and len(r.values))
     if missing:
         cost = cost_text(df_ref, spec, missing)
         text = f"not run here yet: {command(spec.name, spec.profile, missing)}" + (f" ({cost})" if cost else "")
-        if failing:
+        if blocked:
             text += f"; and not a verdict either way: {why}"
         return measured or "–", text
     no_value = [r.row.name for r in (a, b) if r.values is None or not len(r.values)]
@@ -480,7 +501,7 @@ def verdict_text(claim: Claim, spec: SuiteSpec, a: RowRuns, b: RowRuns, df_ref) 
     if res is not None:
         m, lo, hi, how = res
         measured += f"; gain {claim.gain} {_gain_text(m, lo, hi)} ({how})"
-    if failing:
+    if blocked:
         return measured, f"not a verdict: {why}"
     if res is None:
         # both rows pass their checks, but one seed on a side gives no interval: nothing is decided yet
@@ -539,8 +560,9 @@ def legend(suites) -> list[str]:
                       "control separates them from the extra training (or from chance)."]
     lines += ["", "The metrics (the records' `metrics.<name>`):", ""]
     lines += [f"- {METRIC_TITLES[k]} (`{k}`): {v}." for k, v in METRIC_NOTES.items()]
-    lines += ["", "A verdict only where every record of both rows passes its validity checks (bench.validity) and "
-              "each row has two seeds or more; "
+    lines += ["", "A verdict only where every record of both rows passes its validity checks (bench.validity), "
+              "each row has two seeds or more, and a row of a method with a tuning space stands at the options a "
+              "stored `bench tune` chose (or sets them itself); "
               "`✗` marks a row that fails them, `?` one that could not be checked. Records reach docs/records "
               "with `.venv/bin/python scripts/keep_records.py save <suite>` after the run."]
     return lines

@@ -69,6 +69,22 @@ def write(root, method: str, seeds=SEEDS, pbn_diag=LEARNED, row=None, accuracy=N
                           "metrics": {"accuracy": 0.1, "nll": 9.0, "auroc_mean": 0.5, "brier": 0.5, "entropy": 5.0}})
 
 
+def tune_at_the_profile(root, methods=("pbn", "mfvi")):
+    """A stored ``bench tune`` that chose, for each of ``methods``, the profile's own values of its swept
+    options: the rows keep their configuration and stand at the protocol's choice."""
+    from bench.suites import SUITES
+    from bench.tuning import options_of, space_of, write_tuning
+
+    entries = {}
+    for method in methods:
+        cfg = mc.profile_config(SUITE, PROFILE, mc.Row(method, method))
+        chosen = {o: cfg[o] for k in space_of(method, SUITES.get(SUITE)()) for o in options_of(k)}
+        entries[method] = {"space": {}, "configurations": 4, "choices": [
+            {"model": MODEL, "chosen": chosen, "seeds": [0], "candidates": [], "chosen_config_hash": config_hash(
+                {"method": method, **mc.profile_config(SUITE, PROFILE, mc.Row(method, method, chosen))})}]}
+    write_tuning(root, SUITE, PROFILE, entries, {})
+
+
 def line(out: str, key: str) -> str:
     rows = [ln for ln in out.splitlines() if ln.startswith(f"| {key}: ")]
     assert len(rows) == 1, out
@@ -88,6 +104,7 @@ def learned(tmp_path_factory):
     for method in ACCURACY:
         write(a, method, seeds=(0, 1))
         write(b, method, seeds=(2,))
+    tune_at_the_profile(a)
     return a, b
 
 
@@ -177,8 +194,10 @@ def test_records_of_other_options_are_used_but_marked(tmp_path, capsys):
     other = mc.Row("PBN 1 %", "pbn", {**mc.PBN_1.options, "lr": 0.01})
     write(tmp_path, "pbn", row=other)
     write(tmp_path, "deterministic")
+    tune_at_the_profile(tmp_path)
     _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
-    assert "not the profile's options" in line(out, "M2") and line(out, "M2").endswith("| verdict: supported |")
+    # PBN stands at bench tune's choice (here the profile's values), which the lr-0.01 records are not
+    assert "not the options bench tune chose" in line(out, "M2") and line(out, "M2").endswith("| verdict: supported |")
 
 
 def test_unknown_suite_or_results_directory_exit_2(tmp_path, capsys):
@@ -222,6 +241,7 @@ def test_one_seed_on_a_side_decides_nothing(tmp_path, capsys):
     """Rows that pass their checks with one seed each: the means are shown, no verdict is given."""
     write(tmp_path, "pbn", seeds=(0,))
     write(tmp_path, "deterministic", seeds=(0,))
+    tune_at_the_profile(tmp_path)
     _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
     m2 = line(out, "M2")
     assert m2.endswith("| no verdict yet: fewer than two seeds on a side (the seed noise is unknown) |")
@@ -244,6 +264,7 @@ def test_the_fine_tuning_control_stands_beside_the_claim_against_the_determinist
     write(tmp_path, "pbn")
     write(tmp_path, "deterministic")
     write(tmp_path, "pbn", row=mc.FINE_TUNE_ONLY, pbn_diag=NO_STOCHASTIC, accuracy=control_accuracy)
+    tune_at_the_profile(tmp_path)
     _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
     assert line(out, "M2").endswith("| verdict: supported |")
     c1 = line(out, "C1")
@@ -251,3 +272,23 @@ def test_the_fine_tuning_control_stands_beside_the_claim_against_the_determinist
     assert "fine-tuning only: `pbn[beta_start=0.01,epochs=12,lr=0.005,n_bayes=0,rho_lr=0.1]`, seeds 0, 1, 2" in c1
     assert "control (this benchmark, not the paper's)" in c1
     assert "C1, C2 are controls of this benchmark, not claims of the paper" in out
+
+
+def test_a_row_at_its_defaults_where_the_method_has_a_tuning_space_is_never_a_verdict(learned, tmp_path, capsys):
+    """The same records as the supported / contradicted claims, without the stored tuning: PBN and
+    mean-field VI have tuning spaces and ran at their defaults, so no claim they take part in is a
+    verdict, each says why and names the tune; the ensemble against the deterministic network (no
+    space on either side) would still be decided."""
+    import shutil
+
+    for d in learned:
+        shutil.copytree(d, tmp_path / d.name, dirs_exist_ok=True)
+    shutil.rmtree(tmp_path / learned[0].name / SUITE / "tuning")
+    _, out, _ = run(capsys, "--results", str(tmp_path / learned[0].name), str(tmp_path / learned[1].name),
+                    "--suite", SUITE)
+    m2, m3 = line(out, "M2"), line(out, "M3")
+    assert m2.endswith("| not a verdict: PBN 1 %: at the method's defaults: `bench tune` has not chosen its "
+                       "beta_start, rho_lr on this suite (`python -m bench tune --suite camvid_multilabel --profile "
+                       "quick --methods pbn`) |"), m2
+    assert "fully Bayesian: at the method's defaults" in m3 and "gain PBN 1 % − fully Bayesian -0.0500," in m3
+    assert "verdict: supported" not in out and "verdict: contradicted" not in out
