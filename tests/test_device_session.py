@@ -463,8 +463,8 @@ def test_a_worker_passes_over_a_cell_whose_map_network_another_is_training(tmp_p
 
 def test_grid_workers_take_map_networks_and_cells_from_one_list_side_by_side(carried, tmp_path):
     """--grid-workers 2 on seeds 0,1 with a 2-member ensemble: the 4 MAP networks are trained once
-    each, by both workers, as items of their own before the cells; every cell fitted once and its
-    records all in the one archive."""
+    each, as items of their own before the cells; every cell fitted once, both
+    workers taking items, and its records all in the one archive."""
     kept = tmp_path / "kept"
     kept.mkdir()
     out = tmp_path / "out"
@@ -482,7 +482,10 @@ def test_grid_workers_take_map_networks_and_cells_from_one_list_side_by_side(car
     cells = [c for c in g["cells"] if "/map/" not in c["cell"]]
     # members of seed s are the MAP networks of seeds 2s, 2s+1 (the deterministic cells use 0 and 1)
     assert sorted(c["cell"] for c in maps) == [f"lenet_300_100/map/seed{k}" for k in range(4)]
-    assert {c["status"] for c in maps} == {"trained"} and {c["worker"] for c in maps} == {0, 1}
+    assert {c["status"] for c in maps} == {"trained"}
+    # both workers took items from the one list (which items each took is the scheduler's race: a worker
+    # that starts late on a loaded machine may find every MAP network already taken)
+    assert {c["worker"] for c in g["cells"]} == {0, 1}
     assert sorted((c["cell"].split("-")[0].split("[")[0], c["status"]) for c in cells) == [
         ("lenet_300_100/deep_ensemble", "fitted"), ("lenet_300_100/deep_ensemble", "fitted"),
         ("lenet_300_100/deterministic/seed0", "fitted"), ("lenet_300_100/deterministic/seed1", "fitted")]
