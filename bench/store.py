@@ -312,12 +312,49 @@ def _flatten(rec: dict, prefix: str = "") -> dict:
     return flat
 
 
+#: the last frames :func:`load_records` built, by the files they were read from, up to
+#: :data:`_FRAMES_KEPT_ROWS` records in all: a process that makes several tables over one store, as
+#: ``benchmarks/refresh_tables.py --in-process`` does, reads and parses its records once (the kept
+#: records, every suite and each one alone, are about 33,000)
+_FRAMES: dict[tuple, pd.DataFrame] = {}
+_FRAMES_KEPT_ROWS = 60_000
+
+
+def _records_fingerprint(results: str | os.PathLike, suite: str | None) -> tuple:
+    """What :meth:`ResultsStore.iter_records` would read: every loose record and pack under the
+    store (or the suite), each with its inode, size and modification time (an atomic write is a new
+    file, so any change to a record changes this)."""
+    base = Path(results) / _safe(suite) if suite else Path(results)
+    files = []
+    for pattern in ("*.json", PACK_NAME):
+        for path in sorted(base.rglob(pattern)):
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            files.append((path.as_posix(), st.st_ino, st.st_size, st.st_mtime_ns))
+    return (Path(results).resolve().as_posix(), suite, tuple(files))
+
+
 def load_records(results: str | os.PathLike, suite: str | None = None) -> pd.DataFrame:
     """All records under ``results`` (optionally one suite) as a flat DataFrame.
 
     Nested dictionaries become dotted columns (``metrics.nll``, ``cost.train_time_s``);
     ``curves``, ``method_config`` and ``diagnostics`` stay dictionaries, one column each.
+    The same files read again in one process give a copy of the frame built the first time.
     """
+    key = _records_fingerprint(results, suite)
+    if key in _FRAMES:
+        _FRAMES[key] = _FRAMES.pop(key)  # the most recently used last
+        return _FRAMES[key].copy()
+    frame = _read_records(results, suite)
+    _FRAMES[key] = frame
+    while len(_FRAMES) > 1 and sum(len(f) for f in _FRAMES.values()) > _FRAMES_KEPT_ROWS:
+        _FRAMES.pop(next(iter(_FRAMES)))  # the oldest
+    return frame.copy()
+
+
+def _read_records(results: str | os.PathLike, suite: str | None) -> pd.DataFrame:
     rows = []
     for rec in ResultsStore(results).iter_records(suite):
         kept = {k: rec.pop(k, None) for k in NESTED_COLUMNS}

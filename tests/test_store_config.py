@@ -37,6 +37,33 @@ def test_load_records_is_one_flat_dataframe(tmp_path):
     assert store.has(store.run_dir("s", "m", "meth", "abc", 0), "id", "clean", 0.0)
 
 
+def test_load_records_reads_a_store_once_and_again_when_a_record_changes(tmp_path, monkeypatch):
+    """Tables made in one process over one store read its records once; a record written, replaced
+    or removed since is read (the files' fingerprint changes), and a caller changing its frame does
+    not change the next caller's."""
+    import bench.store as store_mod
+
+    store = ResultsStore(tmp_path)
+    rec = {"suite": "s", "method": "meth", "model": "m", "status": "ok", "kind": "id", "shift": "clean",
+           "severity": 0.0}
+    store.write(store.run_dir("s", "m", "meth", "abc", 0), {**rec, "seed": 0, "metrics": {"nll": 0.5}})
+    reads = []
+    real = store_mod.read_record
+    monkeypatch.setattr(store_mod, "read_record", lambda path: (reads.append(path), real(path))[1])
+    first = load_records(tmp_path)
+    first.loc[0, "metrics.nll"] = 99.0  # the caller's own copy
+    assert len(reads) == 1 and list(load_records(tmp_path)["metrics.nll"]) == [0.5] and len(reads) == 1
+    store.write(store.run_dir("s", "m", "meth", "abc", 1), {**rec, "seed": 1, "metrics": {"nll": 1.5}})  # a new one
+    assert sorted(load_records(tmp_path)["metrics.nll"]) == [0.5, 1.5] and len(reads) == 3
+    store.write(store.run_dir("s", "m", "meth", "abc", 1), {**rec, "seed": 1, "metrics": {"nll": 2.5}})  # replaced
+    assert sorted(load_records(tmp_path)["metrics.nll"]) == [0.5, 2.5]
+    for p in (tmp_path / "s").rglob("*.json"):
+        if "seed1" in p.as_posix():
+            p.unlink()
+    assert list(load_records(tmp_path)["metrics.nll"]) == [0.5]
+    assert list(load_records(tmp_path, suite="s")["metrics.nll"]) == [0.5]
+
+
 def test_a_store_whose_root_is_named_records_reads_only_its_records(tmp_path, caplog):
     """docs/records holds the kept records beside other JSON (perf rows, suite artifacts): only
     <root>/<suite>/records/** are records, whatever the root's own path is called."""
