@@ -9,4 +9,4 @@ if [ -x ../shared/data/unpack.sh ]; then
   ../shared/data/unpack.sh data MNIST FashionMNIST-test cifar-10-batches-py >&2
 fi
 # the slowest tests, in every CI log: the suite should stay near 15 minutes on 2 cores
-exec .venv/bin/python -m pytest --durations=25 "$@"
+exec .venv/bin/python -m pytest --durations=60 "$@"
