@@ -752,18 +752,23 @@ def grid_worker(spec_path: str) -> int:
 
 
 def grid_history(kept: list[dict], device_type: str) -> dict:
-    """From kept device summaries on the same kind of device: the longest finished time of each
-    (model, method) and the longest time a cell ran before it was stopped."""
+    """From kept device summaries on the same kind of device (``kept`` oldest first, as
+    :func:`kept_summaries` reads them): each (model, method)'s longest finished time in the latest
+    session that finished one (an older session's times are of older code and another number of
+    workers side by side: the training loop's speed-ups made them pessimistic), and the longest time
+    a cell ran before it was stopped (a lower bound, whenever it was measured)."""
     finished, lower = {}, {}
     for s in kept:
         if not (s.get("device") or {}).get("used", "").startswith(device_type):
             continue
+        this: dict[str, float] = {}
         for c in (s.get("grid") or {}).get("cells", []):
             if c.get("status") in ("fitted", "loaded", "trained") and c.get("seconds"):
                 k = c["cell"].rsplit("/", 1)[0]
-                finished[k] = max(finished.get(k, 0.0), c["seconds"])
+                this[k] = max(this.get(k, 0.0), c["seconds"])
             elif c.get("status") == "stopped at the deadline" and c.get("seconds"):
                 lower[c["cell"]] = max(lower.get(c["cell"], 0.0), c["seconds"])
+        finished.update(this)  # the latest session's times replace the earlier ones
     return {"finished": finished, "lower_bound": lower}
 
 

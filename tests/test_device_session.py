@@ -350,6 +350,14 @@ def test_checks_that_passed_on_cuda_and_cell_times_are_read_from_kept_summaries(
     assert ds.cuda_tests_passed_before(kept, {**gpu, "name": "H100"}, ["tests/a.py"]) is None
     h = ds.grid_history(kept, "cuda")
     assert h == {"finished": {"lenet5/pbn": 50.0}, "lower_bound": {"lenet5/deep_ensemble/seed0": 300.0}}
+    # a later session's times replace an earlier one's (faster code, other workers): the latest, not the longest
+    kept.append({"run_id": "r3", "device": {"used": "cuda"},
+                 "grid": {"cells": [{"cell": "lenet5/pbn/seed0", "status": "fitted", "seconds": 20.0},
+                                    {"cell": "lenet5/pbn/seed1", "status": "fitted", "seconds": 30.0},
+                                    {"cell": "lenet5/deep_ensemble/seed0", "status": "stopped at the deadline",
+                                     "seconds": 100.0}]}})
+    h = ds.grid_history(kept, "cuda")
+    assert h == {"finished": {"lenet5/pbn": 30.0}, "lower_bound": {"lenet5/deep_ensemble/seed0": 300.0}}
     assert ds.grid_history(kept, "cpu") == {"finished": {}, "lower_bound": {}}
 
 
