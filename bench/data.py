@@ -68,7 +68,9 @@ class TensorLoader:
         order = torch.randperm(n, generator=self.generator) if self.shuffle else None
         x, y = self._source()
         if order is not None and isinstance(x, torch.Tensor) and x.device != order.device:
-            order = order.to(x.device)
+            # from page-locked memory the copy is asynchronous (from pageable memory it waits for the device)
+            order = (order.pin_memory().to(x.device, non_blocking=True) if x.device.type == "cuda"
+                     else order.to(x.device))
         for i in range(len(self)):
             sl = slice(i * self.batch_size, min((i + 1) * self.batch_size, n))
             if order is None:
