@@ -6,7 +6,7 @@ import os
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
@@ -35,6 +35,12 @@ class TrainConfig:
     milestones: list[int] = field(default_factory=list)  # for "step": epochs where lr /= 10
     grad_clip: float | None = None
     max_train_examples: int | None = None  # profile-level cap (smoke)
+    # the training steps' arithmetic (LATER_FIELDS): "bf16" runs each step's forward pass and loss
+    # under torch.autocast in bfloat16 (the weights, their gradients and the optimiser stay float32;
+    # evaluation is float32 either way); channels_last trains a 4-d-input network in the channels-last
+    # memory layout (back to the usual one after training): the GPU recipe's (cifar10c's gpu profile)
+    precision: str = "fp32"  # "fp32" | "bf16"
+    channels_last: bool = False
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
@@ -51,14 +57,20 @@ class TrainConfig:
         return self
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields, those of :data:`LATER_FIELDS` left out at the value that is the behaviour
+        before they existed (so a cell's identity, its MAP network's key and its records' training
+        configuration are what they were before them)."""
+        return {k: v for k, v in asdict(self).items() if not (k in LATER_FIELDS and v == LATER_FIELDS[k])}
 
     def replace(self, **kw) -> "TrainConfig":
         return TrainConfig.from_dict({**self.to_dict(), **kw})
 
 
+#: training options added after records were kept, with the value that is the earlier behaviour
+LATER_FIELDS = {"precision": "fp32", "channels_last": False}
 OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("constant", "cosine", "step")
+PRECISIONS = ("fp32", "bf16")
 #: what a run's training budget may be (an untrained network is not a result: epochs >= 1)
 TRAIN_CONSTRAINTS = {
     "epochs": Range(1, integer=True),
@@ -72,6 +84,8 @@ TRAIN_CONSTRAINTS = {
     "milestones": ListOf(Range(1, integer=True), min_len=0),
     "grad_clip": Range(0, lo_open=True, optional=True),
     "max_train_examples": Range(1, integer=True, optional=True),
+    "precision": OneOf(*PRECISIONS),
+    "channels_last": OneOf(True, False),
 }
 
 
@@ -250,6 +264,16 @@ def divergence_check_steps(device: torch.device) -> int:
     return 1 if device.type == "cpu" else DIVERGENCE_CHECK_STEPS
 
 
+def step_context(cfg: TrainConfig) -> Callable:
+    """``context(device)`` around a training step's forward pass and loss: bfloat16 autocast on that
+    device's type for ``precision="bf16"``, nothing for ``"fp32"``."""
+    if cfg.precision == "bf16":
+        return lambda device: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    if cfg.precision == "fp32":
+        return lambda device: nullcontext()
+    raise BenchError(f"unknown precision {cfg.precision!r}; valid: {', '.join(PRECISIONS)}")
+
+
 def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_fn: LossFn, *,
                 params=None, desc: str = "train", progress: bool = False,
                 resume_path: str | os.PathLike | None = None,
@@ -283,6 +307,9 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
             callback_state.update(state.get("callback_state") or {})
 
     total_steps = max(1, cfg.epochs * steps_per_epoch)
+    in_step = step_context(cfg)
+    if cfg.channels_last:
+        model.to(memory_format=torch.channels_last)  # the parameters in place: the optimiser keeps them
     bar = tqdm(total=cfg.epochs * steps_per_epoch, initial=start_epoch * steps_per_epoch, desc=desc,
                disable=not progress_enabled(progress), leave=False, mininterval=0.5)
     model.train()
@@ -296,7 +323,10 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
             f = lr_factor(cfg, step, steps_per_epoch)
             for g, lr in zip(optimizer.param_groups, base_lrs):
                 g["lr"] = lr * f
-            loss = loss_fn(model, x, y, step / total_steps)
+            if cfg.channels_last and x.dim() == 4:
+                x = x.contiguous(memory_format=torch.channels_last)
+            with in_step(x.device):
+                loss = loss_fn(model, x, y, step / total_steps)
             if running is None:
                 running = torch.zeros((), dtype=torch.float32 if loss.device.type == "mps" else torch.float64,
                                       device=loss.device)
@@ -327,6 +357,8 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
             save_training_state(resume_path, model, optimizer, loader, epoch=epoch + 1, log=log,
                                 callback_state=callback_state or {}, train_seconds=clock.seconds())
     bar.close()
+    if cfg.channels_last:
+        model.to(memory_format=torch.contiguous_format)
     if resume_path is not None and resume_path.exists():
         resume_path.unlink()
     model.eval()

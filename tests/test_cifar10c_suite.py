@@ -440,6 +440,41 @@ def test_smoke_run_end_to_end_with_report(tmp_path, monkeypatch):
     assert (tmp_path / "rep2" / "cifar10c" / "figures" / "data-smoke-gallery.png").exists()
 
 
+def test_the_gpu_profile_trains_in_bfloat16_channels_last_and_says_so_in_its_records(tmp_path, monkeypatch):
+    """cifar10c's gpu profile (the fast GPU recipe) on the CPU at toy size, with a small network in
+    place of its ResNet-18: its training options reach the training (bfloat16 autocast, channels-last)
+    and every record's training configuration; the profile's own values are the recipe's."""
+    from bench.cli import main
+    from bench.store import load_records
+    from bench.suites import SUITES
+
+    gpu = SUITES.get("cifar10c").profiles["gpu"]
+    assert gpu["train"]["precision"] == "bf16" and gpu["train"]["channels_last"] is True
+    assert gpu["models"] == SUITES.get("cifar10c").profiles["paper"]["models"]  # the paper's network
+    entered = []
+    real = torch.autocast
+
+    class Recording(real):
+        def __enter__(self):
+            entered.append(self.fast_dtype)
+            return super().__enter__()
+
+    monkeypatch.setattr(torch, "autocast", Recording)
+    data_root = tmp_path / "data"
+    make_fake_cifar(data_root, n_train=300)
+    _stub_generator(monkeypatch)
+    out = tmp_path / "results"
+    assert main(["run", "--suite", "cifar10c", "--profile", "gpu", "--quiet", "--no-report", "--data-root",
+                 str(data_root), "--out", str(out), "--methods", "deterministic", "--seeds", "0",
+                 "--set", "models=resnet_small", "--set", "train.epochs=1", "--set", "train.batch_size=64",
+                 "--set", "data.corruptions=gaussian_noise", "--set", "data.severities=[1]",
+                 *FEWER_IMAGES]) == 0
+    df = load_records(out)
+    assert (df["status"] == "ok").all() and len(df) > 0
+    assert all(tc["precision"] == "bf16" and tc["channels_last"] is True for tc in df["train_config"])
+    assert entered and set(entered) == {torch.bfloat16}  # the training steps ran under autocast
+
+
 # ---------------------------------------------------------------------------------- real data
 
 

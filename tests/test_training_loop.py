@@ -128,3 +128,91 @@ def test_a_cuda_training_step_does_not_synchronise_with_the_host_between_checks(
     syncs = [str(w.message).splitlines()[0] for w in caught if "called a synchronizing" in str(w.message)]
     # 100 steps: the checks after steps 49 and 99 and the epoch's mean, not one or two per step
     assert len(syncs) <= 100 // training.DIVERGENCE_CHECK_STEPS + 2, syncs
+
+
+# -------------------------------------------------------------------- precision and memory layout
+def _conv_data(n=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 3, 8, 8, generator=g), torch.randint(0, 3, (n,), generator=g)
+
+
+def _conv_net(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(4, 3))
+
+
+def _watch(net, seen):
+    """Record, at every training forward pass, the conv's output dtype and whether its weight and input
+    are in the channels-last layout."""
+    conv = net[0]
+
+    def hook(mod, inp, out):
+        if mod.training:
+            cl = torch.channels_last
+            seen.append((out.dtype, mod.weight.is_contiguous(memory_format=cl) and not mod.weight.is_contiguous(),
+                         inp[0].is_contiguous(memory_format=cl) and not inp[0].is_contiguous()))
+    conv.register_forward_hook(hook)
+
+
+@pytest.mark.parametrize("precision,channels_last", [("fp32", False), ("bf16", False), ("fp32", True), ("bf16", True)])
+def test_training_steps_run_at_the_configured_precision_and_layout(precision, channels_last):
+    """train.precision=bf16: every training step's forward pass runs in bfloat16 (autocast) while the
+    weights stay float32; train.channels_last: the weights and inputs are channels-last during the steps
+    and the network is back in the usual layout afterwards. The loss still falls as in float32."""
+    x, y = _conv_data()
+    seen, net = [], _conv_net()
+    _watch(net, seen)
+    cfg = TrainConfig(epochs=3, batch_size=16, lr=0.1, precision=precision, channels_last=channels_last)
+    log = train_model(net, TensorLoader(x, y, 16, seed=1), cfg, training.nll_loss(classification(3)))
+    assert len(seen) == 3 * 4
+    want = torch.bfloat16 if precision == "bf16" else torch.float32
+    assert {s[0] for s in seen} == {want}
+    assert {s[1] for s in seen} == {channels_last} and {s[2] for s in seen} == {channels_last}
+    assert all(p.dtype == torch.float32 and p.is_contiguous() for p in net.parameters())
+    assert log["epoch_loss"][-1] < log["epoch_loss"][0]
+    reference = train_model(_conv_net(), TensorLoader(x, y, 16, seed=1), TrainConfig(epochs=3, batch_size=16, lr=0.1),
+                            training.nll_loss(classification(3)))
+    assert log["epoch_loss"][-1] == pytest.approx(reference["epoch_loss"][-1], rel=0.05)
+
+
+def test_the_later_training_fields_leave_earlier_identities_alone_and_are_checked():
+    """At fp32 and the usual layout the two fields are not in the training configuration a cell's
+    identity, its MAP key and its records carry (so kept records keep their hashes); set, they are,
+    and an unknown precision is refused with the valid ones."""
+    from bench.errors import BenchError
+
+    assert "precision" not in TrainConfig().to_dict() and "channels_last" not in TrainConfig().to_dict()
+    d = TrainConfig(precision="bf16", channels_last=True).to_dict()
+    assert d["precision"] == "bf16" and d["channels_last"] is True
+    assert TrainConfig.from_dict(d) == TrainConfig(precision="bf16", channels_last=True)
+    with pytest.raises(BenchError, match="precision='fp16' must be one of 'fp32', 'bf16'"):
+        TrainConfig(precision="fp16").check()
+
+
+def test_ssvi_trains_at_the_configured_precision(monkeypatch):
+    """SSVI's own loop (drop-and-grow) takes train.precision as train_model does: its steps run under
+    bfloat16 autocast."""
+    from methods import METHODS
+    from methods.base import MethodContext
+
+    entered = []
+    real = torch.autocast
+
+    class Recording(real):
+        def __enter__(self):
+            entered.append((self.device, self.fast_dtype))
+            return super().__enter__()
+
+    monkeypatch.setattr(torch, "autocast", Recording)
+    x, y = _conv_data(48)
+    cls = METHODS.get("ssvi")
+    task = classification(3)
+    for precision, want in (("fp32", 0), ("bf16", 3 * 3)):
+        entered.clear()
+        ctx = MethodContext(task=task, device=torch.device("cpu"),
+                            build_model=lambda dropout=0.0: _conv_net(), map_cache=None, seed=0,
+                            train=TrainConfig(epochs=3, batch_size=16, lr=0.05, precision=precision))
+        m = cls(ctx, train_samples=1).fit(TensorLoader(x, y, 16, seed=1), (x[:8], y[:8]))
+        assert len(entered) == want and all(e == ("cpu", torch.bfloat16) for e in entered), entered
+        assert all(p.dtype == torch.float32 for p in m.model.parameters())
