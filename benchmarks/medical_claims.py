@@ -460,14 +460,26 @@ def cost_text(df_ref, spec: SuiteSpec, rows: list[Row]) -> str:
     return ""
 
 
+#: options that rescale the likelihood a tuned KL weight is balanced against: a row that sets one on
+#: top of a choice ``bench tune`` made without it stands at a weight chosen for another objective
+RESCALING_OPTIONS = ("class_weights",)
+
+
 def untuned_reason(suite: str, profile: str, row: Row) -> str | None:
     """Why ``row`` is not chosen by the tuning protocol, or None: its method has a tuning space on
     ``suite`` (:func:`bench.tuning.space_of`), no stored ``bench tune`` chose from it (``row.tuned``
-    is empty) and the row does not set the swept options itself."""
+    is empty) and the row does not set the swept options itself; or the row sets an option of
+    :data:`RESCALING_OPTIONS` on top of a choice made without it."""
     from bench.suites import SUITES
     from bench.tuning import options_of, space_of
 
     space = space_of(row.method, SUITES.get(suite)())
+    rescaled = [o for o in RESCALING_OPTIONS if row.tuned and row.options.get(o) not in (None, "none")
+                and o not in row.tuned]
+    if space and rescaled:
+        return (f"its {', '.join(space)} were chosen by `bench tune` for the objective without "
+                f"{', '.join(rescaled)}, which rescales the likelihood they balance; this objective's own "
+                f"tuning has not run")
     if not space or row.tuned or any(o in row.options for k in space for o in options_of(k)):
         return None
     return (f"at the method's defaults: `bench tune` has not chosen its {', '.join(space)} on this suite "

@@ -292,3 +292,15 @@ def test_a_row_at_its_defaults_where_the_method_has_a_tuning_space_is_never_a_ve
                        "quick --methods pbn`) |"), m2
     assert "fully Bayesian: at the method's defaults" in m3 and "gain PBN 1 % − fully Bayesian -0.0500," in m3
     assert "verdict: supported" not in out and "verdict: contradicted" not in out
+
+
+def test_a_row_that_rescales_the_likelihood_at_a_weight_tuned_without_it_is_not_a_verdict():
+    """The class-weighted ELBO at the KL weight `bench tune` chose for the unweighted one stands at a
+    weight chosen for another objective: not chosen by the protocol (S7), while the squared saliency
+    (which changes no likelihood) and the tuned row itself are."""
+    chosen = {"pbn": {"beta_start": 1e-4, "beta_end": 1e-4}}
+    weighted = mc.with_tuned(mc.PBN_1_WEIGHTED, chosen)
+    why = mc.untuned_reason("camvid_binary", "quick", weighted)
+    assert why is not None and "without class_weights" in why and "beta_start+beta_end" in why
+    assert mc.untuned_reason("camvid_binary", "quick", mc.with_tuned(mc.PBN_1, chosen)) is None
+    assert mc.untuned_reason("camvid_binary", "quick", mc.with_tuned(mc.PBN_1_SQUARED, chosen)) is None
