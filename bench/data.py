@@ -18,6 +18,14 @@ from torch.utils.data import DataLoader, Dataset
 DEVICE_RESIDENT_SHARE = 0.25
 
 
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` (on the host) on ``device``: to CUDA from page-locked memory, asynchronously (a copy from
+    pageable memory waits for the device, once per call: per step in a training loop)."""
+    if torch.device(device).type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 class TensorLoader:
     """Mini-batches of (x, y) from in-memory tensors, moved to ``device``.
 
@@ -68,9 +76,7 @@ class TensorLoader:
         order = torch.randperm(n, generator=self.generator) if self.shuffle else None
         x, y = self._source()
         if order is not None and isinstance(x, torch.Tensor) and x.device != order.device:
-            # from page-locked memory the copy is asynchronous (from pageable memory it waits for the device)
-            order = (order.pin_memory().to(x.device, non_blocking=True) if x.device.type == "cuda"
-                     else order.to(x.device))
+            order = to_device(order, x.device)
         for i in range(len(self)):
             sl = slice(i * self.batch_size, min((i + 1) * self.batch_size, n))
             if order is None:

@@ -264,14 +264,30 @@ def divergence_check_steps(device: torch.device) -> int:
     return 1 if device.type == "cpu" else DIVERGENCE_CHECK_STEPS
 
 
-def step_context(cfg: TrainConfig) -> Callable:
-    """``context(device)`` around a training step's forward pass and loss: bfloat16 autocast on that
-    device's type for ``precision="bf16"``, nothing for ``"fp32"``."""
-    if cfg.precision == "bf16":
-        return lambda device: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    if cfg.precision == "fp32":
-        return lambda device: nullcontext()
-    raise BenchError(f"unknown precision {cfg.precision!r}; valid: {', '.join(PRECISIONS)}")
+class StepFormat:
+    """The arithmetic and memory layout of a training loop's steps (``train.precision``,
+    ``train.channels_last``), for :func:`train_model` and the methods with a loop of their own: made
+    at the loop's start (the network goes to the channels-last layout then, its parameters in place,
+    so an optimiser keeps them), :meth:`batch` for each input batch, :meth:`forward` around each
+    step's forward pass and loss (bfloat16 autocast on the batch's device type), :meth:`done` after
+    the last step (the network back in the usual layout)."""
+
+    def __init__(self, cfg: TrainConfig, model: nn.Module):
+        if cfg.precision not in PRECISIONS:
+            raise BenchError(f"unknown precision {cfg.precision!r}; valid: {', '.join(PRECISIONS)}")
+        self.bf16, self.channels_last, self.model = cfg.precision == "bf16", bool(cfg.channels_last), model
+        if self.channels_last:
+            model.to(memory_format=torch.channels_last)
+
+    def batch(self, x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last and x.dim() == 4 else x
+
+    def forward(self, device: torch.device):
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
+
+    def done(self) -> None:
+        if self.channels_last:
+            self.model.to(memory_format=torch.contiguous_format)
 
 
 def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_fn: LossFn, *,
@@ -307,9 +323,7 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
             callback_state.update(state.get("callback_state") or {})
 
     total_steps = max(1, cfg.epochs * steps_per_epoch)
-    in_step = step_context(cfg)
-    if cfg.channels_last:
-        model.to(memory_format=torch.channels_last)  # the parameters in place: the optimiser keeps them
+    fmt = StepFormat(cfg, model)
     bar = tqdm(total=cfg.epochs * steps_per_epoch, initial=start_epoch * steps_per_epoch, desc=desc,
                disable=not progress_enabled(progress), leave=False, mininterval=0.5)
     model.train()
@@ -323,9 +337,8 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
             f = lr_factor(cfg, step, steps_per_epoch)
             for g, lr in zip(optimizer.param_groups, base_lrs):
                 g["lr"] = lr * f
-            if cfg.channels_last and x.dim() == 4:
-                x = x.contiguous(memory_format=torch.channels_last)
-            with in_step(x.device):
+            x = fmt.batch(x)
+            with fmt.forward(x.device):
                 loss = loss_fn(model, x, y, step / total_steps)
             if running is None:
                 running = torch.zeros((), dtype=torch.float32 if loss.device.type == "mps" else torch.float64,
@@ -357,8 +370,7 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
             save_training_state(resume_path, model, optimizer, loader, epoch=epoch + 1, log=log,
                                 callback_state=callback_state or {}, train_seconds=clock.seconds())
     bar.close()
-    if cfg.channels_last:
-        model.to(memory_format=torch.contiguous_format)
+    fmt.done()
     if resume_path is not None and resume_path.exists():
         resume_path.unlink()
     model.eval()

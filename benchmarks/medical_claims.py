@@ -472,10 +472,12 @@ def untuned_reason(suite: str, profile: str, row: Row) -> str | None:
     :data:`RESCALING_OPTIONS` on top of a choice made without it."""
     from bench.suites import SUITES
     from bench.tuning import options_of, space_of
+    from methods import METHODS
 
     space = space_of(row.method, SUITES.get(suite)())
-    rescaled = [o for o in RESCALING_OPTIONS if row.tuned and row.options.get(o) not in (None, "none")
-                and o not in row.tuned]
+    defaults = METHODS.get(row.method).defaults
+    rescaled = [o for o in RESCALING_OPTIONS if row.tuned and o not in row.tuned
+                and row.options.get(o, defaults.get(o)) != defaults.get(o)]
     if space and rescaled:
         return (f"its {', '.join(space)} were chosen by `bench tune` for the objective without "
                 f"{', '.join(rescaled)}, which rescales the likelihood they balance; this objective's own "

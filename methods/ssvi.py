@@ -177,7 +177,7 @@ class SSVI(Method):
         from tqdm.auto import tqdm
 
         from bench.errors import DivergedError
-        from bench.training import lr_factor, progress_enabled, step_context
+        from bench.training import StepFormat, lr_factor, progress_enabled
 
         c = self.config
         self.model = self._build(train.x[:4]).to(self.ctx.device)
@@ -206,9 +206,7 @@ class SSVI(Method):
         bar = tqdm(total=total, initial=start_epoch * steps_per_epoch, desc=self.name,
                    disable=not progress_enabled(self.ctx.progress), leave=False, mininterval=0.5)
         last = {}
-        in_step = step_context(cfg)  # the profile's precision and memory layout, as train_model's
-        if cfg.channels_last:
-            model.to(memory_format=torch.channels_last)
+        fmt = StepFormat(cfg, model)  # the profile's precision and memory layout, as train_model's
         model.train()
         for epoch in range(start_epoch, cfg.epochs):
             running, count = 0.0, 0
@@ -224,11 +222,10 @@ class SSVI(Method):
                         m.capture_grad = True
                     if c["grow"] == "grad_mean":
                         model.set_mode("mean")
-                if cfg.channels_last and x.dim() == 4:
-                    x = x.contiguous(memory_format=torch.channels_last)
+                x = fmt.batch(x)
                 xs = x if S == 1 else x.repeat(S, *([1] * (x.dim() - 1)))
                 ys = y if S == 1 else y.repeat(S, *([1] * (y.dim() - 1)))
-                with in_step(x.device):
+                with fmt.forward(x.device):
                     nll = self.ctx.task.loss(model(xs), ys)
                 beta = kl_warmup_beta(step, total, beta_max, warm)
                 kl = model.kl()
@@ -266,8 +263,7 @@ class SSVI(Method):
                 save_training_state(resume, model, opt, train, epoch=epoch + 1, log=log, history=history,
                                     train_seconds=clock.seconds())
         bar.close()
-        if cfg.channels_last:
-            model.to(memory_format=torch.contiguous_format)
+        fmt.done()
         if resume is not None and resume.exists():
             resume.unlink()
         meta["vi_train_time_s"] = clock.seconds()

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.data import EvalSet, SuiteData
+from bench.data import EvalSet, SuiteData, to_device
 from bench.errors import BenchError
 from bench.options import Check, ListOf, OneOf, Range
 from bench.suites.base import CLASSIFICATION_METHODS, Suite, register_suite
@@ -64,10 +64,7 @@ def make_augment(pad: int = 4, flip: bool = True, mean=MEAN, std=STD):
         fill = black.to(x.device, x.dtype) if c == 3 else x.new_zeros(c)
         padded = fill.view(1, c, 1, 1).expand(b, c, h + 2 * pad, w + 2 * pad).clone()
         padded[:, :, pad:pad + h, pad:pad + w] = x
-        if x.device.type == "cuda":  # from page-locked memory: no wait for the device at every step
-            offsets, flips = (t.pin_memory().to(x.device, non_blocking=True) for t in (offsets, flips))
-        else:
-            offsets, flips = offsets.to(x.device), flips.to(x.device)
+        offsets, flips = to_device(offsets, x.device), to_device(flips, x.device)
         rows = offsets[:, :1] + torch.arange(h, device=x.device)  # (B, H)
         cols = torch.arange(w, device=x.device).expand(b, w)
         cols = torch.where(flips[:, None], cols.flip(1), cols) + offsets[:, 1:]  # (B, W)
