@@ -176,6 +176,58 @@ def test_training_steps_run_at_the_configured_precision_and_layout(precision, ch
     assert log["epoch_loss"][-1] == pytest.approx(reference["epoch_loss"][-1], rel=0.05)
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_bfloat16_on_the_cpu_refuses_a_convolution_whose_input_is_smaller_than_its_stride(channels_last):
+    """oneDNN's bfloat16 convolution on the CPU returns NaN weight gradients at random when an input is
+    smaller than the stride (a 3x3 stride-2 convolution on a 1x1 map: resnet_small's last block on
+    32x32 images). Such a layer stops the training at its first forward pass with a BenchError naming it,
+    before any step; the hooks are gone and the layout restored after it; the same network trains in
+    float32, and in bfloat16 on inputs at least as large as the stride."""
+    from bench.errors import BenchError
+
+    def net():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(3, 8, 3, stride=8, padding=1), nn.ReLU(),
+                             nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.Flatten(), nn.Linear(8, 3))
+
+    x, y = _conv_data()  # 8x8 -> 1x1 -> a stride-2 convolution on a 1x1 map
+    bad = net()
+    before = [p.detach().clone() for p in bad.parameters()]
+    cfg = TrainConfig(epochs=1, batch_size=16, lr=0.1, precision="bf16", channels_last=channels_last)
+    with pytest.raises(BenchError, match=r"layer 2 has a 1x1 input and stride 2x2.*NaN weight gradients"):
+        train_model(bad, TensorLoader(x, y, 16, seed=1), cfg, training.nll_loss(classification(3)))
+    assert all(torch.equal(a, b) for a, b in zip(before, bad.parameters()))  # refused before any step
+    assert not any(m._forward_pre_hooks for m in bad.modules())
+    assert all(p.is_contiguous() for p in bad.parameters())
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # outside training the network is untouched
+        bad(x[:2])
+    fp32 = TrainConfig(epochs=1, batch_size=16, lr=0.1, channels_last=channels_last)
+    assert math.isfinite(train_model(net(), TensorLoader(x, y, 16, seed=1), fp32,
+                                   training.nll_loss(classification(3)))["epoch_loss"][0])
+    big = torch.randn(64, 3, 16, 16, generator=torch.Generator().manual_seed(1))  # 16x16 -> 2x2: stride 2 fits
+    assert math.isfinite(train_model(net(), TensorLoader(big, y, 16, seed=1), cfg,
+                                   training.nll_loss(classification(3)))["epoch_loss"][0])
+
+
+@pytest.mark.cuda
+def test_bfloat16_weight_gradients_of_a_convolution_wider_than_its_input_are_finite_on_cuda():
+    """The geometry the CPU refuses in bfloat16 (StepFormat: oneDNN's weight gradients are NaN at random
+    when an input is smaller than the stride) trains on a GPU: over 100 fresh 3x3 stride-2 convolutions
+    on 1x1 maps (resnet_small's last block on 32x32 images), every weight gradient is finite and equals
+    the float32 one to bfloat16's precision. Failing here means the guard must cover CUDA too."""
+    dev = _cuda()
+    torch.manual_seed(0)
+    for _ in range(100):
+        conv = nn.Conv2d(64, 64, 3, stride=2, padding=1, bias=False).to(dev)
+        x = torch.randn(64, 64, 1, 1, device=dev)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            conv(x).float().sum().backward()
+        g = conv.weight.grad.clone()
+        conv.weight.grad = None
+        conv(x).sum().backward()
+        assert torch.isfinite(g).all() and torch.allclose(g, conv.weight.grad, rtol=2e-2, atol=0.5)
+
+
 def test_the_later_training_fields_leave_earlier_identities_alone_and_are_checked():
     """At fp32 and the usual layout the two fields are not in the training configuration a cell's
     identity, its MAP key and its records carry (so kept records keep their hashes); set, they are,
