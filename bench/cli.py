@@ -692,17 +692,25 @@ def cmd_tune(args) -> int:
         for sets in runs:
             plan = resolve_plan(suite, args.profile, [m], parse_sets([*sets, *args.sets]), method_registry=METHODS)
             swept += [c for c in plan.methods.get(m, []) if c not in swept]
+        # options of m held away from the profile's make another objective (e.g. the class-weighted
+        # ELBO): its choice is stored under its own key, beside the profile objective's
+        others = [s for s in args.sets if not s.startswith(f"{m}.")]
+        profile_cfg = resolve_plan(suite, args.profile, [m], parse_sets(others), method_registry=METHODS).methods[m][0]
+        fixed = tuning.fixed_options(m, args.sets, profile_cfg)
+        key = tuning.entry_key(m, fixed)
         try:
             from bench.plugins import identity_fields
 
             choices = select(args.out, args.suite, m, tuning.tuned_options(spaces[m]), configs=swept,
                              profile=args.profile, later=getattr(METHODS.get(m), "LATER_OPTIONS", {}),
-                             plugin_sha=identity_fields(METHODS.get(m)).get("plugin_source_sha256"))
+                             plugin_sha=identity_fields(METHODS.get(m)).get("plugin_source_sha256"),
+                             objective=key if fixed else "")
         except BenchError as exc:
-            failed[m] = str(exc)
+            failed[key] = str(exc)
             continue
         # the training budget the choice was made at: a choice made at another budget is not this one's
-        entries[m] = {**tuning.summarize(m, choices, spaces[m]), "train": plan.train.to_dict()}
+        entries[key] = {**tuning.summarize(m, choices, spaces[m]), "train": plan.train.to_dict(), "method": m,
+                        **({"fixed": fixed} if fixed else {})}
     path = tuning.write_tuning(args.out, args.suite, args.profile, entries, failed, args.sets)
     print(tuning.tuning_markdown(tuning.read_tuning(path)))
     print(f"tuning: {path}")

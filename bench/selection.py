@@ -149,13 +149,15 @@ def choose_from_store(results: str | Path, suite: str, method: str, tuned: list[
 
 
 def select(results: str | Path, suite: str, method: str, tuned: list[str], model: str | None = None,
-           swept_only: bool = False, **only) -> list[dict]:
+           swept_only: bool = False, objective: str = "", **only) -> list[dict]:
     """Choose on validation from the stored records and write the choices; returns them.
     ``swept_only``: a group of configurations in which a tuned option holds one value (a later run at
     the chosen value, say) is not a sweep and is left out; a model with no sweep at all leaves nothing
     to choose: BenchError (exit 2) naming the value and how to sweep, nothing written (``bench select``;
     ``bench tune`` chooses among the configurations it has and says so). Where one model has several
-    sweeps (other options held at different values), each is written to its own file."""
+    sweeps (other options held at different values), each is written to its own file; ``objective``
+    (``bench tune`` of another objective: its options held fixed, :func:`bench.tuning.entry_key`) names
+    the file of its choices, which then never replace the profile objective's."""
     choices = choose_from_store(results, suite, method, tuned, model=model, **only)
     if swept_only:
         swept = [c for c in choices if not flat_options(c)]
@@ -169,7 +171,7 @@ def select(results: str | Path, suite: str, method: str, tuned: list[str], model
         choices = swept
     per_model = Counter(c["model"] for c in choices)
     for c in choices:
-        tag = _fixed_tag(c) if per_model[c["model"]] > 1 else ""
+        tag = objective or (_fixed_tag(c) if per_model[c["model"]] > 1 else "")
         c["path"] = str(write_selection(results, suite, c, tag))
     return choices
 

@@ -92,6 +92,36 @@ def space_of(method: str, suite=None) -> dict[str, list] | None:
     return own.get(method) or SPACES.get(method)
 
 
+def entry_key(method: str, fixed: dict | None = None) -> str:
+    """The key of a tuning entry in ``<results>/<suite>/tuning/<profile>.json``: the method's name, or,
+    for a tune of another objective (method options held fixed away from the profile's by ``bench tune
+    --set``, e.g. ``pbn.class_weights=median_frequency``), ``method[option=value,...]``, so that each
+    objective keeps its own choice and neither overwrites the other."""
+    if not fixed:
+        return method
+    return f"{method}[" + ",".join(f"{k}={v}" for k, v in sorted(fixed.items())) + "]"
+
+
+def entry_method(key: str, entry: dict) -> str:
+    """The method of a stored tuning entry (entries written before objectives had their own: the key)."""
+    return entry.get("method") or key
+
+
+def fixed_options(method: str, sets: list[str], profile_options: dict) -> dict:
+    """The options of ``method`` that ``bench tune``'s ``--set`` list holds at a value other than the
+    profile's (``profile_options``: the method's configuration at the profile without those sets): the
+    objective the tune chooses for, when it is not the profile's."""
+    from bench.config import parse_sets
+
+    out = {}
+    for key, values in parse_sets(list(sets)).items():
+        if key.startswith(f"{method}."):
+            option, value = key.split(".", 1)[1], values[0] if len(values) == 1 else values
+            if profile_options.get(option, _MISSING) != value:
+                out[option] = value
+    return out
+
+
 def _values(vals) -> str:
     return ",".join(repr(v) if isinstance(v, str) else f"{v:g}" for v in vals)
 
@@ -304,26 +334,46 @@ def budget_difference(results: str | Path, suite: str, profile: str, method: str
     return "; ".join(diff) or None
 
 
-def _stored_choices(results_dirs):
-    """``((suite, profile, model, method), choice)`` of every choice a stored tuning
-    (``<results>/<suite>/tuning/<profile>.json``) made; a later directory's choice replaces an earlier's."""
+def _stored_choices(results_dirs, objectives: bool = False):
+    """``((suite, profile, model, method), choice, fixed)`` of every choice a stored tuning
+    (``<results>/<suite>/tuning/<profile>.json``) made for the profile's objective (``fixed`` empty), or,
+    with ``objectives``, for every objective (``fixed``: the options its tune held away from the
+    profile's, :func:`fixed_options`); a later directory's choice replaces an earlier's."""
     for d in results_dirs:
         for path in sorted(Path(d).glob("*/tuning/*.json")):
             doc = read_tuning(path)
-            for method, entry in (doc.get("methods") or {}).items():
+            for key, entry in (doc.get("methods") or {}).items():
+                fixed = dict(entry.get("fixed") or {})
+                if fixed and not objectives:
+                    continue
                 for c in entry.get("choices", []):
-                    yield (doc["suite"], doc["profile"], c["model"], method), c
+                    yield (doc["suite"], doc["profile"], c["model"], entry_method(key, entry)), c, fixed
 
 
-def chosen_configs(results_dirs) -> dict[tuple[str, str, str, str], str]:
-    """``(suite, profile, model, method) -> config_hash`` of every configuration a stored tuning chose."""
-    return {key: c["chosen_config_hash"] for key, c in _stored_choices(results_dirs)}
+def chosen_configs(results_dirs) -> dict[tuple[str, str, str, str], set[str]]:
+    """``(suite, profile, model, method) -> {config_hash, ...}``: the configurations the stored tunings
+    chose, one per objective tuned (the profile's, and e.g. the class-weighted ELBO's)."""
+    out: dict[tuple[str, str, str, str], set[str]] = {}
+    for key, c, _ in _stored_choices(results_dirs, objectives=True):
+        out.setdefault(key, set()).add(c["chosen_config_hash"])
+    return out
 
 
 def chosen_options(results_dirs) -> dict[tuple[str, str, str, str], dict]:
-    """``(suite, profile, model, method) -> {option: value}``: the tuned options a stored tuning chose
-    (only the swept ones; the rest are the profile's)."""
-    return {key: dict(c["chosen"]) for key, c in _stored_choices(results_dirs)}
+    """``(suite, profile, model, method) -> {option: value}``: the tuned options a stored tuning chose for
+    the profile's objective (only the swept ones; the rest are the profile's)."""
+    return {key: dict(c["chosen"]) for key, c, _ in _stored_choices(results_dirs)}
+
+
+def objective_choices(results_dirs) -> dict[tuple[str, str, str, str], list[tuple[dict, dict]]]:
+    """``(suite, profile, model, method) -> [(fixed, chosen), ...]``: the choices of the tunes of other
+    objectives (``bench tune --set <method>.<option>=...``): the options each held fixed and the tuned
+    options it chose for them."""
+    out: dict[tuple[str, str, str, str], list[tuple[dict, dict]]] = {}
+    for key, c, fixed in _stored_choices(results_dirs, objectives=True):
+        if fixed:
+            out.setdefault(key, []).append((fixed, dict(c["chosen"])))
+    return out
 
 
 def edge_notes(results_dirs) -> dict[tuple[str, str, str], list[str]]:
@@ -334,7 +384,7 @@ def edge_notes(results_dirs) -> dict[tuple[str, str, str], list[str]]:
     for d in results_dirs:
         for path in sorted(Path(d).glob("*/tuning/*.json")):
             doc = read_tuning(path)
-            for method, entry in sorted((doc.get("methods") or {}).items()):
+            for method, entry in sorted((doc.get("methods") or {}).items()):  # method, or method[objective]
                 space = entry.get("space") or {}
                 for c in entry.get("choices", []):
                     parts = []
@@ -352,15 +402,16 @@ def edge_notes(results_dirs) -> dict[tuple[str, str, str], list[str]]:
 
 
 def not_chosen(df, chosen: dict):
-    """Boolean mask of the records ``--chosen-only`` leaves out: every configuration of a method
-    that a stored tuning covers (same suite, profile and model) other than the one it chose -- the
+    """Boolean mask of the records ``--chosen-only`` leaves out (``chosen``: :func:`chosen_configs`): every
+    configuration of a method that a stored tuning covers (same suite, profile and model) other than the
+    ones it chose (one per objective tuned) -- the
     candidates it rejected, and configurations outside its space (an earlier space's sweep)."""
     import pandas as pd
 
     if not chosen or df.empty:
         return pd.Series(False, index=df.index)
     keys = zip(df["suite"], df["profile"], df["model"], df["method"], df["config_hash"])
-    return pd.Series([(s, p, m, meth) in chosen and chosen[(s, p, m, meth)] != h for s, p, m, meth, h in keys],
+    return pd.Series([(s, p, m, meth) in chosen and h not in chosen[(s, p, m, meth)] for s, p, m, meth, h in keys],
                      index=df.index)
 
 

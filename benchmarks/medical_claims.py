@@ -74,14 +74,25 @@ class Row:
     options: dict = field(default_factory=dict)
     #: the options a stored ``bench tune`` chose for the method (already in ``options``; named in the text)
     tuned: dict = field(default_factory=dict)
+    #: the options the tune that chose ``tuned`` held fixed: empty for the profile's objective, e.g.
+    #: ``{"class_weights": "median_frequency"}`` for a tune of the class-weighted ELBO
+    tuned_for: dict = field(default_factory=dict)
 
 
-def with_tuned(row: Row, chosen: dict) -> Row:
+_UNSET = object()
+
+
+def with_tuned(row: Row, chosen: dict, objectives: dict | None = None) -> Row:
     """``row`` at the options ``bench tune`` chose for its method (``chosen``: method -> options),
-    under the row's own: a tuned method's rows and their ablations all run at its choice."""
-    opts = chosen.get(row.method) or {}
+    under the row's own: a tuned method's rows and their ablations all run at its choice. A row that
+    sets every option a tune of another objective held fixed (``objectives``: method -> [(fixed,
+    options)], :func:`tuned_objectives`; e.g. the class-weighted ELBO) runs at that tune's choice
+    instead (the one holding the most of them, where several match)."""
+    matching = [(fixed, opts) for fixed, opts in (objectives or {}).get(row.method, [])
+                if all(row.options.get(k, _UNSET) == v for k, v in fixed.items())]
+    fixed, opts = max(matching, key=lambda fo: len(fo[0])) if matching else ({}, chosen.get(row.method) or {})
     tuned = {k: v for k, v in opts.items() if k not in row.options}
-    return Row(row.name, row.method, {**tuned, **row.options}, tuned) if tuned else row
+    return Row(row.name, row.method, {**tuned, **row.options}, tuned, dict(fixed)) if tuned else row
 
 
 @dataclass(frozen=True)
@@ -469,19 +480,22 @@ def untuned_reason(suite: str, profile: str, row: Row) -> str | None:
     """Why ``row`` is not chosen by the tuning protocol, or None: its method has a tuning space on
     ``suite`` (:func:`bench.tuning.space_of`), no stored ``bench tune`` chose from it (``row.tuned``
     is empty) and the row does not set the swept options itself; or the row sets an option of
-    :data:`RESCALING_OPTIONS` on top of a choice made without it."""
+    :data:`RESCALING_OPTIONS` on top of a choice made without it (a tune of its own objective, ``bench
+    tune --set <method>.class_weights=...``, is one made with it)."""
     from bench.suites import SUITES
     from bench.tuning import options_of, space_of
     from methods import METHODS
 
     space = space_of(row.method, SUITES.get(suite)())
     defaults = METHODS.get(row.method).defaults
-    rescaled = [o for o in RESCALING_OPTIONS if row.tuned and o not in row.tuned
+    rescaled = [o for o in RESCALING_OPTIONS if row.tuned and o not in row.tuned and o not in row.tuned_for
                 and row.options.get(o, defaults.get(o)) != defaults.get(o)]
     if space and rescaled:
+        sets = " ".join(f"--set {row.method}.{o}={row.options.get(o)}" for o in rescaled)
         return (f"its {', '.join(space)} were chosen by `bench tune` for the objective without "
                 f"{', '.join(rescaled)}, which rescales the likelihood they balance; this objective's own "
-                f"tuning has not run")
+                f"tuning has not run (`python -m bench tune --suite {suite} --profile {profile} --methods "
+                f"{row.method} {sets}`)")
     if not space or row.tuned or any(o in row.options for k in space for o in options_of(k)):
         return None
     return (f"at the method's defaults: `bench tune` has not chosen its {', '.join(space)} on this suite "
@@ -536,14 +550,30 @@ def tuned_choices(choices: dict, suite: str, profile: str) -> dict[str, dict]:
     return {m: opts for (s, p, mdl, m), opts in choices.items() if (s, p, mdl) == (suite, profile, model)}
 
 
-def table(df, suite: str, profile: str, df_ref=None, tuned: dict | None = None) -> list[str]:
+def tuned_objectives(objectives: dict, suite: str, profile: str) -> dict[str, list[tuple[dict, dict]]]:
+    """method -> [(fixed, options)]: the choices of the stored tunes of other objectives of ``suite`` /
+    ``profile`` (for the profile's first model), of ``objectives`` (bench.tuning.objective_choices)."""
+    from bench.suites import SUITES
+
+    model = SUITES.get(suite).profiles[profile]["models"][0]
+    return {m: v for (s, p, mdl, m), v in objectives.items() if (s, p, mdl) == (suite, profile, model)}
+
+
+def table(df, suite: str, profile: str, df_ref=None, tuned: dict | None = None,
+          objectives: dict | None = None) -> list[str]:
     """``tuned``: method -> the options bench tune chose (:func:`tuned_choices`); every row of a tuned
-    method is read, and its missing records are asked for, at that choice."""
+    method is read, and its missing records are asked for, at that choice. ``objectives``: the choices
+    of tunes of other objectives (:func:`tuned_objectives`), for the rows that set their fixed options."""
     spec = SUITE_SPECS[suite]
     spec = SuiteSpec(spec.name, profile, spec.cost_reference, spec.cost_note, spec.data_note)
-    tuned = tuned or {}
-    tuned_note = "; ".join(f"{m}: " + ", ".join(f"{k} {_value_text(v)}" for k, v in sorted(o.items()))
-                           for m, o in sorted(tuned.items()))
+    tuned, objectives = tuned or {}, objectives or {}
+
+    def options_text(o):
+        return ", ".join(f"{k} {_value_text(v)}" for k, v in sorted(o.items()))
+
+    tuned_note = "; ".join([f"{m}: {options_text(o)}" for m, o in sorted(tuned.items())]
+                           + [f"{m} with {options_text(fixed)}: {options_text(o)}"
+                              for m, fo in sorted(objectives.items()) for fixed, o in fo])
     notes = [n for n in (spec.data_note and f"Running it {spec.data_note}.",
                          spec.cost_note and f"Cost of a missing row: {spec.cost_note}.",
                          tuned_note and "Tuned by `bench tune` (the rows of a tuned method, its ablations too, at "
@@ -552,7 +582,7 @@ def table(df, suite: str, profile: str, df_ref=None, tuned: dict | None = None) 
              "| claim | paper: where, its numbers | rows here | measured here | verdict |",
              "| --- | --- | --- | --- | --- |"]
     for c in claims_of(suite):
-        c = replace(c, a=with_tuned(c.a, tuned), b=with_tuned(c.b, tuned))
+        c = replace(c, a=with_tuned(c.a, tuned, objectives), b=with_tuned(c.b, tuned, objectives))
         a, b = select(df, suite, profile, c, c.a), select(df, suite, profile, c, c.b)
         measured, verdict = verdict_text(c, spec, a, b, df_ref)
         lines.append(f"| {c.key}: {c.text} ({METRIC_TITLES.get(c.metric, c.metric)}, "
@@ -624,13 +654,14 @@ def main(argv=None) -> int:
     refs = sorted({SUITE_SPECS[s].cost_reference for s in suites if SUITE_SPECS[s].cost_reference})
     df = load(a.results, suites)
     df_ref = load(a.results, refs, validity=False) if refs else None
-    from bench.tuning import chosen_options
+    from bench.tuning import chosen_options, objective_choices
 
-    choices = chosen_options(a.results)  # every stored tuning, read once
+    choices, objectives = chosen_options(a.results), objective_choices(a.results)  # every stored tuning, read once
     out = []
     for s in suites:
         profile = a.profile or SUITE_SPECS[s].profile
-        out += table(df, s, profile, df_ref, tuned_choices(choices, s, profile)) + [""]
+        out += table(df, s, profile, df_ref, tuned_choices(choices, s, profile),
+                     tuned_objectives(objectives, s, profile)) + [""]
     out += legend(suites)
     print("\n".join(out))
     return 0

@@ -304,3 +304,18 @@ def test_a_row_that_rescales_the_likelihood_at_a_weight_tuned_without_it_is_not_
     assert why is not None and "without class_weights" in why and "beta_start+beta_end" in why
     assert mc.untuned_reason("camvid_binary", "quick", mc.with_tuned(mc.PBN_1, chosen)) is None
     assert mc.untuned_reason("camvid_binary", "quick", mc.with_tuned(mc.PBN_1_SQUARED, chosen)) is None
+    assert "--methods pbn --set pbn.class_weights=median_frequency`" in why  # the tune that would choose it
+
+
+def test_a_tune_of_the_rows_own_objective_chooses_its_options_and_makes_it_a_verdict_candidate():
+    """A stored tune of the class-weighted ELBO (bench tune --set pbn.class_weights=median_frequency) gives
+    the weighted row its own choice, which the unweighted rows never take; the row is then chosen by
+    the protocol. A tune that held another option fixed (squared saliency) does not apply to it."""
+    chosen = {"pbn": {"beta_start": 1e-4, "beta_end": 1e-4}}
+    objectives = {"pbn": [({"squared": True}, {"beta_start": 1e-2, "beta_end": 1e-2}),
+                          ({"class_weights": "median_frequency"}, {"beta_start": 1e-3, "beta_end": 1e-3})]}
+    weighted = mc.with_tuned(mc.PBN_1_WEIGHTED, chosen, objectives)
+    assert weighted.options["beta_start"] == 1e-3 and weighted.tuned_for == {"class_weights": "median_frequency"}
+    assert mc.untuned_reason("camvid_binary", "quick", weighted) is None
+    plain = mc.with_tuned(mc.PBN_1, chosen, objectives)
+    assert plain.options["beta_start"] == 1e-4 and plain.tuned_for == {}

@@ -165,6 +165,47 @@ def test_tune_sweeps_the_space_and_chooses_the_lowest_validation_nll(tmp_path, c
     assert len([x for x in apart_table.splitlines() if x.startswith("| mc_dropout")]) == 4
 
 
+def test_a_tune_of_another_objective_keeps_its_own_choice_beside_the_profiles(tmp_path, capsys):
+    """bench tune with a method option held away from the profile's (here MC dropout's sample count;
+    on camvid_binary the class-weighted ELBO) chooses among its own fits and stores the choice under
+    its own key, ``mc_dropout[samples=3]``, with its selection file: the profile objective's entry and
+    file stay as they were; --chosen-only keeps one configuration per objective; the profile
+    objective's choice (chosen_options) is still the first tune's."""
+    from bench import tuning
+
+    out = tmp_path / "results"
+    common = ["--suite", "toy", "--profile", "smoke", "--methods", "mc_dropout", "--out", str(out), "--quiet"]
+    assert main(["tune", *common, "--device", "cpu", "--threads", "1"]) == 0
+    path = out / "toy" / "tuning" / "smoke.json"
+    first = json.loads(path.read_text())["methods"]["mc_dropout"]
+    selections = sorted(p.name for p in (out / "toy" / "selections").rglob("*.json"))
+    assert len(selections) == 1
+    assert main(["tune", *common, "--device", "cpu", "--threads", "1", "--set", "mc_dropout.samples=3"]) == 0
+    doc = json.loads(path.read_text())["methods"]
+    assert doc["mc_dropout"] == first                                      # untouched by the second tune
+    other = doc["mc_dropout[samples=3]"]
+    assert other["method"] == "mc_dropout" and other["fixed"] == {"samples": 3}
+    assert len(other["choices"][0]["candidates"]) == 4
+    df = load_records(out, "toy")
+    cfg = {h: c for h, c in zip(df["config_hash"], df["method_config"])}
+    assert cfg[other["choices"][0]["chosen_config_hash"]]["samples"] == 3   # chosen among its own fits
+    assert cfg[first["choices"][0]["chosen_config_hash"]]["samples"] == 20
+    assert sorted(p.name for p in (out / "toy" / "selections").rglob("*.json")) == sorted(
+        [*selections, "mc_dropout-p-mc_dropout_samples=3_.json"])
+    key = ("toy", "smoke", "mlp_100", "mc_dropout")
+    assert tuning.chosen_configs([out])[key] == {first["choices"][0]["chosen_config_hash"],
+                                                 other["choices"][0]["chosen_config_hash"]}
+    assert tuning.chosen_options([out])[key] == first["choices"][0]["chosen"]
+    assert tuning.objective_choices([out])[key] == [({"samples": 3}, other["choices"][0]["chosen"])]
+    capsys.readouterr()
+    assert main(["leaderboard", "--results", str(out), "--out", str(tmp_path / "lb"), "--include-smoke",
+                 "--chosen-only", "--print-tables"]) == 0
+    rows = [x for x in capsys.readouterr().out.splitlines() if x.startswith("| mc_dropout")]
+    assert len(rows) == 2, rows
+    # a --set at the profile's own value is the profile's objective
+    assert tuning.fixed_options("mc_dropout", ["mc_dropout.samples=20", "seeds=0"], {"p": 0.1, "samples": 20}) == {}
+
+
 @pytest.mark.parametrize("args, words", [
     (["--methods", "laplace_diag"], "tuned inside their fit"),
     (["--profile", "nope"], "valid: smoke, quick, paper"),
