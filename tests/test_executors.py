@@ -163,8 +163,12 @@ def test_executor_options_that_contradict_each_other_exit_2(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_a_scheduler_that_does_not_answer_is_a_clear_error(tmp_path, capsys):
+def test_a_scheduler_that_does_not_answer_is_a_clear_error(tmp_path, capsys, monkeypatch):
     import socket
+
+    import bench.executors.launch as launch
+
+    monkeypatch.setattr(launch, "CONNECT_TIMEOUT", "2s")  # the run's wait, not what the test checks
 
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

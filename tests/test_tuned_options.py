@@ -12,8 +12,25 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "tuned_options.py"
 
 
-def _run(*args):
+def _script(*args):
+    """The script as the run scripts call it, in a process of its own."""
     return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True)
+
+
+def _run(*args):
+    """The script's ``main`` in this process (what it prints and returns, as :func:`_script` gives them)."""
+    import contextlib
+    import importlib.util
+    import io
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("tuned_options_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = module.main(list(map(str, args)))
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def _store(root: Path, choices: dict, **entry) -> None:
@@ -31,7 +48,9 @@ def test_prints_the_chosen_options_and_refuses_an_unverified_or_missing_choice(t
         "pbn": [{"model": "lenet_300_100", "chosen": {"beta_start": 0.01, "rho_lr": 0.05}, "chosen_among_valid": True}],
         "mc_dropout": [{"model": "lenet_300_100", "chosen": {"p": 0.1}, "chosen_among_valid": False}],
     })
-    ok = _run(tmp_path, "mnist_rotated", "quick", "pbn", "lenet_300_100")
+    ok = _script(tmp_path, "mnist_rotated", "quick", "pbn", "lenet_300_100")  # as the run scripts call it
+    assert ok.returncode == 0 and ok.stdout.split() == _run(tmp_path, "mnist_rotated", "quick", "pbn",
+                                                             "lenet_300_100").stdout.split()
     assert ok.returncode == 0 and ok.stdout.split() == ["--set", "pbn.beta_start=0.01", "--set", "pbn.rho_lr=0.05"]
     bad = _run(tmp_path, "mnist_rotated", "quick", "mc_dropout", "lenet_300_100")
     assert bad.returncode == 2 and "validity" in bad.stderr and not bad.stdout

@@ -26,6 +26,10 @@ def job_script(args, threads: int) -> str:
                 "its own; one such job per --workers, replaced when it reaches its wall time)")
 
 
+#: how long a run waits for an existing Dask scheduler (--scheduler, --scheduler-file) to answer
+CONNECT_TIMEOUT = "20s"
+
+
 @contextlib.contextmanager
 def open_client(args, workers: int, threads: int):
     """A ``distributed.Client`` for ``args``: ``--scheduler`` / ``--scheduler-file`` (an existing
@@ -41,8 +45,8 @@ def open_client(args, workers: int, threads: int):
 
         where = args.scheduler or f"the scheduler of --scheduler-file {args.scheduler_file}"
         try:
-            client = (Client(args.scheduler, timeout="20s") if args.scheduler
-                      else Client(scheduler_file=args.scheduler_file, timeout="20s"))
+            client = (Client(args.scheduler, timeout=CONNECT_TIMEOUT) if args.scheduler
+                      else Client(scheduler_file=args.scheduler_file, timeout=CONNECT_TIMEOUT))
         except (OSError, TimeoutError, ValueError, KeyError) as exc:
             raise BenchError(f"{where}: no Dask scheduler answers there ({exc})") from None
         with client:
