@@ -353,9 +353,11 @@ def _stored_choices(results_dirs, objectives: bool = False):
 def chosen_configs(results_dirs) -> dict[tuple[str, str, str, str], set[str]]:
     """``(suite, profile, model, method) -> {config_hash, ...}``: the configurations the stored tunings
     chose, one per objective tuned (the profile's, and e.g. the class-weighted ELBO's)."""
+    per_objective = {(key, entry_key("", fixed)): c["chosen_config_hash"]  # a later directory's replaces
+                     for key, c, fixed in _stored_choices(results_dirs, objectives=True)}
     out: dict[tuple[str, str, str, str], set[str]] = {}
-    for key, c, _ in _stored_choices(results_dirs, objectives=True):
-        out.setdefault(key, set()).add(c["chosen_config_hash"])
+    for (key, _), h in per_objective.items():
+        out.setdefault(key, set()).add(h)
     return out
 
 
@@ -369,10 +371,11 @@ def objective_choices(results_dirs) -> dict[tuple[str, str, str, str], list[tupl
     """``(suite, profile, model, method) -> [(fixed, chosen), ...]``: the choices of the tunes of other
     objectives (``bench tune --set <method>.<option>=...``): the options each held fixed and the tuned
     options it chose for them."""
+    per_objective = {(key, entry_key("", fixed)): (fixed, dict(c["chosen"]))  # a later directory's replaces
+                     for key, c, fixed in _stored_choices(results_dirs, objectives=True) if fixed}
     out: dict[tuple[str, str, str, str], list[tuple[dict, dict]]] = {}
-    for key, c, fixed in _stored_choices(results_dirs, objectives=True):
-        if fixed:
-            out.setdefault(key, []).append((fixed, dict(c["chosen"])))
+    for (key, _), choice in per_objective.items():
+        out.setdefault(key, []).append(choice)
     return out
 
 

@@ -202,6 +202,16 @@ def test_a_tune_of_another_objective_keeps_its_own_choice_beside_the_profiles(tm
                  "--chosen-only", "--print-tables"]) == 0
     rows = [x for x in capsys.readouterr().out.splitlines() if x.startswith("| mc_dropout")]
     assert len(rows) == 2, rows
+    # a second results directory's tuning of the same objectives replaces the first's, one choice each
+    import shutil
+
+    shutil.copytree(out / "toy" / "tuning", tmp_path / "later" / "toy" / "tuning")
+    later = json.loads((tmp_path / "later" / "toy" / "tuning" / "smoke.json").read_text())
+    for entry in later["methods"].values():
+        entry["choices"][0]["chosen_config_hash"] = "f" * 10
+    (tmp_path / "later" / "toy" / "tuning" / "smoke.json").write_text(json.dumps(later))
+    assert tuning.chosen_configs([out, tmp_path / "later"])[key] == {"f" * 10}
+    assert len(tuning.objective_choices([out, tmp_path / "later"])[key]) == 1
     # a --set at the profile's own value is the profile's objective
     assert tuning.fixed_options("mc_dropout", ["mc_dropout.samples=20", "seeds=0"], {"p": 0.1, "samples": 20}) == {}
 
