@@ -507,12 +507,25 @@ def passed_before(kept: list[dict], suite: str, info: dict) -> str | None:
     return kept_pass(kept, info, parts, ("torch",))
 
 
-def cuda_tests_passed_before(kept: list[dict], info: dict, paths: list[str]) -> str | None:
+def test_file_digests(paths: list[str]) -> dict[str, str | None]:
+    """``{path: sha256 of its bytes}`` of the test files ``pytest -m cuda`` runs (None: no such file)."""
+    import hashlib
+
+    return {p: hashlib.sha256(Path(p).read_bytes()).hexdigest() if Path(p).is_file() else None for p in paths}
+
+
+def cuda_tests_passed_before(kept: list[dict], info: dict, paths: list[str],
+                             digests: dict[str, str | None] | None = None) -> str | None:
     """The run id of a kept device summary whose ``pytest -m cuda`` passed on this GPU and torch and
-    ran every test file of ``paths`` (a file added since is run), or None."""
+    ran every test file of ``paths`` as it is now (``digests``: :func:`test_file_digests`; a file added
+    or changed since, e.g. a CUDA test added to it, is run again; a kept run without digests counts
+    for no file), or None."""
+    digests = test_file_digests(paths) if digests is None else digests
+
     def parts(chk):
         entry = chk.get("cuda_tests") or {}
-        return [entry if set(paths) <= set(entry.get("paths") or []) else None]
+        ran = entry.get("digests") or {}
+        return [entry if all(p in ran and ran[p] == digests.get(p) for p in paths) else None]
     return kept_pass(kept, info, parts, ("name", "torch"))
 
 
@@ -942,7 +955,7 @@ class Session:
     def run_cuda_tests(self) -> dict:
         """``pytest -m cuda`` (the tests that need CUDA, skipped everywhere else) on the device;
         each failing test with the first line of its message. Skipped once they passed in a kept
-        run with the same torch and GPU."""
+        run with the same torch and GPU and the same test files (byte for byte)."""
         a = self.a
         if not self.cuda:
             return {"status": NO_CUDA}
@@ -965,7 +978,7 @@ class Session:
                                      *a.cuda_tests.split(",")], a.threads or max(1, (os.cpu_count() or 1) // 2), log)
         rc, to = _finish(proc, fh, left)
         res = {"status": "failed", "returncode": rc, "timed_out": to, "seconds": round(time.perf_counter() - t0, 2),
-               "paths": a.cuda_tests.split(",")}
+               "paths": a.cuda_tests.split(","), "digests": test_file_digests(a.cuda_tests.split(","))}
         res.update(junit_summary(xml))
         if rc == 0 and not to and res.get("tests", 0) > 0 and not res.get("skipped_all"):
             res["status"] = "ok"

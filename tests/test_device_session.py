@@ -341,13 +341,20 @@ def test_checks_that_passed_on_cuda_and_cell_times_are_read_from_kept_summaries(
     assert ds.passed_before(kept, "toy", info) == "r2"
     assert ds.passed_before(kept, "camvid", info) is None  # its CUDA / CPU comparison failed
     assert ds.passed_before(kept, "toy", {"torch": "2.12.0"}) is None  # another torch: checked again
-    # the CUDA tests: a kept pass counts for the test files it ran, not for one added since
+    # the CUDA tests: a kept pass counts for the test files it ran as they are now, not for one added or
+    # changed since (a CUDA test added to a file), nor for a run that kept no digests
     gpu = {"name": "H200", "torch": "2.11.0+cu130"}
     kept[1]["device"]["name"] = "H200"
+    kept[1]["checks"]["cuda_tests"] = {"status": "ok", "paths": ["tests/a.py"], "digests": {"tests/a.py": "d1"}}
+    assert ds.cuda_tests_passed_before(kept, gpu, ["tests/a.py"], {"tests/a.py": "d1"}) == "r2"
+    assert ds.cuda_tests_passed_before(kept, gpu, ["tests/a.py"], {"tests/a.py": "d2"}) is None
+    both = {"tests/a.py": "d1", "tests/b.py": "d3"}
+    assert ds.cuda_tests_passed_before(kept, gpu, ["tests/a.py", "tests/b.py"], both) is None
+    assert ds.cuda_tests_passed_before(kept, {**gpu, "name": "H100"}, ["tests/a.py"], {"tests/a.py": "d1"}) is None
     kept[1]["checks"]["cuda_tests"] = {"status": "ok", "paths": ["tests/a.py"]}
-    assert ds.cuda_tests_passed_before(kept, gpu, ["tests/a.py"]) == "r2"
-    assert ds.cuda_tests_passed_before(kept, gpu, ["tests/a.py", "tests/b.py"]) is None
-    assert ds.cuda_tests_passed_before(kept, {**gpu, "name": "H100"}, ["tests/a.py"]) is None
+    assert ds.cuda_tests_passed_before(kept, gpu, ["tests/a.py"], {"tests/a.py": "d1"}) is None
+    here = str(Path(__file__).resolve().parent / "test_training_loop.py")
+    assert ds.test_file_digests([here])[here] == hashlib.sha256(Path(here).read_bytes()).hexdigest()
     h = ds.grid_history(kept, "cuda")
     assert h == {"finished": {"lenet5/pbn": 50.0}, "lower_bound": {"lenet5/deep_ensemble/seed0": 300.0}}
     # a later session's times replace an earlier one's (faster code, other workers): the latest, not the longest
