@@ -283,7 +283,8 @@ class StepFormat:
             raise BenchError(f"unknown precision {cfg.precision!r}; valid: {', '.join(PRECISIONS)}")
         self.bf16, self.channels_last, self.model = cfg.precision == "bf16", bool(cfg.channels_last), model
         self._hooks = []
-        if self.bf16:
+        on_cpu = all(p.device.type == "cpu" for p in model.parameters())
+        if self.bf16 and on_cpu:  # no hook on a GPU's hot path: the defect is oneDNN's
             self._hooks = [m.register_forward_pre_hook(self._conv_check(name)) for name, m in model.named_modules()
                            if isinstance(m, nn.modules.conv._ConvNd)]
         if self.channels_last:
@@ -305,7 +306,7 @@ class StepFormat:
     def _conv_check(self, name: str):
         def check(module, inputs):
             x = inputs[0]
-            if x.device.type != "cpu" or not torch.is_autocast_enabled("cpu"):
+            if not torch.is_autocast_enabled("cpu"):  # an evaluation outside the training steps
                 return
             size = tuple(x.shape[-len(module.stride):])
             if any(n < s for n, s in zip(size, module.stride)):

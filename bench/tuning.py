@@ -350,15 +350,21 @@ def _stored_choices(results_dirs, objectives: bool = False):
                     yield (doc["suite"], doc["profile"], c["model"], entry_method(key, entry)), c, fixed
 
 
+def _latest_per_objective(results_dirs) -> dict:
+    """``{(suite, profile, model, method): {objective: (fixed, choice)}}`` over every stored tuning, the
+    objective named by its fixed options (:func:`entry_key`; the profile's: no fixed option); a later
+    directory's choice of an objective replaces an earlier's."""
+    out: dict = {}
+    for key, c, fixed in _stored_choices(results_dirs, objectives=True):
+        out.setdefault(key, {})[entry_key("", fixed)] = (fixed, c)
+    return out
+
+
 def chosen_configs(results_dirs) -> dict[tuple[str, str, str, str], set[str]]:
     """``(suite, profile, model, method) -> {config_hash, ...}``: the configurations the stored tunings
     chose, one per objective tuned (the profile's, and e.g. the class-weighted ELBO's)."""
-    per_objective = {(key, entry_key("", fixed)): c["chosen_config_hash"]  # a later directory's replaces
-                     for key, c, fixed in _stored_choices(results_dirs, objectives=True)}
-    out: dict[tuple[str, str, str, str], set[str]] = {}
-    for (key, _), h in per_objective.items():
-        out.setdefault(key, set()).add(h)
-    return out
+    return {key: {c["chosen_config_hash"] for _, c in per.values()}
+            for key, per in _latest_per_objective(results_dirs).items()}
 
 
 def chosen_options(results_dirs) -> dict[tuple[str, str, str, str], dict]:
@@ -371,12 +377,9 @@ def objective_choices(results_dirs) -> dict[tuple[str, str, str, str], list[tupl
     """``(suite, profile, model, method) -> [(fixed, chosen), ...]``: the choices of the tunes of other
     objectives (``bench tune --set <method>.<option>=...``): the options each held fixed and the tuned
     options it chose for them."""
-    per_objective = {(key, entry_key("", fixed)): (fixed, dict(c["chosen"]))  # a later directory's replaces
-                     for key, c, fixed in _stored_choices(results_dirs, objectives=True) if fixed}
-    out: dict[tuple[str, str, str, str], list[tuple[dict, dict]]] = {}
-    for (key, _), choice in per_objective.items():
-        out.setdefault(key, []).append(choice)
-    return out
+    out = {key: [(fixed, dict(c["chosen"])) for fixed, c in per.values() if fixed]
+           for key, per in _latest_per_objective(results_dirs).items()}
+    return {key: v for key, v in out.items() if v}
 
 
 def edge_notes(results_dirs) -> dict[tuple[str, str, str], list[str]]:
