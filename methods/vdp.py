@@ -24,6 +24,12 @@ Prediction: one pass; class probabilities are the softmax of the propagated logi
 (eq. 8), and the propagated softmax variance of the predicted class (eq. 9) is returned as
 ``ClassificationPredictive.variance`` (the paper's uncertainty signal, Fig. 3), which the
 harness records as the ``vdp_variance`` metric next to entropy.
+
+Multi-label tasks (one logit per label): the same with a sigmoid per label in place of the softmax
+(:func:`bench.vdp.sigmoid_moments`; the likelihoods label by label, :func:`bench.vdp.loss.multilabel_nll`);
+the predictive probability of a label is the sigmoid of its propagated logit mean (eq. 8's first
+order), so on these tasks VDP++'s variances act through its training, not through its probabilities
+(the multi-label predictive has no variance field; ``bench.predictive.MultilabelPredictive``).
 """
 from __future__ import annotations
 
@@ -34,12 +40,12 @@ import torch
 from torch import nn
 
 from bench.errors import BenchError
-from bench.predictive import ClassificationPredictive
+from bench.predictive import ClassificationPredictive, MultilabelPredictive
 from bench.seeding import derive_seed
 from bench.subnet.sigma_stats import adam_travel_ratio, last_rel_change, sigma_change, sigma_summary
 from bench.subnet.stationarity import sigma_stationarity
 from bench.training import OPTIMIZERS, own_group, train_model
-from bench.vdp import LIKELIHOODS, VDPNetwork, VDPWeightLayer, softmax_moments, to_vdp, vdp_loss
+from bench.vdp import LIKELIHOODS, VDPNetwork, VDPWeightLayer, sigmoid_moments, softmax_moments, to_vdp, vdp_loss
 from bench.vdp.layers import SIGMA_PER
 from methods.base import Method, register_method
 
@@ -50,9 +56,8 @@ class VDP(Method):
     VALIDITY_CHECKS = ("informative", "vi_rate_limit", "vi_moved", "vi_stationarity")
     description = ("VDP++: mean-field Gaussian weights, one deterministic pass propagating mean and "
                    "variance per activation, ELBO training; output variance as uncertainty")
-    tasks = ("classification", "segmentation")  # segmentation: pixels as rows, moments through the UNet
-    UNSUPPORTED = {"multilabel": "its likelihoods and predictive propagate moments through a softmax "
-                                 "(bench.vdp.softmax_moments); sigmoid moments per label are not implemented"}
+    # segmentation: pixels as rows, moments through the UNet; multilabel: a sigmoid per label
+    tasks = ("classification", "segmentation", "multilabel")
     OWN_BUDGET = {"optimizer": "Adam for the means: eq. 11's Gaussian NLL scales gradients by 1 / output "
                                 "variance, and Adam is invariant to that scale (docs/vdp.md)",
                   "lr": "1e-3, Adam's usual rate (the paper names none)"}
@@ -152,8 +157,12 @@ class VDP(Method):
         num_train = self.meta.get("kl_divisor") or self.ctx.num_train or self.meta.get("num_train", 0)
         return vdp_loss(num_train, kl_weight=float(c["kl_weight"]), likelihood=str(c["likelihood"]),
                         prior_scale=float(c["prior_scale"]), var_floor=float(c["var_floor"]),
-                        ce_variance_term=bool(c["ce_variance_term"]), log=log,
-                        ignore_index=self.ctx.task.ignore_index if self.ctx.task.kind == "segmentation" else None)
+                        ce_variance_term=bool(c["ce_variance_term"]), log=log, **self._task_loss_options())
+
+    def _task_loss_options(self) -> dict:
+        task = self.ctx.task
+        return {"ignore_index": task.ignore_index if task.kind == "segmentation" else None,
+                "multilabel": task.kind == "multilabel"}
 
     # -- the contract ------------------------------------------------------------------------------
     def fit(self, train, val):
@@ -194,8 +203,7 @@ class VDP(Method):
         c = self.config
         nll_only = vdp_loss(self.meta["kl_divisor"], kl_weight=0.0, likelihood=str(c["likelihood"]),
                             prior_scale=float(c["prior_scale"]), var_floor=float(c["var_floor"]),
-                            ce_variance_term=bool(c["ce_variance_term"]),
-                            ignore_index=self.ctx.task.ignore_index if self.ctx.task.kind == "segmentation" else None)
+                            ce_variance_term=bool(c["ce_variance_term"]), **self._task_loss_options())
         n_train = self.meta["kl_divisor"]
         st = sigma_stationarity(self.net, self.net.rho_params(), lambda m, x, y: nll_only(m, x, y, 1.0),
                                 lambda m: float(c["kl_weight"]) * m.kl(float(c["prior_scale"])) / n_train,
@@ -217,6 +225,9 @@ class VDP(Method):
             raise BenchError("vdp: predict before fit / load_state_dict")
         self.net.eval()
         mu, var = self.net(x)
+        if self.ctx.task.kind == "multilabel":  # eq. 8 per label: the sigmoid of the logit means
+            p, _ = sigmoid_moments(mu.double(), var.double())
+            return MultilabelPredictive(probs=p.float())
         # eq. 8-9, in float64: the variance of a confident output is far below float32's range
         p, v = softmax_moments(mu.double(), var.double())
         pred_var = v.gather(-1, p.argmax(-1, keepdim=True)).squeeze(-1)

@@ -162,8 +162,9 @@ def test_informative_check_compares_with_the_prevalence_reference():
 
 
 # -- end to end: every method on a tiny multi-label problem -----------------------------------------
-SUPPORTING = ["deterministic", "temperature_scaling", "mc_dropout", "deep_ensemble", "pbn", "mfvi", "ssvi", "subnet_laplace"]
-REFUSING = ["laplace_diag", "laplace_last_layer", "vdp"]
+SUPPORTING = ["deterministic", "temperature_scaling", "mc_dropout", "deep_ensemble", "pbn", "mfvi", "ssvi", "subnet_laplace",
+              "vdp"]
+REFUSING = ["laplace_diag", "laplace_last_layer"]
 from test_multilabel_api import L, bars  # noqa: E402  (n 8x8 images; label l present when row 2l is bright)
 
 

@@ -489,6 +489,17 @@ def softmax_moments(mu: torch.Tensor, var: torch.Tensor | None) -> tuple[torch.T
     return p, out.clamp_min(0.0)
 
 
+def sigmoid_moments(mu: torch.Tensor, var: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and variance of ``sigmoid(z)`` label by label for ``z ~ N(mu, diag(var))`` (multi-label
+    outputs): eq. 8-9 with the sigmoid in place of the softmax. Its Jacobian is diagonal,
+    ``p (1 - p)``, so ``mu_y = sigmoid(mu)`` and ``sigma_y^2 = p^2 (1 - p)^2 sigma_z^2``; ``1 - p`` is
+    ``sigmoid(-mu)``, which keeps the variance of a confident label from cancelling to 0."""
+    p = torch.sigmoid(mu)
+    if var is None:
+        return p, torch.zeros_like(p)
+    return p, (p * torch.sigmoid(-mu)).square() * var
+
+
 def softmax_jacobian_sq(p: torch.Tensor) -> torch.Tensor:
     """(N, K, K) squared softmax Jacobian entries (reference for tests)."""
     j = torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
@@ -497,4 +508,4 @@ def softmax_jacobian_sq(p: torch.Tensor) -> torch.Tensor:
 
 __all__ = ["VDPModule", "VDPWeightLayer", "VDPLinear", "VDPConv2d", "VDPActivation", "VDPBatchNorm", "VDPLayerNorm",
            "VDPGroupNorm", "VDPMaxPool2d", "VDPAvgPool2d", "VDPFlatten", "VDPIdentity", "VDPDropout", "VDPSequential",
-           "VDPResidual", "softmax_moments", "ELEMENTWISE"]
+           "VDPResidual", "softmax_moments", "sigmoid_moments", "ELEMENTWISE"]

@@ -21,6 +21,14 @@ Likelihoods:
   softmax cross-entropy Hessian ``diag(p) - p p^T``). The paper does not give the formula; the
   correction keeps the data term dependent on the variances (without it the variances would be
   set by the KL alone). ``ce_variance_term=False`` gives the bare cross-entropy.
+
+Multi-label outputs (``multilabel=True``; one logit per label, the labels independent Bernoullis,
+as the task's own loss): the same two likelihoods label by label, summed over the labels of an
+example. ``"gaussian"``: the 0/1 label vector under ``N(mu_y, diag(sigma_y^2))`` with the sigmoid
+output moments (:func:`~bench.vdp.layers.sigmoid_moments`). ``"cross_entropy"``: the binary
+cross-entropy of the logit means plus its second-order expectation, ``1/2 p_l (1 - p_l)
+sigma_z,l^2`` per label (the BCE's second derivative in the logit is ``p (1 - p)``, whatever the
+label).
 """
 from __future__ import annotations
 
@@ -30,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.errors import BenchError
-from bench.vdp.layers import softmax_moments
+from bench.vdp.layers import sigmoid_moments, softmax_moments
 
 LIKELIHOODS = ("gaussian", "cross_entropy")
 
@@ -52,9 +60,29 @@ def expected_cross_entropy(mu: torch.Tensor, var: torch.Tensor, y: torch.Tensor,
     return ce + 0.5 * (p * (1 - p) * var).sum(-1)
 
 
+def multilabel_nll(mu: torch.Tensor, var: torch.Tensor, y: torch.Tensor, likelihood: str = "gaussian", *,
+                   var_floor: float = 1e-3, ce_variance_term: bool = True) -> torch.Tensor:
+    """Per-example negative log-likelihood of (N, L) 0/1 labels given the (N, L) logit moments,
+    summed over the labels, shape (N,)."""
+    y = y.to(mu.dtype)
+    if likelihood == "gaussian":
+        p, v = sigmoid_moments(mu, var)
+        v = v + var_floor
+        return 0.5 * (math.log(2 * math.pi) + torch.log(v) + (y - p).square() / v).sum(-1)
+    if likelihood == "cross_entropy":
+        bce = F.binary_cross_entropy_with_logits(mu, y, reduction="none")
+        if ce_variance_term:
+            bce = bce + 0.5 * torch.sigmoid(mu) * torch.sigmoid(-mu) * var
+        return bce.sum(-1)
+    raise BenchError(f"vdp: likelihood must be one of {LIKELIHOODS}, got {likelihood!r}")
+
+
 def data_nll(mu: torch.Tensor, var: torch.Tensor, y: torch.Tensor, likelihood: str = "gaussian", *,
-             var_floor: float = 1e-3, ce_variance_term: bool = True) -> torch.Tensor:
-    """Per-example negative log-likelihood of the labels given the logit moments, shape (N,)."""
+             var_floor: float = 1e-3, ce_variance_term: bool = True, multilabel: bool = False) -> torch.Tensor:
+    """Per-example negative log-likelihood of the labels given the logit moments, shape (N,):
+    classes (a softmax) or, with ``multilabel``, independent labels (sigmoids)."""
+    if multilabel:
+        return multilabel_nll(mu, var, y, likelihood, var_floor=var_floor, ce_variance_term=ce_variance_term)
     if likelihood == "gaussian":
         p, v = softmax_moments(mu, var)
         return gaussian_nll(p, v, y, var_floor)
@@ -65,12 +93,13 @@ def data_nll(mu: torch.Tensor, var: torch.Tensor, y: torch.Tensor, likelihood: s
 
 def vdp_loss(num_train: int, *, kl_weight: float, likelihood: str = "gaussian", prior_scale: float = 1.0,
              var_floor: float = 1e-3, ce_variance_term: bool = True, log: dict | None = None,
-             ignore_index: int | None = None):
+             ignore_index: int | None = None, multilabel: bool = False):
     """``loss_fn(model, x, y, fraction_done)`` for :func:`bench.training.train_model`.
 
     Segmentation (``ignore_index`` set): the network's rows are pixels, ``y`` label maps are
     flattened to match and the ignored pixels left out of the mean, as the task's own loss does;
-    ``num_train`` is then the number of training pixels."""
+    ``num_train`` is then the number of training pixels. Multi-label (``multilabel``): ``y`` is (N, L)
+    0/1 and the data term is :func:`multilabel_nll`."""
     if num_train <= 0:
         raise BenchError("the ELBO needs the number of training examples (num_train)")
     if likelihood not in LIKELIHOODS:
@@ -82,7 +111,8 @@ def vdp_loss(num_train: int, *, kl_weight: float, likelihood: str = "gaussian", 
             y = y.reshape(-1)
             keep = y != ignore_index
             mu, var, y = mu[keep], var[keep], y[keep]
-        nll = data_nll(mu, var, y, likelihood, var_floor=var_floor, ce_variance_term=ce_variance_term).mean()
+        nll = data_nll(mu, var, y, likelihood, var_floor=var_floor, ce_variance_term=ce_variance_term,
+                       multilabel=multilabel).mean()
         kl = model.kl(prior_scale)
         loss = nll + float(kl_weight) * kl / num_train
         if log is not None:

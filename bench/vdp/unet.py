@@ -11,6 +11,9 @@ mean-field moments (independent inputs):
   Monte Carlo);
 * concatenation of the skip and the upsampled path: the moments are concatenated (the two paths
   are treated as independent, as eq. 13 treats a residual's branches).
+
+The multi-label :class:`~bench.models.PresenceUNet` pools the UNet's per-pixel class logits into one
+logit per class; :class:`VDPPresence` propagates the moments through that pooling (see there).
 """
 from __future__ import annotations
 
@@ -19,9 +22,9 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from bench.models import PixelRows, UNetBody
+from bench.models import PixelRows, PresenceUNet, UNetBody
 from bench.vdp.convert import register_converter
-from bench.vdp.layers import VDPMaxPool2d, VDPModule
+from bench.vdp.layers import VDPMaxPool2d, VDPModule, softmax_moments
 
 
 @functools.lru_cache(maxsize=64)
@@ -100,3 +103,41 @@ def _unet(m: UNetBody, convert) -> VDPModule:
 @register_converter(PixelRows)
 def _pixel_rows(m: PixelRows, convert) -> VDPModule:
     return VDPPixelRows()
+
+
+class VDPPresence(VDPModule):
+    """The moment-propagating :class:`~bench.models.PresenceUNet`: ``scale_k (log s_k - log t) +
+    shift_k`` with ``s_k`` the image's mean softmax share of class k over its P pixels.
+
+    * the per-pixel softmax: eq. 8-9 (:func:`~bench.vdp.layers.softmax_moments`);
+    * the mean over the pixels: linear, the pixels independent (the mean-field rule
+      :class:`~bench.vdp.layers.VDPAvgPool2d` applies to any average), ``var = sum_p var_p / P^2``;
+    * the log: first order, ``var / s^2``; where the network clamps the share (below 1e-6) the
+      derivative, and so the variance, is 0;
+    * the per-class ``scale`` and ``shift`` (2 numbers per class) stay point estimates: they are the
+      network's own parameters, shared with it and trained with the means, outside the KL.
+    """
+
+    def __init__(self, m: PresenceUNet, convert):
+        super().__init__()
+        self.seg = convert(m.seg)
+        self.scale, self.shift = m.scale, m.shift
+        self.register_buffer("log_threshold", m.log_threshold.detach().clone())
+
+    def forward(self, mu, var):
+        b = mu.shape[0]
+        rows_mu, rows_var = self.seg(mu, var)  # (B P, K)
+        p, v = softmax_moments(rows_mu, rows_var)
+        k = p.shape[-1]
+        p, v = p.reshape(b, -1, k), v.reshape(b, -1, k)
+        share = p.mean(1)
+        share_var = v.sum(1) / p.shape[1] ** 2
+        clamped = share.clamp_min(1e-6)
+        log_var = torch.where(share > 1e-6, share_var / clamped.square(), torch.zeros_like(share_var))
+        out = self.scale * (torch.log(clamped) - self.log_threshold) + self.shift
+        return out, self.scale.square() * log_var
+
+
+@register_converter(PresenceUNet)
+def _presence(m: PresenceUNet, convert) -> VDPModule:
+    return VDPPresence(m, convert)
