@@ -109,9 +109,12 @@ class CamVidMultilabel(CamVidC):
             # it up), at 12 epochs these pass every check (seed 0, docs/results/medical.md, 2026-11-28); mean-field
             # VI (the paper's fully Bayesian network, from the same UNet) with PBN's VI phase, like with like:
             # its 6 epochs at sigma rate 0.01 (Adam's ceiling on log sigma 0.7) could not move sigma as far as
-            # PBN's sigma went (x18.6, log 2.9)
+            # PBN's sigma went (x18.6, log 2.9); VDP++ (multi-label since 2026-11-29, not in the default grid)
+            # starts from the same camvid UNet and trains for the VI phase's 12 epochs at its sigma rate 0.1,
+            # its means by its own Adam at 1e-3
             "methods": {"pbn": {"r_bayes": 0.01, **VI_PHASE},
-                        "mfvi": dict(VI_PHASE), "mc_dropout": {"samples": 10}},
+                        "mfvi": dict(VI_PHASE), "mc_dropout": {"samples": 10},
+                        "vdp": {"epochs": VI_PHASE["epochs"], "rho_lr": VI_PHASE["rho_lr"]}},
             "note": ("quick profile: CamVid at 120 x 160, the camvid suite's quick MAP UNet (made first in the same "
                      "results) pooled into presence logits and fine-tuned for 6 epochs; every CamVid-C cell (19 "
                      "corruptions x 5 severities) on the same 60 of the 233 test images (spread over the test "
