@@ -225,6 +225,45 @@ class TrainingClock:
         return self.earlier + (time.perf_counter() - self.t0)
 
 
+#: seconds between two resume checkpoints of a training in progress: one is written after an epoch once
+#: this long has passed since the last one (or the start), so an interrupted training loses at most this
+#: and one epoch, and a training of short epochs is not pickled and fsynced after every one of them (a
+#: LeNet epoch on a GPU takes about a second). ``BENCH_CHECKPOINT_INTERVAL_S`` overrides it; 0 writes
+#: one after every epoch.
+CHECKPOINT_INTERVAL_S = 60.0
+
+
+def checkpoint_interval() -> float:
+    """:data:`CHECKPOINT_INTERVAL_S`, or ``BENCH_CHECKPOINT_INTERVAL_S`` when set (seconds, >= 0)."""
+    raw = os.environ.get("BENCH_CHECKPOINT_INTERVAL_S")
+    if raw is None or raw.strip() == "":
+        return CHECKPOINT_INTERVAL_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not value >= 0:
+        raise BenchError(f"BENCH_CHECKPOINT_INTERVAL_S={raw!r}: give the seconds between two resume checkpoints "
+                         f"of a training, a number >= 0 (0: after every epoch; unset: {CHECKPOINT_INTERVAL_S:g})")
+    return value
+
+
+class CheckpointSchedule:
+    """When a training writes its resume checkpoint: :meth:`due` after an epoch is true once
+    :func:`checkpoint_interval` seconds have passed since the last checkpoint (or the start)."""
+
+    def __init__(self):
+        self.interval = checkpoint_interval()
+        self.last = time.monotonic()
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now - self.last < self.interval:
+            return False
+        self.last = now
+        return True
+
+
 def save_training_state(path, model: nn.Module, optimizer, loader: TensorLoader, **extra) -> None:
     """Checkpoint (atomically) what a resumed training needs after a finished epoch: model,
     optimiser, data order and torch's random state, plus ``extra`` (epoch, log, and
@@ -329,14 +368,15 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
     """Minimise ``loss_fn(model, x, y, fraction_of_training_done)`` over ``cfg.epochs`` epochs.
 
     Raises :class:`DivergedError` on a non-finite loss. With ``resume_path`` the model,
-    optimiser and data order are checkpointed after every epoch and a restarted call
-    continues from the last finished epoch. Returns a small training log (``train_seconds``:
+    optimiser and data order are checkpointed after an epoch, at most once every
+    :func:`checkpoint_interval` seconds (:class:`CheckpointSchedule`), and a restarted call
+    continues from the epoch of the last checkpoint. Returns a small training log (``train_seconds``:
     the whole training's wall time, the epochs of earlier processes included; ``resumed_seconds``:
     that earlier part, 0.0 without a resume; see :class:`TrainingClock`); with
     ``epoch_stats`` the dict it returns after each epoch is appended to ``log["epoch_stats"]``
     (checkpointed with the log, so it survives a resume). ``callback_state``: a dict an
     ``on_epoch_end`` callback keeps its own state in (tensors and plain Python data); it is
-    checkpointed after every epoch and, on a resume, filled in place with the saved contents.
+    checkpointed with the rest and, on a resume, filled in place with the saved contents.
     """
     from tqdm.auto import tqdm
 
@@ -354,6 +394,7 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
             callback_state.update(state.get("callback_state") or {})
 
     total_steps = max(1, cfg.epochs * steps_per_epoch)
+    checkpoints = CheckpointSchedule() if resume_path is not None else None
     fmt = StepFormat(cfg, model)
     bar = tqdm(total=cfg.epochs * steps_per_epoch, initial=start_epoch * steps_per_epoch, desc=desc,
                disable=not progress_enabled(progress), leave=False, mininterval=0.5)
@@ -397,7 +438,7 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
             log.setdefault("epoch_stats", []).append(epoch_stats())
         if on_epoch_end is not None:
             on_epoch_end(epoch)
-        if resume_path is not None and epoch + 1 < cfg.epochs:
+        if resume_path is not None and epoch + 1 < cfg.epochs and checkpoints.due():
             save_training_state(resume_path, model, optimizer, loader, epoch=epoch + 1, log=log,
                                 callback_state=callback_state or {}, train_seconds=clock.seconds())
     bar.close()

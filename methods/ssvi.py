@@ -41,8 +41,8 @@ from bench.seeding import derive_seed
 from bench.subnet.ssvi import (CRITERIA, GROW_MODES, SSVINet, as_float, kl_warmup_beta, update_fraction)
 from bench.subnet.sigma_stats import last_rel_change, sigma_change, sigma_summary
 from bench.subnet.stationarity import sigma_stationarity
-from bench.training import (OPTIMIZERS, TrainingClock, make_optimizer, own_group, restore_training_state,
-                            save_training_state)
+from bench.training import (OPTIMIZERS, CheckpointSchedule, TrainingClock, make_optimizer, own_group,
+                            restore_training_state, save_training_state)
 from methods.base import Method, register_method
 
 
@@ -201,6 +201,7 @@ class SSVI(Method):
         resume = self.ctx.resume_path(self.name)
         st = restore_training_state(resume, model, opt, train)
         clock = TrainingClock(st)  # the time of the epochs a resumed checkpoint holds counts too
+        checkpoints = CheckpointSchedule()
         if st is not None:
             start_epoch, log, history = st["epoch"], st["log"], st["history"]
         bar = tqdm(total=total, initial=start_epoch * steps_per_epoch, desc=self.name,
@@ -259,7 +260,7 @@ class SSVI(Method):
             sig = torch.cat([v.reshape(-1) for v in self.named_sigmas().values()])
             log.setdefault("epoch_stats", []).append({"sigma_mean": float(sig.mean()), "sigma_median": float(sig.median()),
                                                       **last})
-            if resume is not None and epoch + 1 < cfg.epochs:
+            if resume is not None and epoch + 1 < cfg.epochs and checkpoints.due():
                 save_training_state(resume, model, opt, train, epoch=epoch + 1, log=log, history=history,
                                     train_seconds=clock.seconds())
         bar.close()

@@ -443,9 +443,10 @@ def test_a_sweep_over_a_predict_only_option_reuses_one_fit(tmp_path):
     assert len(list(out.rglob("checkpoints/fitted/**/seed0.pt"))) == 2
 
 
-def test_callback_state_survives_an_interrupted_training(tmp_path):
+def test_callback_state_survives_an_interrupted_training(tmp_path, monkeypatch):
     """An on_epoch_end callback keeps its state in ``callback_state``: killed after epoch 2 and
     resumed, the state holds every epoch once, as in an uninterrupted run."""
+    monkeypatch.setenv("BENCH_CHECKPOINT_INTERVAL_S", "0")  # a checkpoint after every epoch
     import torch
     from torch import nn
 
@@ -539,6 +540,7 @@ def test_a_fit_resumed_after_a_kill_records_the_whole_training_time(tmp_path, mo
     records counts the epochs the killed process finished (here at least 2 x 0.4 s of sleep), not
     only the rest (a few milliseconds of toy training): a VDP++ cell on Tiny-ImageNet-C once
     recorded a 9 s fit for a 7-minute training."""
+    monkeypatch.setenv("BENCH_CHECKPOINT_INTERVAL_S", "0")  # a checkpoint after every epoch
     import time
 
     import methods.mc_dropout as mcd

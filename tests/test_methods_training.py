@@ -4,6 +4,7 @@ from torch import nn
 
 from bench.checkpoints import MapCache
 from bench.data import TensorLoader
+from bench.errors import BenchError
 from bench.models import build_model
 from bench.predictive import RegressionPredictive
 from bench.tasks import classification
@@ -84,7 +85,8 @@ def test_method_state_round_trip(tmp_path):
         torch.testing.assert_close(a.predict(x).probs, b.predict(x).probs)
 
 
-def test_training_resume_from_checkpoint(tmp_path):
+def test_training_resume_from_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setenv("BENCH_CHECKPOINT_INTERVAL_S", "0")  # a checkpoint after every epoch
     x, y = toy_classification()
     task = classification(3)
     cfg = TrainConfig(epochs=3, batch_size=32, lr=0.05, schedule="cosine")
@@ -145,9 +147,10 @@ def test_deterministic_with_its_own_recipe_trains_its_own_network(tmp_path):
     assert list(ctx.map_cache.dir.glob("seed*.pt")) == [ctx.map_cache.path(0)]  # only the shared one is cached
 
 
-def test_training_time_of_a_resumed_training_counts_the_earlier_epochs(tmp_path):
+def test_training_time_of_a_resumed_training_counts_the_earlier_epochs(tmp_path, monkeypatch):
     """The clock of a resumed training starts from what its checkpoint says the killed process
     spent; the surrounding earlier_training_time block sees that part; blocks nest."""
+    monkeypatch.setenv("BENCH_CHECKPOINT_INTERVAL_S", "0")  # a checkpoint after every epoch
     import time
 
     from bench.training import earlier_training_time
@@ -180,3 +183,40 @@ def test_training_time_of_a_resumed_training_counts_the_earlier_epochs(tmp_path)
     with earlier_training_time() as fresh:
         log = run()
     assert fresh == [0.0] and log["resumed_seconds"] == 0.0 and 0 < log["train_seconds"] < inner[0]
+
+
+def test_a_training_checkpoints_once_its_interval_has_passed_not_after_every_epoch(tmp_path, monkeypatch):
+    """Resume checkpoints follow bench.training.checkpoint_interval: with the default (a minute) a
+    training of short epochs writes none; at 0 one after every epoch but the last; on a clock that
+    moves 25 s an epoch and an interval of 60 s, after epochs 3 and 6 (75 s and 150 s from the
+    start); a bad value is refused with what is valid."""
+    import bench.training as T
+
+    x, y = toy_classification()
+    task = classification(3)
+    written = []
+    real_save = T.save_training_state
+    monkeypatch.setattr(T, "save_training_state", lambda path, *a, **k: (written.append(k["epoch"]),
+                                                                          real_save(path, *a, **k)))
+
+    def train(epochs=8, on_epoch_end=None):
+        written.clear()
+        torch.manual_seed(0)
+        model = build_model("lenet_300_100", (20,), 3)
+        T.train_model(model, TensorLoader(x, y, 32, seed=1), TrainConfig(epochs=epochs, batch_size=32, lr=0.05),
+                      nll_loss(task), resume_path=tmp_path / "run.partial", on_epoch_end=on_epoch_end)
+        return list(written)
+
+    monkeypatch.delenv("BENCH_CHECKPOINT_INTERVAL_S", raising=False)
+    assert T.checkpoint_interval() == T.CHECKPOINT_INTERVAL_S == 60.0
+    assert train() == []
+    monkeypatch.setenv("BENCH_CHECKPOINT_INTERVAL_S", "0")
+    assert train() == [1, 2, 3, 4, 5, 6, 7]
+    clock = {"t": 1000.0}
+    monkeypatch.setattr(T.time, "monotonic", lambda: clock["t"])
+    monkeypatch.setenv("BENCH_CHECKPOINT_INTERVAL_S", "60")
+    assert train(on_epoch_end=lambda epoch: clock.__setitem__("t", clock["t"] + 25.0)) == [3, 6]
+    for bad in ("-1", "soon", "nan"):
+        monkeypatch.setenv("BENCH_CHECKPOINT_INTERVAL_S", bad)
+        with pytest.raises(BenchError, match="a number >= 0"):
+            train(epochs=2)
