@@ -150,7 +150,9 @@ def test_tune_sweeps_the_space_and_chooses_the_lowest_validation_nll(tmp_path, c
     assert (edge_note in board) == bool(choice["at_edge"]), (choice, board)  # named exactly when at an edge
     assert main(["leaderboard", "--results", str(out), "--out", str(tmp_path / "lb"), "--include-smoke",
                  "--print-tables"]) == 0
-    assert len([line for line in capsys.readouterr().out.splitlines() if line.startswith("| mc_dropout")]) == 5
+    every = capsys.readouterr().out
+    assert len([line for line in every.splitlines() if line.startswith("| mc_dropout")]) == 5
+    assert (edge_note in every) == bool(choice["at_edge"])  # and on the board of every configuration
     # the report ranks the chosen configuration and lists the other four apart, unranked
     from bench.reporting import build_report
 
