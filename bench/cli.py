@@ -411,6 +411,9 @@ def cmd_run(args) -> int:
     from bench.suites import SUITES
     from methods import METHODS
 
+    from bench.training import checkpoint_interval
+
+    checkpoint_interval()  # a bad BENCH_CHECKPOINT_INTERVAL_S is exit 2 before anything runs
     suite = SUITES.get(args.suite)()
     methods = args.methods if args.methods is not None else list(suite.default_methods)
     for m in methods:

@@ -130,6 +130,15 @@ def test_bad_input_exits_2_with_a_message(case, tmp_path, capsys):
     assert err.startswith("error: ") and re.search(expected, err, re.S), err
 
 
+def test_a_bad_checkpoint_interval_is_exit_2_before_anything_runs(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("BENCH_CHECKPOINT_INTERVAL_S", "-5")
+    capsys.readouterr()
+    assert main(_toy(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert "BENCH_CHECKPOINT_INTERVAL_S='-5'" in err and "a number >= 0" in err, err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_damaged_manifest_of_a_regenerated_image_folder_is_a_clear_error(tmp_path):
     """Tiny-ImageNet-C and CamVid-C (datasets/corruptions/folder.py) read their GENERATED.json alike."""
     from datasets.errors import DatasetNotFoundError
