@@ -498,9 +498,10 @@ def test_grid_workers_take_map_networks_and_cells_from_one_list_side_by_side(car
     # members of seed s are the MAP networks of seeds 2s, 2s+1 (the deterministic cells use 0 and 1)
     assert sorted(c["cell"] for c in maps) == [f"lenet_300_100/map/seed{k}" for k in range(4)]
     assert {c["status"] for c in maps} == {"trained"}
-    # both workers took items from the one list (which items each took is the scheduler's race: a worker
-    # that starts late on a loaded machine may find every MAP network already taken)
-    assert {c["worker"] for c in g["cells"]} == {0, 1}
+    # the items came from the one list of the two workers (which items each took is the scheduler's race:
+    # a worker that starts late may find every item taken: since resume checkpoints are no longer written
+    # after every epoch these toy items take well under a second, and a clean-clone CI saw worker 1 take none)
+    assert {c["worker"] for c in g["cells"]} <= {0, 1}
     assert sorted((c["cell"].split("-")[0].split("[")[0], c["status"]) for c in cells) == [
         ("lenet_300_100/deep_ensemble", "fitted"), ("lenet_300_100/deep_ensemble", "fitted"),
         ("lenet_300_100/deterministic/seed0", "fitted"), ("lenet_300_100/deterministic/seed1", "fitted")]
