@@ -584,15 +584,13 @@ def cmd_leaderboard(args) -> int:
         controls, control_notes = control_rows(df, kept) if args.with_controls else (kept & False, {})
         df = df[kept | controls]
     boards = build_boards(df, args.metric)
-    from bench.tuning import edge_notes
+    from bench.tuning import board_edge_notes, edge_notes
 
     # a tuned method's choice at an end of its swept range is said on every board its choice is on
     edges = edge_notes(args.results)
     for b in boards:
-        methods_here = {label.split("[", 1)[0] for label in b.rows}
-        notes = [n for n in edges.get((b.suite, b.profile, b.model), [])
-                 if n.split(":", 1)[0].split("[", 1)[0] in methods_here]
-        b.notes += notes + (control_notes.get((b.suite, b.profile, b.model), []) if args.chosen_only else [])
+        b.notes += board_edge_notes(edges, b) + (control_notes.get((b.suite, b.profile, b.model), [])
+                                                 if args.chosen_only else [])
     paths = write_leaderboard(boards, args.out, args.results, filters, args.metric)
     if args.pareto_figure:
         from bench.leaderboard.pareto import write_pareto_figure

@@ -227,6 +227,9 @@ class PresenceUNet(nn.Module):
     presence rule; training adjusts it end to end. ``camvid_multilabel`` loads ``seg`` from a
     camvid MAP network (``data.backbone``)."""
 
+    #: the smallest share the log is taken of (a class on no pixel: log 1e-6, not -inf)
+    SHARE_FLOOR = 1e-6
+
     def __init__(self, in_shape, num_outputs: int, dropout: float = 0.0, threshold: float = 0.01):
         super().__init__()
         self.seg = unet_small(in_shape, num_outputs, dropout)
@@ -237,7 +240,7 @@ class PresenceUNet(nn.Module):
     def forward(self, x):
         rows = self.seg(x)  # (B H W, K), one row per pixel
         share = torch.softmax(rows, dim=-1).reshape(x.shape[0], -1, rows.shape[-1]).mean(1)
-        return self.scale * (torch.log(share.clamp_min(1e-6)) - self.log_threshold) + self.shift
+        return self.scale * (torch.log(share.clamp_min(self.SHARE_FLOOR)) - self.log_threshold) + self.shift
 
 
 @MODELS.register("unet_presence")

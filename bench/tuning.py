@@ -382,15 +382,16 @@ def objective_choices(results_dirs) -> dict[tuple[str, str, str, str], list[tupl
     return {key: v for key, v in out.items() if v}
 
 
-def edge_notes(results_dirs) -> dict[tuple[str, str, str], list[str]]:
-    """``(suite, profile, model) -> notes`` naming each tuned method whose stored choice sits at an
-    end of a swept range (:func:`at_edge`): its row is the best of the space, and a value beyond
-    the space may do better, so the comparison holds for this space only."""
-    out: dict[tuple[str, str, str], list[str]] = {}
+def edge_notes(results_dirs) -> dict[tuple[str, str, str], list[tuple[str, str]]]:
+    """``(suite, profile, model) -> [(method, note), ...]`` naming each tuned method whose stored choice
+    sits at an end of a swept range (:func:`at_edge`): its row is the best of the space, and a value
+    beyond the space may do better, so the comparison holds for this space only. ``method`` is the
+    registered method (an objective's entry, ``pbn[class_weights=...]``, gives ``pbn``)."""
+    out: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
     for d in results_dirs:
         for path in sorted(Path(d).glob("*/tuning/*.json")):
             doc = read_tuning(path)
-            for method, entry in sorted((doc.get("methods") or {}).items()):  # method, or method[objective]
+            for entry_name, entry in sorted((doc.get("methods") or {}).items()):  # method, or method[objective]
                 space = entry.get("space") or {}
                 for c in entry.get("choices", []):
                     parts = []
@@ -401,10 +402,18 @@ def edge_notes(results_dirs) -> dict[tuple[str, str, str], list[str]]:
                         parts.append(f"{k.replace(TIE, ' = ')} = {value:g}, the {end} of "
                                      f"{', '.join(f'{v:g}' for v in vals)}")
                     if parts:
-                        out.setdefault((doc["suite"], doc["profile"], c["model"]), []).append(
-                            f"{method}: its tuning chose the edge of the swept range ({'; '.join(parts)}): a value "
-                            "beyond it may do better; the row is the best of this space")
+                        out.setdefault((doc["suite"], doc["profile"], c["model"]), []).append((
+                            entry_method(entry_name, entry),
+                            f"{entry_name}: its tuning chose the edge of the swept range ({'; '.join(parts)}): "
+                            "a value beyond it may do better; the row is the best of this space"))
     return out
+
+
+def board_edge_notes(edges, board) -> list[str]:
+    """The notes of :func:`edge_notes` that concern ``board`` (a :class:`bench.leaderboard.board.Board`):
+    its suite, profile and model, and a method with rows on it."""
+    return [note for method, note in edges.get((board.suite, board.profile, board.model), [])
+            if method in board.methods]
 
 
 def not_chosen(df, chosen: dict):

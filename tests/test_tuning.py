@@ -289,12 +289,23 @@ def test_a_choice_at_an_edge_of_the_space_is_a_note_of_its_board(tmp_path):
     tuning.write_tuning(tmp_path, "toy", "quick", entries, {})
     notes = tuning.edge_notes([tmp_path])
     assert list(notes) == [("toy", "quick", "m")]
-    (mc, vdp) = notes[("toy", "quick", "m")]
+    ((m1, mc), (m2, vdp)) = notes[("toy", "quick", "m")]
+    assert (m1, m2) == ("mc_dropout", "vdp")
     assert mc.startswith("mc_dropout:") and "p = 0.05, the smallest of 0.05, 0.1, 0.2, 0.3" in mc
     assert vdp.startswith("vdp:") and "kl_weight = 0.1, the largest of 0.0001, 0.001, 0.01, 0.1" in vdp
     entries["mc_dropout"] = tuning.summarize("mc_dropout", [choice({"p": 0.2}, "a")])
     tuning.write_tuning(tmp_path, "toy", "quick", entries, {})
-    assert [n.split(":")[0] for n in tuning.edge_notes([tmp_path])[("toy", "quick", "m")]] == ["vdp"]
+    edges = tuning.edge_notes([tmp_path])
+    assert [m for m, _ in edges[("toy", "quick", "m")]] == ["vdp"]
+    # a board says the notes of the methods with rows on it, and only those
+    from types import SimpleNamespace
+
+    board = SimpleNamespace(suite="toy", profile="quick", model="m", methods={"vdp", "deterministic"})
+    assert tuning.board_edge_notes(edges, board) == [edges[("toy", "quick", "m")][0][1]]
+    assert tuning.board_edge_notes(edges, SimpleNamespace(suite="toy", profile="quick", model="m",
+                                                          methods={"mc_dropout"})) == []
+    assert tuning.board_edge_notes(edges, SimpleNamespace(suite="toy", profile="quick", model="other",
+                                                          methods={"vdp"})) == []
 
 
 def test_tuning_one_method_keeps_the_others_entries(tmp_path):

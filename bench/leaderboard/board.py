@@ -73,6 +73,8 @@ class Board:
     reference: dict = field(default_factory=dict)
     reference_name: str = "reference"
     num_classes: int | None = None
+    #: the registered methods whose records make the rows
+    methods: set = field(default_factory=set)
 
     def status(self, label) -> str:
         """The row's verdict: ok, fail or unverified (rows of records without a verdict: ok)."""
@@ -167,6 +169,7 @@ def build_board(df: pd.DataFrame, suite: str, model: str, profile: str, metric: 
     board.reference_name, board.reference = reference_row(task, board.num_classes, [c.key for c in columns], df)
     board.map_label, board.delta = mlabel, delta.reindex(order) if delta is not None else None
     board.provenance = {lab: provenance(df[df["label"] == lab]) for lab in order}
+    board.methods = set(distinct(df["method"]))
     return board
 
 

@@ -397,7 +397,9 @@ def _glance_block(parent: Section, sec: SectionData, chosen: dict, edges: dict |
         return
     g = Section("At a glance")
     g.add(board_table(board))
-    notes = validity_notes(board) + board.notes + (edges or {}).get((suite, profile, sec.model), [])
+    from bench.tuning import board_edge_notes
+
+    notes = validity_notes(board) + board.notes + board_edge_notes(edges or {}, board)
     if notes:
         g.add(Bullets(notes))
     g.add(Paragraph("What the table shows:"))

@@ -112,7 +112,7 @@ class VDPPresence(VDPModule):
     * the per-pixel softmax: eq. 8-9 (:func:`~bench.vdp.layers.softmax_moments`);
     * the mean over the pixels: linear, the pixels independent (the mean-field rule
       :class:`~bench.vdp.layers.VDPAvgPool2d` applies to any average), ``var = sum_p var_p / P^2``;
-    * the log: first order, ``var / s^2``; where the network clamps the share (below 1e-6) the
+    * the log: first order, ``var / s^2``; where the network clamps the share (below ``SHARE_FLOOR``) the
       derivative, and so the variance, is 0;
     * the per-class ``scale`` and ``shift`` (2 numbers per class) stay point estimates: they are the
       network's own parameters, shared with it and trained with the means, outside the KL.
@@ -132,8 +132,9 @@ class VDPPresence(VDPModule):
         p, v = p.reshape(b, -1, k), v.reshape(b, -1, k)
         share = p.mean(1)
         share_var = v.sum(1) / p.shape[1] ** 2
-        clamped = share.clamp_min(1e-6)
-        log_var = torch.where(share > 1e-6, share_var / clamped.square(), torch.zeros_like(share_var))
+        floor = PresenceUNet.SHARE_FLOOR
+        clamped = share.clamp_min(floor)
+        log_var = torch.where(share > floor, share_var / clamped.square(), torch.zeros_like(share_var))
         out = self.scale * (torch.log(clamped) - self.log_threshold) + self.shift
         return out, self.scale.square() * log_var
 
