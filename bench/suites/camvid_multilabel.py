@@ -111,10 +111,16 @@ class CamVidMultilabel(CamVidC):
             # its 6 epochs at sigma rate 0.01 (Adam's ceiling on log sigma 0.7) could not move sigma as far as
             # PBN's sigma went (x18.6, log 2.9); VDP++ (multi-label since 2026-11-29, not in the default grid)
             # starts from the same camvid UNet and trains for the VI phase's 12 epochs at its sigma rate 0.1,
-            # its means by its own Adam at 1e-3
+            # its means by its own Adam at 1e-3. Subnetwork Laplace (not in the default grid): the UNet holds
+            # ~7.3 M activations per 120 x 160 image, so its default batches (GGN 32, predictive 256, SWAG 128)
+            # estimate 35 GB and its memory guard refused the fit (seed 0, 2026-11-29); batches of 16 images for
+            # the GGN and the predictive (~2.2 GB) and the camvid profile's SWAG (batches of 4, a snapshot every
+            # 4 steps) fit
             "methods": {"pbn": {"r_bayes": 0.01, **VI_PHASE},
                         "mfvi": dict(VI_PHASE), "mc_dropout": {"samples": 10},
-                        "vdp": {"epochs": VI_PHASE["epochs"], "rho_lr": VI_PHASE["rho_lr"]}},
+                        "vdp": {"epochs": VI_PHASE["epochs"], "rho_lr": VI_PHASE["rho_lr"]},
+                        "subnet_laplace": {"batch_size": 16, "predict_batch_size": 16, "swag_batch_size": 4,
+                                           "swag_snapshot_every": 4}},
             "note": ("quick profile: CamVid at 120 x 160, the camvid suite's quick MAP UNet (made first in the same "
                      "results) pooled into presence logits and fine-tuned for 6 epochs; every CamVid-C cell (19 "
                      "corruptions x 5 severities) on the same 60 of the 233 test images (spread over the test "
