@@ -181,7 +181,7 @@ def test_the_quick_profiles_subnet_laplace_fits_its_memory_guard_on_the_presence
     method's memory guard at 5 GB (a quarter of the free memory of the 2-core machine it runs on): at
     the method's default batches the estimate was ~35 GB and the fit was refused (seed 0, 2026-11-29)."""
     from bench.config import resolve_plan
-    from bench.laplace.memory import activation_numel, check_memory
+    from bench.laplace.memory import MemoryGuardError, activation_numel, check_memory
     from bench.models import MODELS
     from bench.suites import SUITES
     from methods import METHODS
@@ -197,8 +197,6 @@ def test_the_quick_profiles_subnet_laplace_fits_its_memory_guard_on_the_presence
     limit = 5 * 2**30
     check_memory(limit=limit, what="quick", batch_size=c["batch_size"], predict_batch=c["predict_batch_size"], **kw)
     defaults = METHODS.get("subnet_laplace").defaults
-    from bench.laplace.memory import MemoryGuardError
-
     with pytest.raises(MemoryGuardError):  # the method's own batches do not fit (the guard can fail here)
         check_memory(limit=limit, what="defaults", batch_size=defaults["batch_size"],
                      predict_batch=defaults["predict_batch_size"], **kw)
