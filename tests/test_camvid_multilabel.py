@@ -179,7 +179,7 @@ def test_smoke_run_through_the_cli(tmp_path, capsys):
 def test_the_quick_profiles_subnet_laplace_fits_its_memory_guard_on_the_presence_unet():
     """The quick profile's subnet Laplace options, on the profile's network at its image size, pass the
     method's memory guard at 5 GB (a quarter of the free memory of the 2-core machine it runs on): at
-    the method's default batches the estimate was ~35 GB and the fit was refused (seed 0, 2026-11-29)."""
+    the method's default batches the estimate was ~136 GB and the fit was refused (seed 0, 2026-11-29)."""
     from bench.config import resolve_plan
     from bench.laplace.memory import MemoryGuardError, activation_numel, check_memory
     from bench.models import MODELS

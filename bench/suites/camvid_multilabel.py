@@ -112,8 +112,8 @@ class CamVidMultilabel(CamVidC):
             # PBN's sigma went (x18.6, log 2.9); VDP++ (multi-label since 2026-11-29, not in the default grid)
             # starts from the same camvid UNet and trains for the VI phase's 12 epochs at its sigma rate 0.1,
             # its means by its own Adam at 1e-3. Subnetwork Laplace (not in the default grid): the UNet holds
-            # ~7.3 M activations per 120 x 160 image, so its default batches (GGN 32, predictive 256, SWAG 128)
-            # estimate 35 GB and its memory guard refused the fit (seed 0, 2026-11-29); batches of 16 images for
+            # ~7.3 M activations per 120 x 160 image, so its default batches (GGN 128, predictive 1000, SWAG 128)
+            # estimate 136 GB and its memory guard refused the fit (seed 0, 2026-11-29); batches of 16 images for
             # the GGN and the predictive (~2.2 GB) and the camvid profile's SWAG (batches of 4, a snapshot every
             # 4 steps) fit
             "methods": {"pbn": {"r_bayes": 0.01, **VI_PHASE},
