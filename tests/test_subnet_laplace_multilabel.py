@@ -318,3 +318,35 @@ def test_subnet_laplace_runs_end_to_end_on_a_multilabel_problem(tmp_path):
     rec = next(json.loads(p.read_text()) for p in ev.records if "id-" in p.name)
     assert rec["task"] == "multilabel" and rec["diagnostics"]["backend"] == "subnet"
     assert rec["diagnostics"]["criterion"]["name"] == "wasserstein"
+
+
+def test_subnet_jacobians_of_pixel_rows_pooled_into_per_image_outputs():
+    """unet_presence's classifier is an nn.Linear over pixel rows, ``(B H W, C)``, whose outputs are pooled
+    into per-image presence logits ``(B, K)``: its Jacobian columns sum over an image's pixel rows. Against
+    torch.func.jacrev on a tiny PresenceUNet, the subnet spread over a convolution, the pixel-row Linear's
+    weights and its bias. (Before, the rows' count was taken for the batch: a shape error, the
+    camvid_multilabel seed-0 fit of 2026-11-29.)"""
+    from torch.func import functional_call, jacrev
+
+    from bench.laplace.subnet_jacobians import subnet_jacobian_backend
+    from bench.models import PresenceUNet
+
+    torch.manual_seed(0)
+    net = PresenceUNet((3, 8, 12), 3).double().eval()
+    params = dict(net.named_parameters())
+    offsets, o = {}, 0
+    for n, p in params.items():
+        offsets[n] = o
+        o += p.numel()
+    head = [n for n in params if n.startswith("seg.2.")]  # the pixel-row nn.Linear
+    conv = next(n for n in params if n.endswith("weight") and params[n].dim() == 4)
+    idx = torch.cat([offsets[conv] + torch.arange(0, 40, 7)] +
+                    [offsets[n] + torch.arange(params[n].numel())[::2] for n in head]).sort().values
+    x = torch.randn(4, 3, 8, 12, dtype=torch.float64)
+    backend = subnet_jacobian_backend()
+    J, f = backend(net, "classification", subnetwork_indices=idx).jacobians(x)  # the Jacobians: no likelihood
+    full = jacrev(lambda ps: functional_call(net, ps, (x,)))(params)
+    full = torch.cat([full[n].reshape(4, 3, -1) for n in params], dim=-1)[:, :, idx]
+    assert J.shape == (4, 3, idx.numel())
+    torch.testing.assert_close(f.detach(), net(x).detach())
+    torch.testing.assert_close(J.double(), full, rtol=1e-6, atol=1e-9)

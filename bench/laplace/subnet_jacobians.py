@@ -69,10 +69,12 @@ class _LayerPlan:
         """Add this call's Jacobian columns to ``out`` (B, K, s); ``g`` = (K, B, *z.shape[1:])
         holds df_k/dz for every output k, ``a`` the layer input.
 
-        Linear: df_k/dW[i, j] = g_ki a_j (summed over extra leading dims);
+        Linear: df_k/dW[i, j] = g_ki a_j (summed over extra leading dims, and over the rows of one
+        example where the layer sees several rows per example, e.g. a UNet's pixel rows pooled into
+        per-image outputs: ``(B T, n)``, each example's T rows contiguous);
         Conv2d: df_k/dW[o, c, u, v] = sum_l g_k[o, l] unfold(a)[(c, u, v), l]; biases: sum of g.
         """
-        m, K, B = self.module, g.shape[0], g.shape[1]
+        m, K, B = self.module, g.shape[0], out.shape[0]  # B: the network's examples (out: (B, K, s))
         if isinstance(m, nn.Linear):
             g = g.reshape(K, B, -1, g.shape[-1])  # (K, B, T, out)
             if self.w_pos.numel():
