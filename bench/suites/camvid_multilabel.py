@@ -119,8 +119,9 @@ class CamVidMultilabel(CamVidC):
             "methods": {"pbn": {"r_bayes": 0.01, **VI_PHASE},
                         "mfvi": dict(VI_PHASE), "mc_dropout": {"samples": 10},
                         "vdp": {"epochs": VI_PHASE["epochs"], "rho_lr": VI_PHASE["rho_lr"]},
-                        "subnet_laplace": {"batch_size": 16, "predict_batch_size": 16, "swag_batch_size": 4,
-                                           "swag_snapshot_every": 4}},
+                        "subnet_laplace": {"batch_size": 16, "predict_batch_size": 16,
+                                           **{k: CamVidC.profiles["quick"]["methods"]["subnet_laplace"][k]
+                                              for k in ("swag_batch_size", "swag_snapshot_every")}}},
             "note": ("quick profile: CamVid at 120 x 160, the camvid suite's quick MAP UNet (made first in the same "
                      "results) pooled into presence logits and fine-tuned for 6 epochs; every CamVid-C cell (19 "
                      "corruptions x 5 severities) on the same 60 of the 233 test images (spread over the test "
