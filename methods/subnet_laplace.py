@@ -53,6 +53,18 @@ from bench.subnet.selection import (CRITERIA, DegenerateSubnetError, candidate_i
 from methods.base import register_method
 
 
+def memory_terms(config: dict, model: nn.Module, x1: torch.Tensor) -> dict:
+    """What the memory guard (``check_memory``) needs besides the backend and subnet size: the
+    network's weights, outputs and per-example activations, and the fit's batches and predictive
+    from the method's options ``config``."""
+    with torch.no_grad():
+        n_outputs = int(model(x1).shape[-1])
+    return dict(n_params=sum(p.numel() for p in model.parameters()), n_outputs=n_outputs,
+                batch_size=int(config["batch_size"]), predict_batch=int(config["predict_batch_size"]),
+                activations=activation_numel(model, x1), pred_type=config["pred_type"],
+                glm_sampler=config["glm_sampler"], n_samples=int(config["n_samples"]))
+
+
 @register_method("subnet_laplace")
 class SubnetLaplace(LaplaceMethod):
     description = ("Wasserstein subnetwork Laplace (Daxberger et al. 2021): largest-variance subnet of the MAP "
@@ -207,20 +219,14 @@ class SubnetLaplace(LaplaceMethod):
         size = self.subnet_size(model)
         n_cand = candidate_indices(model).numel()
         s = resolve_subnet_size(size, n_cand)
-        n_params = sum(p.numel() for p in model.parameters())
         x1 = train.x[:2].to(self.ctx.device) if hasattr(train, "x") else next(iter(train))[0][:2]
         check_stochastic_layers(model, x1, self.name)
         limit = (int(float(c["memory_limit_gb"]) * 2**30) if c["memory_limit_gb"] is not None
                  else default_memory_limit(self.ctx.device))
-        acts = activation_numel(model, x1)
-        with torch.no_grad():
-            K = int(model(x1).shape[-1])
-        self.meta["n_outputs"] = K
+        mem_kw = memory_terms(c, model, x1)
+        self.meta["n_outputs"] = mem_kw["n_outputs"]
         # 1. cheap check before the (slow) selection, with the cheapest backend that could apply
         want = self.segmentation_backend() or (c["backend"] if c["backend"] != "auto" else "subnet")
-        mem_kw = dict(n_params=n_params, n_outputs=K, batch_size=int(c["batch_size"]),
-                      predict_batch=int(c["predict_batch_size"]), activations=acts, pred_type=c["pred_type"],
-                      glm_sampler=c["glm_sampler"], n_samples=int(c["n_samples"]))
         check_memory(limit=limit, what=f"subnet_laplace (n_subnet={s}, backend={want})", backend=want, s=s, **mem_kw)
         # 2. selection ("Q3"), any criterion of the shared module at this size
         criterion = make_criterion(name, s, **self.criterion_options(name))

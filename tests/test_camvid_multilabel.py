@@ -181,25 +181,24 @@ def test_the_quick_profiles_subnet_laplace_fits_its_memory_guard_on_the_presence
     method's memory guard at 5 GB (a quarter of the free memory of the 2-core machine it runs on): at
     the method's default batches the estimate was ~136 GB and the fit was refused (seed 0, 2026-11-29)."""
     from bench.config import resolve_plan
-    from bench.laplace.memory import MemoryGuardError, activation_numel, check_memory
+    from bench.laplace.memory import MemoryGuardError, check_memory
     from bench.models import MODELS
     from bench.suites import SUITES
     from methods import METHODS
+    from methods.subnet_laplace import memory_terms
 
     suite = SUITES.get("camvid_multilabel")()
     (c,) = resolve_plan(suite, "quick", ["subnet_laplace"], {}, method_registry=METHODS).methods["subnet_laplace"]
     (model_name,) = suite.profiles["quick"]["models"]
     net = MODELS.get(model_name)(suite.in_shape, len(CAMVID_CLASSES))
-    kw = dict(backend="subnet", s=c["n_subnet"] or METHODS.get("subnet_laplace").DEFAULT_SUBNET,
-              n_params=sum(p.numel() for p in net.parameters()), n_outputs=len(CAMVID_CLASSES),
-              activations=activation_numel(net, torch.zeros(2, *suite.in_shape)), pred_type=c["pred_type"],
-              glm_sampler=c["glm_sampler"], n_samples=c["n_samples"])
+    x1 = torch.zeros(2, *suite.in_shape)
+    s = c["n_subnet"] or METHODS.get("subnet_laplace").DEFAULT_SUBNET
     limit = 5 * 2**30
-    check_memory(limit=limit, what="quick", batch_size=c["batch_size"], predict_batch=c["predict_batch_size"], **kw)
+    check_memory(limit=limit, what="quick", backend="subnet", s=s, **memory_terms(c, net, x1))
     defaults = METHODS.get("subnet_laplace").defaults
+    own_batches = {**c, "batch_size": defaults["batch_size"], "predict_batch_size": defaults["predict_batch_size"]}
     with pytest.raises(MemoryGuardError):  # the method's own batches do not fit (the guard can fail here)
-        check_memory(limit=limit, what="defaults", batch_size=defaults["batch_size"],
-                     predict_batch=defaults["predict_batch_size"], **kw)
+        check_memory(limit=limit, what="defaults", backend="subnet", s=s, **memory_terms(own_batches, net, x1))
 
 
 def test_presence_unet_starts_as_the_segmentation_tasks_presence_rule():

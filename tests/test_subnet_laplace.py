@@ -490,3 +490,14 @@ def test_a_subnet_laplace_fit_raises_no_future_warning_in_a_fresh_process(option
     proc = subprocess.run([sys.executable, "-c", FRESH_PROCESS_FIT, *options], cwd=root, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_activation_count_takes_every_row_of_a_layer_that_sees_several_rows_per_example():
+    """A 1x1 conv on a 1 x 4 x 5 image, its pixels as rows (PixelRows) and a Linear on each row:
+    one example keeps 20 input floats, 2 x 20 conv outputs, 20 rows of 2 and 20 rows of 3 (hand count:
+    20 + 40 + 40 + 60 = 160); counting the first row of each output gives 20 + 40 + 2 + 3."""
+    from bench.laplace.memory import activation_numel
+    from bench.models import PixelRows
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 1), PixelRows(), torch.nn.Linear(2, 3))
+    assert activation_numel(net, torch.zeros(2, 1, 4, 5)) == 160

@@ -22,12 +22,16 @@ class MemoryGuardError(BenchError):
 
 
 def activation_numel(model: nn.Module, x1: torch.Tensor) -> int:
-    """Floats of every module output for one example (what a backward pass keeps alive)."""
+    """Floats of every module output for one example (what a backward pass keeps alive).
+
+    The network runs on one example, so every output is that example's whole: a layer that sees
+    several rows per example (a classifier over pixel rows, shape ``(H * W, C)``) counts all of
+    them, not its first row."""
     total = [0]
 
     def hook(_m, _i, out):
         if isinstance(out, torch.Tensor):
-            total[0] += out[:1].numel()
+            total[0] += out.numel()
 
     handles = [m.register_forward_hook(hook) for m in model.modules() if not list(m.children())]
     was_training = model.training
