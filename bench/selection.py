@@ -93,6 +93,7 @@ def choose_on_validation(df: pd.DataFrame, method: str, tuned: tuple[str, ...] |
             # behaviour (an earlier candidate of the same sweep, not a sweep of its own)
             groups.setdefault(_key({**later, **cfg}, tuned), []).append((h, cfg, g))
         for _, cands in sorted(groups.items()):
+            cands, left_out = one_network(cands)
             seeds = set.intersection(*(set(int(s) for s in g["seed"]) for _, _, g in cands))
             if not seeds:
                 continue
@@ -112,8 +113,37 @@ def choose_on_validation(df: pd.DataFrame, method: str, tuned: tuple[str, ...] |
             best = (valid or rows)[0]
             out.append({"model": mdl, "method": method, "tuned": list(tuned), "chosen": best["values"],
                         "chosen_config_hash": best["config_hash"], "metric": f"validation {metric.split('.')[-1]}",
-                        "seeds": sorted(seeds), "candidates": rows, "chosen_among_valid": bool(valid)})
+                        "seeds": sorted(seeds), "candidates": rows, "chosen_among_valid": bool(valid),
+                        **({"network": network_of(cands[0][2])} if network_of(cands[0][2]) else {}),
+                        **({"other_networks": left_out} if left_out else {})})
     return out
+
+
+def network_of(records: pd.DataFrame) -> str:
+    """The network identity of a candidate's records beyond the model's name (a backbone file's digest:
+    :func:`bench.reporting.data.model_identities`); "" for none."""
+    from bench.reporting.data import model_identities
+
+    return ";".join(sorted(set(model_identities(records))))
+
+
+def one_network(cands: list) -> tuple[list, dict[str, list[str]]]:
+    """The candidates ``[(config_hash, config, records), ...]`` that stand on one network, and the
+    config hashes of the others by their network: candidates on two networks of one name (a backbone
+    file trained twice) are not compared. The network kept is the one with the most candidates, then
+    the most recently finished record's (a sweep rerun on a new network, its old candidates left)."""
+    nets: dict[str, list] = {}
+    for c in cands:
+        nets.setdefault(network_of(c[2]), []).append(c)
+    if len(nets) < 2:
+        return cands, {}
+
+    def latest(cs):
+        return max((str(v) for _, _, g in cs for v in g.get("finished_at", pd.Series(dtype=object)).dropna()),
+                   default="")
+
+    keep = max(nets, key=lambda n: (len(nets[n]), latest(nets[n])))
+    return nets[keep], {n or "none": [h for h, _, _ in cs] for n, cs in sorted(nets.items()) if n != keep}
 
 
 def write_selection(results: str | Path, suite: str, choice: dict, fixed_tag: str = "") -> Path:
@@ -185,8 +215,11 @@ def selection_markdown(choices: list[dict]) -> str:
         among = ("among the candidates that pass their validity checks" if c.get("chosen_among_valid", True)
                  else "no candidate passes its validity checks (bench.validity), so the choice is not method "
                       "evidence")
+        others = "; ".join(f"{len(hs)} on {net}" for net, hs in sorted((c.get("other_networks") or {}).items()))
         out.append(f"**{c['model']} / {c['method']}**: {c['metric']} over seeds {', '.join(map(str, seeds))}, "
-                   f"lowest mean chosen; {among}")
+                   f"lowest mean chosen; {among}"
+                   + (f"; candidates on another network than {c.get('network') or 'these'}'s left out ({others})"
+                      if others else ""))
         out.append("")
         out.append("| " + " | ".join([*c["tuned"], *(f"seed {s}" for s in seeds), "mean", "validity", "chosen"]) + " |")
         out.append("|" + " --- |" * (len(c["tuned"]) + len(seeds) + 3))

@@ -382,6 +382,39 @@ def objective_choices(results_dirs) -> dict[tuple[str, str, str, str], list[tupl
     return {key: v for key, v in out.items() if v}
 
 
+def choice_networks(choice: dict, df) -> dict[str, list[str]]:
+    """``{network: [config_hash, ...]}`` of a stored choice's candidates, by the network identity of
+    their records in ``df`` (:func:`bench.reporting.data.model_identities`), when they stand on more
+    than one (a choice stored before :func:`bench.selection.one_network` kept them apart, or one that
+    says so in ``other_networks``); ``{}`` when they share one network."""
+    from bench.reporting.data import model_identities
+
+    hashes = [r["config_hash"] for r in choice.get("candidates", [])]
+    sub = df[df["config_hash"].isin(hashes)] if "config_hash" in df.columns else df.iloc[:0]
+    nets: dict[str, list[str]] = {}
+    for h, net in zip(sub["config_hash"], model_identities(sub)):
+        if h not in nets.get(net or "none", []):
+            nets.setdefault(net or "none", []).append(h)
+    for net, hs in (choice.get("other_networks") or {}).items():
+        nets.setdefault(net, []).extend(h for h in hs if h not in nets.get(net, []))
+    return nets if len(nets) > 1 else {}
+
+
+def mixed_network_notes(results_dirs, df) -> dict[tuple[str, str, str, str], str]:
+    """``(suite, profile, model, method) -> why`` for every stored choice of the profile's objective whose
+    candidates stand on more than one network (:func:`choice_networks`): its validation scores compare
+    networks as well as options, so a row at that choice is not chosen by the protocol."""
+    out = {}
+    for key, c, _ in _stored_choices(results_dirs):
+        nets = choice_networks(c, df)
+        if nets:
+            where = "; ".join(f"{len(hs)} on {net}" for net, hs in sorted(nets.items()))
+            out[key] = (f"its stored `bench tune` choice compared candidates on networks of {len(nets)} different "
+                        f"identities ({where}): the scores may differ by network as well as by option, so the "
+                        f"choice is not the protocol's; rerun the tune on one network")
+    return out
+
+
 def edge_notes(results_dirs) -> dict[tuple[str, str, str], list[tuple[str, str]]]:
     """``(suite, profile, model) -> [(method, note), ...]`` naming each tuned method whose stored choice
     sits at an end of a swept range (:func:`at_edge`): its row is the best of the space, and a value

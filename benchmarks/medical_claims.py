@@ -312,6 +312,8 @@ class RowRuns:
     values: "pd.Series | None" = None  # metric by seed
     status: str = "ok"
     reasons: list = field(default_factory=list)
+    network: str = ""             # the records' network identity beyond the model name ("" for none)
+    networks: tuple = ()          # every identity the row has records on (at the configuration's options)
 
 
 def _norm(method: str, cfg) -> dict:
@@ -320,17 +322,20 @@ def _norm(method: str, cfg) -> dict:
     return {**METHODS.get(method).defaults, **(cfg if isinstance(cfg, dict) else {})}
 
 
-def select(df, suite: str, profile: str, claim: Claim, row: Row) -> RowRuns:
+def select(df, suite: str, profile: str, claim: Claim, row: Row, network: str | None = None) -> RowRuns:
     """The records of ``row``: the configuration the profile runs it with (else the one matching the
-    row's own options with the most seeds, marked), its metric per seed and its validity."""
+    row's own options with the most seeds, marked), its metric per seed and its validity; with
+    ``network``, its records on that network identity where it has any (the other row's network)."""
     import pandas as pd
 
+    from bench.reporting.data import model_identities
     from bench.suites import SUITES
     from bench.validity import runs_validity
 
     out = RowRuns(row)
     if df.empty:
         return out
+    df = df.assign(_network=model_identities(df))
     models = SUITES.get(suite).profiles[profile]["models"]
     sub = df[(df["suite"] == suite) & (df["profile"] == profile) & (df["method"] == row.method)
              & (df["status"] == "ok") & df["model"].isin(models)]
@@ -347,12 +352,16 @@ def select(df, suite: str, profile: str, claim: Claim, row: Row) -> RowRuns:
     ids = hit[hit["kind"] == "id"]
     if ids.empty:
         return out
+    out.networks = tuple(sorted(set(ids["_network"])))
+    if network is not None and network in out.networks:
+        hit, ids = hit[hit["_network"] == network], ids[ids["_network"] == network]
     seeds = ids.groupby("config_hash")["seed"].nunique()
     latest = ids.groupby("config_hash")["finished_at"].max() if "finished_at" in ids.columns else {}
     chosen = max(seeds.index, key=lambda h: (seeds[h], str(latest.get(h))))  # most seeds, then the latest
     out.configs = len(seeds)
     runs = hit[hit["config_hash"] == chosen]
     out.label = str(runs["method_label"].iloc[0])
+    out.network = str(runs["_network"].iloc[0])
     col = f"metrics.{claim.metric}"
     sets = runs[runs["kind"] == claim.kind]
     with_id = set(runs[runs["kind"] == "id"]["seed"])
@@ -366,6 +375,18 @@ def select(df, suite: str, profile: str, claim: Claim, row: Row) -> RowRuns:
     used = runs[(runs["kind"] == "id") & runs["seed"].isin(out.values.index if len(out.values) else with_id)]
     out.status, out.reasons = runs_validity(used)
     return out
+
+
+def pair(df, suite: str, profile: str, claim: Claim) -> tuple[RowRuns, RowRuns]:
+    """The two rows of ``claim``, on one network where they share one: the first row's records
+    (:func:`select`), then the second's on its network; where the second has none there, the
+    second's own choice and the first's on that network. Two rows on different networks (e.g. a
+    backbone file trained twice) stay so, and :func:`verdict_text` says so."""
+    a = select(df, suite, profile, claim, claim.a)
+    b = select(df, suite, profile, claim, claim.b, network=a.network if a.label is not None else None)
+    if a.label is not None and b.label is not None and a.network != b.network and b.network in a.networks:
+        a = select(df, suite, profile, claim, claim.a, network=b.network)
+    return a, b
 
 
 # -- the comparison -------------------------------------------------------------------------------------
@@ -502,8 +523,10 @@ def untuned_reason(suite: str, profile: str, row: Row) -> str | None:
             f"(`python -m bench tune --suite {suite} --profile {profile} --methods {row.method}`)")
 
 
-def verdict_text(claim: Claim, spec: SuiteSpec, a: RowRuns, b: RowRuns, df_ref) -> tuple[str, str]:
-    """(measured, verdict) cells of one claim on one suite."""
+def verdict_text(claim: Claim, spec: SuiteSpec, a: RowRuns, b: RowRuns, df_ref,
+                 mixed: dict[str, str] | None = None) -> tuple[str, str]:
+    """(measured, verdict) cells of one claim on one suite; ``mixed``: method -> why its stored tuning's
+    choice is not the protocol's (:func:`bench.tuning.mixed_network_notes`)."""
     from bench.validity import OK
 
     missing = [r.row for r in (a, b) if r.label is None]
@@ -511,8 +534,15 @@ def verdict_text(claim: Claim, spec: SuiteSpec, a: RowRuns, b: RowRuns, df_ref) 
     why = "; ".join(f"{r.row.name}: " + ("; ".join(r.reasons) or r.status) for r in failing)
     untuned = [(r.row.name, u) for r in (a, b) if r.label is not None
                and (u := untuned_reason(spec.name, spec.profile, r.row))]
+    untuned += [(r.row.name, (mixed or {})[r.row.method]) for r in (a, b) if r.label is not None and r.row.tuned
+                and r.row.method in (mixed or {})]
     why = "; ".join([why] * bool(why) + [f"{name}: {u}" for name, u in untuned])
-    blocked = bool(failing or untuned)  # a row that fails its checks, or one not chosen by the tuning protocol
+    if a.label is not None and b.label is not None and a.network != b.network:
+        why = "; ".join([why] * bool(why) + [f"the two rows stand on networks of different identity ({a.row.name}: "
+                                             f"{a.network or 'no model identity'}; {b.row.name}: "
+                                             f"{b.network or 'no model identity'}): not shown to be one network, "
+                                             f"so not a like-for-like comparison"])
+    blocked = bool(why)  # a row that fails its checks, one not chosen by the tuning protocol, two networks
     measured = " vs ".join(f"{r.row.name} {_mean_std(r.values)}" for r in (a, b)
                            if r.values is not None and len(r.values))
     if missing:
@@ -560,10 +590,11 @@ def tuned_objectives(objectives: dict, suite: str, profile: str) -> dict[str, li
 
 
 def table(df, suite: str, profile: str, df_ref=None, tuned: dict | None = None,
-          objectives: dict | None = None) -> list[str]:
+          objectives: dict | None = None, mixed: dict | None = None) -> list[str]:
     """``tuned``: method -> the options bench tune chose (:func:`tuned_choices`); every row of a tuned
     method is read, and its missing records are asked for, at that choice. ``objectives``: the choices
-    of tunes of other objectives (:func:`tuned_objectives`), for the rows that set their fixed options."""
+    of tunes of other objectives (:func:`tuned_objectives`), for the rows that set their fixed options.
+    ``mixed``: method -> why its choice compared candidates on different networks (not a verdict)."""
     spec = SUITE_SPECS[suite]
     spec = SuiteSpec(spec.name, profile, spec.cost_reference, spec.cost_note, spec.data_note)
     tuned, objectives = tuned or {}, objectives or {}
@@ -583,8 +614,8 @@ def table(df, suite: str, profile: str, df_ref=None, tuned: dict | None = None,
              "| --- | --- | --- | --- | --- |"]
     for c in claims_of(suite):
         c = replace(c, a=with_tuned(c.a, tuned, objectives), b=with_tuned(c.b, tuned, objectives))
-        a, b = select(df, suite, profile, c, c.a), select(df, suite, profile, c, c.b)
-        measured, verdict = verdict_text(c, spec, a, b, df_ref)
+        a, b = pair(df, suite, profile, c)
+        measured, verdict = verdict_text(c, spec, a, b, df_ref, mixed)
         lines.append(f"| {c.key}: {c.text} ({METRIC_TITLES.get(c.metric, c.metric)}, "
                      f"{'higher' if c.higher_is_better else 'lower'} is better) "
                      f"| {c.where}: {c.paper} | {row_text(a)}; {row_text(b)} | {measured} | {verdict} |")
@@ -654,14 +685,15 @@ def main(argv=None) -> int:
     refs = sorted({SUITE_SPECS[s].cost_reference for s in suites if SUITE_SPECS[s].cost_reference})
     df = load(a.results, suites)
     df_ref = load(a.results, refs, validity=False) if refs else None
-    from bench.tuning import chosen_options, objective_choices
+    from bench.tuning import chosen_options, mixed_network_notes, objective_choices
 
     choices, objectives = chosen_options(a.results), objective_choices(a.results)  # every stored tuning, read once
+    mixed = mixed_network_notes(a.results, df)
     out = []
     for s in suites:
         profile = a.profile or SUITE_SPECS[s].profile
         out += table(df, s, profile, df_ref, tuned_choices(choices, s, profile),
-                     tuned_objectives(objectives, s, profile)) + [""]
+                     tuned_objectives(objectives, s, profile), tuned_choices(mixed, s, profile)) + [""]
     out += legend(suites)
     print("\n".join(out))
     return 0

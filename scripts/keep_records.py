@@ -5,6 +5,7 @@ longer than one machine's life resumes where it stopped and its tables stay repr
     .venv/bin/python scripts/keep_records.py restore SUITE [SUITE ...]  # docs/records -> results
     .venv/bin/python scripts/keep_records.py merge ARCHIVE.tar.gz      # a device run's records -> docs/records
     .venv/bin/python scripts/keep_records.py pack SUITE [SUITE ...]     # loose kept records -> the suite's pack
+    .venv/bin/python scripts/keep_records.py save-maps SUITE [SUITE ...]  # results' MAP networks -> docs/records
 
 Kept records are packed: ``docs/records/<suite>/records.jsonl.gz`` holds every kept record of the
 suite, a line each naming its path in the store's layout (``bench.store``: the store, the report and
@@ -336,10 +337,41 @@ def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False) -> dict
     return counts
 
 
+def save_maps(results: Path, suite: str, archive: Path = ARCHIVE) -> dict[str, int]:
+    """Keep the suite's MAP networks (``<results>/<suite>/checkpoints/map/<model>/<key>/seed<k>.pt``),
+    each checked to load as ``merge`` checks a device run's, beside its records: added when absent,
+    a different kept file kept as it is (reported). For a network other runs start from and whose
+    training a later machine need not reproduce bit for bit: camvid_multilabel's backbone
+    (``data.backbone=camvid``, the camvid quick MAP UNet of seed 0), whose digest is part of every
+    cell's identity there (docs/medical.md)."""
+    src = results / suite / MAPS_TREE
+    files = sorted(p for p in src.rglob("seed*.pt") if is_map_checkpoint(p.relative_to(results).as_posix())) \
+        if src.is_dir() else []
+    if not files:
+        raise SystemExit(f"keep_records: no MAP network under {src} (<model>/<key hash>/seed<k>.pt)")
+    counts = {"added": 0, "unchanged": 0, "conflicts": 0}
+    for path in files:
+        body, dest = path.read_bytes(), archive / path.relative_to(results)
+        problem = map_problem(body)
+        if problem:
+            raise SystemExit(f"keep_records: {path}: {problem}; nothing kept from it")
+        if not dest.exists():
+            atomic_write_bytes(dest, body)
+            counts["added"] += 1
+        elif dest.read_bytes() == body:
+            counts["unchanged"] += 1
+        else:
+            counts["conflicts"] += 1
+            print(f"keep_records: {dest} differs from {path}; the kept network stays (records were made on it)",
+                  file=sys.stderr)
+    return counts
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("action", choices=("save", "restore", "merge", "pack"))
-    p.add_argument("suites", nargs="+", help="save / restore / pack: suite names; merge: a device run's records.tar.gz and maps-<k>.tar file(s)")
+    p.add_argument("action", choices=("save", "restore", "merge", "pack", "save-maps"))
+    p.add_argument("suites", nargs="+", help="save / restore / pack / save-maps: suite names; merge: a device run's "
+                                             "records.tar.gz and maps-<k>.tar file(s)")
     p.add_argument("--replace", action="store_true", help="merge: a kept record that differs takes the archive's")
     p.add_argument("--results", default=str(ROOT / "results"))
     p.add_argument("--archive", default=str(ARCHIVE), help="where the records are kept (default: docs/records)")
@@ -358,6 +390,10 @@ def main(argv=None) -> int:
     for suite in a.suites:
         if a.action == "save":
             print(f"saved {save(results, suite, archive)} record(s) of {suite} to {archive}")
+        elif a.action == "save-maps":
+            c = save_maps(results, suite, archive)
+            print(f"kept the MAP networks of {suite} in {archive / suite / MAPS_TREE}: {c['added']} added, "
+                  f"{c['unchanged']} unchanged, {c['conflicts']} conflict(s) kept as they were")
         elif a.action == "pack":
             print(f"packed {pack(suite, archive)} record(s) of {suite} into {archive / suite / PACK_NAME}")
         else:

@@ -18,6 +18,7 @@ from datasets.presence import class_presence, pixel_shares
 from datasets.segmentation import CAMVID_CLASSES, LabelFiles, camvid_labels
 
 REAL = Path(__file__).resolve().parents[1] / "data"
+ROOT = Path(__file__).resolve().parents[1]
 
 #: CamVid values as stored (11 = void): 16 pixels, 5 of them void, 11 labelled;
 #: class 0 has 6 pixels (6/11 = 0.545), class 1 has 2 (2/11 = 0.182; 2/16 = 0.125 of all pixels),
@@ -309,3 +310,22 @@ def test_real_training_prevalence_at_the_default_threshold():
     stated = [0.99, 0.96, 0.40, 1.00, 0.83, 0.84, 0.40, 0.28, 0.79, 0.22, 0.09]
     np.testing.assert_allclose(prev, stated, atol=0.005 + 1e-9)
     assert len(y) == 367
+
+
+def test_the_kept_backbone_is_where_bench_run_looks_for_it():
+    """The camvid MAP UNet kept in git (docs/medical.md: `keep_records.py restore camvid` puts it back)
+    lies under the key the quick profile's data.backbone=camvid resolves to now: a change to the camvid
+    quick profile or its key would leave it unused (and every later run on a new backbone), so it fails
+    here; its digest is the one docs/medical.md names."""
+    from bench.models import weights_provenance
+    from bench.suites import SUITES
+
+    suite = SUITES.get("camvid_multilabel")()
+    suite.results_dir = ROOT / "docs" / "records"
+    cfg = suite.data_cfg(suite.profiles["quick"].get("data", {}))
+    path = suite.camvid_backbone_path(cfg)
+    assert path.is_file(), path
+    digest = weights_provenance(path)["sha256_16"]
+    assert digest in (ROOT / "docs" / "medical.md").read_text()
+    assert suite.model_identity("unet_presence", suite.profiles["quick"].get("data", {})) == \
+        {"backbone_sha256_16": digest}

@@ -149,3 +149,30 @@ def test_merge_compares_with_the_packed_records(tmp_path):
     assert keep.merge(tarball(other, "other.tar.gz"), archive, replace=True)["replaced"] == 1
     assert read_pack(archive / "toy" / PACK_NAME)[rel]["metrics"] == {"accuracy": 0.1}
     assert not list(archive.rglob("*.json"))
+
+
+def test_save_maps_keeps_a_suites_map_networks_and_restore_puts_them_back(tmp_path):
+    """A network other runs start from (camvid_multilabel's backbone) is kept beside the records: a
+    file that loads as a MAP checkpoint is kept, an existing kept one that differs is not replaced, a
+    file that is not a checkpoint is refused, and restore puts the kept one back without overwriting."""
+    import pytest
+    import torch
+
+    results, archive, fresh = tmp_path / "results", tmp_path / "kept", tmp_path / "fresh"
+    rel = Path("toy/checkpoints/map/mlp/0123456789/seed0.pt")
+    (results / rel).parent.mkdir(parents=True)
+    torch.save({"model": {"w": torch.ones(2)}, "epochs": 1}, results / rel)
+    assert keep.save_maps(results, "toy", archive) == {"added": 1, "unchanged": 0, "conflicts": 0}
+    assert (archive / rel).read_bytes() == (results / rel).read_bytes()
+    assert keep.save_maps(results, "toy", archive)["unchanged"] == 1
+    first = (archive / rel).read_bytes()
+    torch.save({"model": {"w": torch.zeros(2)}, "epochs": 1}, results / rel)  # retrained: another network
+    assert keep.save_maps(results, "toy", archive)["conflicts"] == 1
+    assert (archive / rel).read_bytes() == first  # the kept network stays: records were made on it
+    ResultsStore(archive).write(ResultsStore(archive).run_dir("toy", "mlp", "deterministic", "abc", 0),
+                                record("noise", 0.5))
+    keep.restore(fresh, "toy", archive)
+    assert (fresh / rel).read_bytes() == first
+    (results / rel).write_bytes(b"not a torch file")
+    with pytest.raises(SystemExit, match="not a torch file"):
+        keep.save_maps(results, "toy", archive)

@@ -39,7 +39,7 @@ TRAINED = {"map_training": {"val_nll": [1.0 + 1.0 / (e + 1) ** 3 for e in range(
 
 
 def _write(root, method, seed, profile="quick", finished="2026-01-01T00:10:00+00:00", skip=(), bump=0.0,
-           probe=None):
+           probe=None, identity=None):
     label, cfg = CONFIGS[method]
     store = ResultsStore(root)
     run = store.run_dir("cifar10c", "resnet20", method, config_hash(cfg), seed)
@@ -50,7 +50,8 @@ def _write(root, method, seed, profile="quick", finished="2026-01-01T00:10:00+00
             "started_at": "2026-01-01T00:00:00+00:00", "finished_at": finished,
             "cost": {"stochastic_params": 0 if method == "deterministic" else 500, "train_time_s": 100.0 + seed,
                      "predict_time_per_example_s": 1e-4, "flops_per_example": 2e6, "peak_memory_mb": 50.0,
-                     **({"peak_memory_probe": probe} if probe else {})}}
+                     **({"peak_memory_probe": probe} if probe else {})},
+            **({"model_identity": identity} if identity else {})}
     store.write(run, {**base, "kind": "id", "shift": "clean", "severity": 0, "n": 100,
                       "metrics": {"accuracy": 0.9, "nll": 0.3, "brier": 0.15, "ece": 0.03},
                       "diagnostics": CONVERGED_VI if method == "pbn" else TRAINED})
@@ -282,3 +283,31 @@ def test_shared_machine_notes_mark_timings_taken_beside_other_work():
     assert notes[0].startswith("train s of busy:") and "upper bounds" in notes[0]
     assert notes[1].startswith("train s of old:") and "do not say" in notes[1]
     assert not any("quiet" in n or "gpu" in n for n in notes)
+
+
+def test_rows_on_two_networks_of_one_name_get_a_board_each(tmp_path):
+    """Records of one suite, model and profile whose model identity differs (a backbone file trained
+    twice: two digests) are not compared: a board per network, the MAP network's first, each named by
+    its identity; a single board made of both (a run's report) gives the other network's rows no
+    difference to MAP and never marks them best."""
+    from bench.leaderboard import build_boards, load_runs, select_runs
+    from bench.leaderboard.board import build_board
+
+    root = tmp_path / "r"
+    for seed in (0, 1, 2):
+        _write(root, "deterministic", seed, identity={"backbone_sha256_16": "aaaa"})
+        _write(root, "mc_dropout", seed, identity={"backbone_sha256_16": "aaaa"})
+        _write(root, "pbn", seed, identity={"backbone_sha256_16": "bbbb"})
+    out = _csv(_run(tmp_path, [root]))
+    assert list(dict.fromkeys(out["model_identity"])) == ["backbone_sha256_16=aaaa", "backbone_sha256_16=bbbb"]
+    first = out[out["model_identity"] == "backbone_sha256_16=aaaa"]
+    assert set(first["label"]) == {"deterministic", "mc_dropout"}
+    second = out[out["model_identity"] == "backbone_sha256_16=bbbb"].set_index("label")
+    assert list(second.index) == ["pbn[lr=0.05]"] and np.isnan(second.loc["pbn[lr=0.05]", "delta_vs_map.mean"])
+
+    df = select_runs(load_runs([root]))
+    assert len(build_boards(df)) == 2
+    one = build_board(df, "cifar10c", "resnet20", "quick", "shift.nll")  # both networks on one board
+    assert one.delta.loc["pbn[lr=0.05]", "n"] == 0 and one.delta.loc["mc_dropout", "n"] == 3
+    assert "pbn[lr=0.05]" not in one.marks["shift.nll"][0] | one.marks["shift.nll"][1]
+    assert any("another network than the MAP row's" in n and "bbbb" in n for n in one.notes)

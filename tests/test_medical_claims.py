@@ -47,10 +47,11 @@ ACCURACY = {"pbn": [0.900, 0.910, 0.905], "deterministic": [0.880, 0.889, 0.886]
 ROWS = {"pbn": mc.PBN_1, "deterministic": mc.DETERMINISTIC, "mfvi": mc.FULL_VI, "deep_ensemble": mc.ENSEMBLE}
 
 
-def write(root, method: str, seeds=SEEDS, pbn_diag=LEARNED, row=None, accuracy=None):
+def write(root, method: str, seeds=SEEDS, pbn_diag=LEARNED, row=None, accuracy=None, network=None):
+    """``network``: the records' model identity (a backbone digest), part of the cell's identity."""
     row = row or ROWS[method]
     cfg = mc.profile_config(SUITE, PROFILE, row)
-    chash = config_hash({"method": method, **cfg})
+    chash = config_hash({"method": method, **cfg, **({"model_identity": network} if network else {})})
     store = ResultsStore(root)
     diag = pbn_diag if method in ("pbn", "mfvi") else AT_REST
     for seed in seeds:
@@ -58,7 +59,8 @@ def write(root, method: str, seeds=SEEDS, pbn_diag=LEARNED, row=None, accuracy=N
         base = {"status": "ok", "suite": SUITE, "profile": PROFILE, "task": "multilabel", "method": method,
                 "method_label": method_label(method, cfg, METHODS.get(method).defaults), "method_config": cfg,
                 "config_hash": chash, "model": MODEL, "seed": seed, "train_config": TRAIN, "num_labels": 11,
-                "finished_at": "2026-01-01T00:00:00+00:00"}
+                "finished_at": "2026-01-01T00:00:00+00:00",
+                **({"model_identity": {"backbone_sha256_16": network}} if network else {})}
         run = store.run_dir(SUITE, MODEL, method, chash, seed)
         store.write(run, {**base, "kind": "id", "shift": "clean", "severity": 0, "n": 233, "diagnostics": diag,
                           "reference": {"nll": 5.0},
@@ -319,3 +321,47 @@ def test_a_tune_of_the_rows_own_objective_chooses_its_options_and_makes_it_a_ver
     assert mc.untuned_reason("camvid_binary", "quick", weighted) is None
     plain = mc.with_tuned(mc.PBN_1, chosen, objectives)
     assert plain.options["beta_start"] == 1e-4 and plain.tuned_for == {}
+
+
+def test_two_rows_on_different_networks_are_never_a_verdict(tmp_path, capsys):
+    """PBN built on one backbone file, the deterministic network on another (the backbone trained twice):
+    not a like-for-like comparison, whatever the numbers; once the deterministic network has records on
+    PBN's backbone too, the claim reads those and is a verdict again."""
+    write(tmp_path, "pbn", network="aaaa")
+    write(tmp_path, "deterministic", network="bbbb")
+    tune_at_the_profile(tmp_path, methods=("pbn",))
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    m2 = line(out, "M2")
+    assert "not a verdict" in m2 and "networks of different identity" in m2 and "aaaa" in m2 and "bbbb" in m2
+    write(tmp_path, "deterministic", network="aaaa", seeds=(0, 1), accuracy=[0.5, 0.5, 0.5])  # fewer seeds than bbbb
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    m2 = line(out, "M2")
+    assert m2.endswith("| verdict: supported |") and "deterministic +0.405" in m2 and "different identity" not in m2
+
+
+def test_a_tuned_choice_among_candidates_on_two_networks_is_not_the_protocols(tmp_path, capsys):
+    """A stored choice whose candidates' records stand on two networks compared them by network as well
+    as by option: a row at that choice is not chosen by the protocol, so not a verdict."""
+    from bench.tuning import choice_networks, write_tuning
+
+    write(tmp_path, "pbn", network="aaaa")
+    write(tmp_path, "deterministic", network="aaaa")
+    other = mc.with_tuned(mc.PBN_1, {"pbn": {"beta_start": 0.2, "rho_lr": 0.05}})
+    write(tmp_path, "pbn", row=other, network="bbbb")
+    tune_at_the_profile(tmp_path, methods=("pbn",))
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    assert line(out, "M2").endswith("| verdict: supported |")  # no candidate list: nothing to compare
+    doc = (tmp_path / SUITE / "tuning" / f"{PROFILE}.json")
+    import json
+
+    stored = json.loads(doc.read_text())
+    choice = stored["methods"]["pbn"]["choices"][0]
+    hashes = {config_hash({"method": "pbn", **mc.profile_config(SUITE, PROFILE, r), "model_identity": n})
+              for r, n in ((mc.with_tuned(mc.PBN_1, {"pbn": choice["chosen"]}), "aaaa"), (other, "bbbb"))}
+    choice["candidates"] = [{"config_hash": h, "values": {}, "score": 1.0, "per_seed": {"0": 1.0}} for h in hashes]
+    write_tuning(tmp_path, SUITE, PROFILE, {"pbn": stored["methods"]["pbn"]}, {})
+    df = mc.load([str(tmp_path)], [SUITE])
+    assert sorted(choice_networks(choice, df)) == ["backbone_sha256_16=aaaa", "backbone_sha256_16=bbbb"]
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    m2 = line(out, "M2")
+    assert "not a verdict" in m2 and "compared candidates on networks of 2 different identities" in m2

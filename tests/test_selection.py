@@ -120,3 +120,30 @@ def test_select_skips_later_runs_at_one_value_and_keeps_every_sweep_in_its_own_f
     with pytest.raises(BenchError, match="nothing to choose"):
         sel.select(tmp_path / "empty", "suite", "pbn", ["lr"], swept_only=True)
     assert not (tmp_path / "empty").exists()
+
+
+def test_candidates_on_two_networks_of_one_name_are_not_compared():
+    """A sweep rerun on a retrained backbone (another digest in the records' model identity) leaves its
+    old candidates behind: the choice is made among the candidates on one network, the one with the most
+    of them, and names the others'; the old network's better score does not win."""
+    def rec(lr, seed, nll, net, finished):
+        return {**_rec("val", lr, 1, seed, nll, h=f"{lr}-{net}"), "model_identity.backbone_sha256_16": net,
+                "finished_at": finished}
+
+    rows = [rec(0.1, 0, 0.10, "old", "2026-01-01"),                                   # best score, old network
+            rec(0.1, 0, 0.50, "new", "2026-01-02"), rec(0.01, 0, 0.40, "new", "2026-01-02")]
+    (c,) = choose_on_validation(pd.DataFrame(rows), "pbn", ["lr"])
+    assert c["chosen"] == {"lr": 0.01} and c["network"] == "backbone_sha256_16=new"
+    assert [r["config_hash"] for r in c["candidates"]] == ["0.01-new", "0.1-new"]
+    assert c["other_networks"] == {"backbone_sha256_16=old": ["0.1-old"]}
+    # one network: nothing left out, no network named when the records carry no identity
+    (c,) = choose_on_validation(pd.DataFrame([_rec("val", 0.1, 1, 0, 0.3), _rec("val", 0.01, 1, 0, 0.2)]), "pbn",
+                                ["lr"])
+    assert "other_networks" not in c and "network" not in c
+    from bench.selection import selection_markdown
+
+    rows = [{**_rec("val", 0.1, 1, 0, 0.1, h="old"), "model_identity.backbone_sha256_16": "old"},
+            {**_rec("val", 0.1, 1, 0, 0.5, h="a"), "model_identity.backbone_sha256_16": "new"},
+            {**_rec("val", 0.01, 1, 0, 0.4, h="b"), "model_identity.backbone_sha256_16": "new"}]
+    text = selection_markdown(choose_on_validation(pd.DataFrame(rows), "pbn", ["lr"]))
+    assert "left out (1 on backbone_sha256_16=old)" in text.splitlines()[0]

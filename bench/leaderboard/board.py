@@ -15,7 +15,8 @@ import pandas as pd
 
 from bench.errors import BenchError
 from bench.validity import board_num_classes, reference_row, row_validity
-from bench.reporting.data import distinct, metric_columns, natural_key, per_run_first, per_seed_mean
+from bench.reporting.data import (distinct, metric_columns, model_identities, natural_key, per_run_first,
+                                  per_seed_mean)
 from bench.reporting.tables import HIGHER_IS_BETTER as HIGHER
 from bench.reporting.tables import METRIC_TITLES as TITLES
 
@@ -75,6 +76,19 @@ class Board:
     num_classes: int | None = None
     #: the registered methods whose records make the rows
     methods: set = field(default_factory=set)
+    #: the network's identity beyond its name (``model_identity``, e.g. a backbone file's digest) when
+    #: the records of (suite, model, profile) stand on more than one: one board each, named by it
+    variant: str | None = None
+
+    @property
+    def model_title(self) -> str:
+        """The model as tables and sections name it: with its identity when the board has a variant."""
+        return f"{self.model} [{self.variant}]" if self.variant else self.model
+
+    @property
+    def model_slug(self) -> str:
+        """The model in the names of the board's tables, figures and anchors: with its variant when it has one."""
+        return f"{self.model}-{self.variant.replace('=', '-').replace(';', '-')}" if self.variant else self.model
 
     def status(self, label) -> str:
         """The row's verdict: ok, fail or unverified (rows of records without a verdict: ok)."""
@@ -106,15 +120,32 @@ def metric_direction(metric: str) -> str:
 
 
 def build_boards(df: pd.DataFrame, metric: str = "shift.nll") -> list[Board]:
-    """A :class:`Board` per (suite, model, profile) of the ok evaluation records ``df``; boards
-    that cannot be ranked by ``metric`` at all are left out (BenchError when none can)."""
+    """A :class:`Board` per (suite, model, profile) of the ok evaluation records ``df``, and per
+    network identity within it (:func:`model_identities`): rows on two different networks of one
+    name (e.g. ``unet_presence`` on two backbone files) are not compared, so they get a board each,
+    the MAP network's first. Boards that cannot be ranked by ``metric`` at all are left out
+    (BenchError when none can)."""
     boards, missing = [], []
+    df = df.assign(_identity=model_identities(df))
     groups = df.groupby(["suite", "model", "profile"], sort=False)
     for (suite, model, profile), sub in sorted(groups, key=lambda kv: tuple(natural_key(k) for k in kv[0])):
-        try:
-            boards.append(build_ranked_board(sub, str(suite), str(model), str(profile), metric))
-        except BenchError as exc:
-            missing.append(str(exc))
+        parts = list(sub.groupby("_identity", sort=False))
+        if len(parts) > 1:  # the MAP network's identity first, then the most records
+            parts.sort(key=lambda kv: (map_label(kv[1]) is None, -len(kv[1]), kv[0]))
+        for ident, part in parts:
+            try:
+                board = build_ranked_board(part.drop(columns="_identity"), str(suite), str(model), str(profile),
+                                           metric)
+            except BenchError as exc:
+                missing.append(str(exc))
+                continue
+            if len(parts) > 1:
+                board.variant = ident or "no model identity"
+                others = [i or "none" for i, _ in parts if i != ident]
+                board.notes.insert(0, f"{model} here is the network of {board.variant}; records of the same "
+                                      f"suite, model and profile on another ({', '.join(others)}) have a board "
+                                      f"of their own: rows on networks of different identity are not compared")
+            boards.append(board)
     if not boards:
         raise BenchError("; ".join(missing))
     return boards
@@ -154,12 +185,18 @@ def build_board(df: pd.DataFrame, suite: str, model: str, profile: str, metric: 
     labels = sorted(per_seed.index.get_level_values(0).unique(), key=natural_key)
     mlabel = map_label(df)
     delta = paired_delta(per_seed[metric], mlabel, labels)
+    elsewhere = other_network_labels(df, mlabel, labels)
+    if elsewhere:  # rows on another network than the MAP row's: no difference to it, never marked best
+        delta.loc[elsewhere, ["mean", "std"]], delta.loc[elsewhere, "n"] = np.nan, 0
+        notes.append(f"{', '.join(elsewhere)}: on another network than the MAP row's (model identity "
+                     f"{elsewhere_identity_text(df, mlabel)}): not compared with it (no Δ vs MAP) and never "
+                     f"marked best; bench leaderboard gives each network its own board")
     score = ranking_score(per_seed[metric], delta, mlabel)
     order = sorted(labels, key=lambda lab: (not np.isfinite(score.get(lab, np.nan)),
                                             -score.get(lab, 0) if better == "max" else score.get(lab, 0)))
     board = Board(suite, model, profile, task, metric, columns, order, per_seed, notes=notes)
     board.validity = row_validity(df, order)
-    valid = [lab for lab in labels if board.is_evidence(lab)]
+    valid = [lab for lab in labels if board.is_evidence(lab) and lab not in elsewhere]
     for c in columns:
         if c.better:  # best / tied only among the rows that are method evidence
             col_score = ranking_score(per_seed[c.key], paired_delta(per_seed[c.key], mlabel, labels), mlabel)
@@ -171,6 +208,26 @@ def build_board(df: pd.DataFrame, suite: str, model: str, profile: str, metric: 
     board.provenance = {lab: provenance(df[df["label"] == lab]) for lab in order}
     board.methods = set(distinct(df["method"]))
     return board
+
+
+def other_network_labels(df: pd.DataFrame, mlabel: str | None, labels) -> list[str]:
+    """The labels whose records stand on another network identity (:func:`model_identities`) than
+    the MAP row's; [] when the board has one identity or no MAP row."""
+    if mlabel is None:
+        return []
+    ident = model_identities(df)
+    if ident.nunique() < 2:
+        return []
+    of = ident.groupby(df["label"]).agg(lambda v: ";".join(sorted(set(v))))
+    return [lab for lab in labels if of.get(lab) != of.get(mlabel)]
+
+
+def elsewhere_identity_text(df: pd.DataFrame, mlabel: str) -> str:
+    """``the MAP row's: X; others: Y, Z`` of a board with several network identities."""
+    ident = model_identities(df)
+    mine = sorted(set(ident[df["label"] == mlabel]))
+    others = sorted(set(ident) - set(mine))
+    return f"the MAP row's {', '.join(i or 'none' for i in mine)}; the others' {', '.join(i or 'none' for i in others)}"
 
 
 def paired_delta(values: pd.Series, mlabel: str | None, labels) -> pd.DataFrame | None:

@@ -85,9 +85,9 @@ def board_table(board: Board) -> Table:
         m.loc[ref] = np.nan
         for key in keys:
             texts[(ref, key)] = (format_value(board.reference[key]) if key in board.reference else "–")
-    caption = (f"{board.suite} / {board.model}, {board.profile} profile: ranked by {board.column(board.metric).title}."
+    caption = (f"{board.suite} / {board.model_title}, {board.profile} profile: ranked by {board.column(board.metric).title}."
                + (f" {VALIDITY_KEY}" if any(not board.is_evidence(r) for r in board.rows) else ""))
-    return Table(f"leaderboard-{board.suite}-{board.model}", cols, m, m * np.nan, m * 0, index_title="method",
+    return Table(f"leaderboard-{board.suite}-{board.model_slug}", cols, m, m * np.nan, m * 0, index_title="method",
                  caption=caption, texts=texts, marks=marks)
 
 
@@ -114,7 +114,7 @@ def validity_notes(board: Board) -> list[str]:
 def provenance_table(board: Board) -> TextTable:
     fields = ["seeds", "training", "data", "commits", "versions", "devices", "config"]
     rows = [[lab] + [board.provenance[lab][f] for f in fields] for lab in board.rows]
-    return TextTable(f"provenance-{board.suite}-{board.model}", ["method"] + fields, rows,
+    return TextTable(f"provenance-{board.suite}-{board.model_slug}", ["method"] + fields, rows,
                      caption="Where each row's numbers come from: the training setup actually used (the "
                              "profile's, with the method's own overrides), the data the shifted sets were read "
                              "from, the code and packages, the device and threads, and the full method options.",
@@ -139,8 +139,8 @@ def published_table(block: dict) -> TextTable:
 
 def board_section(board: Board, with_figure: bool = True) -> Section:
     smoke = board.profile == "smoke"
-    title = f"{board.suite} / {board.model} ({board.profile} profile)" + (" — SMOKE, NOT RESULTS" if smoke else "")
-    s = Section(title, anchor=f"board-{board.suite}-{board.model}-{board.profile}")
+    title = f"{board.suite} / {board.model_title} ({board.profile} profile)" + (" — SMOKE, NOT RESULTS" if smoke else "")
+    s = Section(title, anchor=f"board-{board.suite}-{board.model_slug}-{board.profile}")
     if smoke:
         s.add(Banner("SMOKE PROFILE: tiny data and a few training steps to check that the code runs; these "
                         "numbers say nothing about the methods."))
@@ -154,11 +154,11 @@ def board_section(board: Board, with_figure: bool = True) -> Section:
     if with_figure:
         png = pareto_figure(board)
         if png is not None:
-            s.add(Figure(slugify(f"pareto-{board.suite}-{board.model}-{board.profile}"), png,
+            s.add(Figure(slugify(f"pareto-{board.suite}-{board.model_slug}-{board.profile}"), png,
                          f"Cost against quality ({board.column(board.metric).title}, mean ± std over seeds): every "
                          f"configuration of the table; dashed: the Pareto front (no other configuration is both "
                          f"cheaper and better).{' SMOKE PROFILE.' if smoke else ''}",
-                         alt=f"Pareto view {board.suite} {board.model}"))
+                         alt=f"Pareto view {board.suite} {board.model_title}"))
     p = Section("Provenance")
     p.add(provenance_table(board))
     s.add(p)
@@ -197,7 +197,7 @@ def tables_markdown(boards: list[Board]) -> str:
     parts = []
     for b in boards:
         smoke = " — SMOKE PROFILE, not results" if b.profile == "smoke" else ""
-        parts.append(f"**{b.suite} / {b.model} ({b.profile} profile){smoke}**")
+        parts.append(f"**{b.suite} / {b.model_title} ({b.profile} profile){smoke}**")
         parts.append(markdown_table(board_table(b)))
         notes = validity_notes(b) + b.notes
         if notes:
@@ -213,7 +213,7 @@ def board_csv(boards: list[Board]) -> str:
         mean, std = b.mean(), b.std()
         count = b.per_seed.groupby(level=0).count().reindex(b.rows)
         for rank, lab in enumerate(b.rows, 1):
-            row = {"suite": b.suite, "model": b.model, "profile": b.profile, "task": b.task, "ranked_by": b.metric,
+            row = {"suite": b.suite, "model": b.model, "model_identity": b.variant or "", "profile": b.profile, "task": b.task, "ranked_by": b.metric,
                    "rank": rank, "label": lab, "seeds": " ".join(map(str, b.seeds(lab))),
                    "validity": b.status(lab),
                    "validity_reasons": "; ".join(b.validity.get(lab, ("ok", []))[1])}

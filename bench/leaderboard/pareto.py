@@ -135,7 +135,7 @@ def pareto_figure(board: Board, axes=AXES, short: bool = False) -> bytes | None:
                bbox_to_anchor=(0.5, 0.0), title=f"rank. {'method' if short else 'configuration'} (ranked by "
                f"{col.title})", title_fontsize=8)
     smoke = " — SMOKE PROFILE, not results" if board.profile == "smoke" else ""
-    fig.suptitle(f"{board.suite} / {board.model} ({board.profile} profile): {col.title} (mean ± std over seeds) "
+    fig.suptitle(f"{board.suite} / {board.model_title} ({board.profile} profile): {col.title} (mean ± std over seeds) "
                  f"against cost{smoke}\ndashed: Pareto front of the rows that are method evidence; hollow "
                  f"(✗ / ?): not method evidence", fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.92))

@@ -204,6 +204,19 @@ def _unique_labels(df: pd.DataFrame) -> pd.Series:
     return out
 
 
+def model_identities(df: pd.DataFrame) -> pd.Series:
+    """Per record, the network's identity beyond its name: ``key=value`` of its ``model_identity``
+    fields (a backbone file's digest, a model spec's source hash), ``;``-joined; "" for none."""
+    cols = sorted(c for c in df.columns if c.startswith("model_identity."))
+    if not cols:
+        return pd.Series("", index=df.index, dtype=object)
+
+    def text(r) -> str:
+        return ";".join(f"{c.split('.', 1)[1]}={r[c]}" for c in cols if isinstance(r[c], str) and r[c])
+
+    return df[cols].apply(text, axis=1).astype(object)
+
+
 def ok_records(df: pd.DataFrame) -> pd.DataFrame:
     return df[(df["status"] == "ok") & (df["kind"] != "fit")]
 
