@@ -35,9 +35,10 @@ import medical_claims as mc  # noqa: E402  (benchmarks/ is not a package)
 DEFAULT_SUITES = ("camvid_multilabel", "camvid_binary", "chestmnist")
 
 
-def method_line(df, s, profile: str, method: str, tuned: dict, df_ref=None) -> list[str]:
+def method_line(df, s, profile: str, method: str, tuned: dict, df_ref=None, mixed: str = "") -> list[str]:
     """The cells of one method's line on suite ``s`` (an instance): method, in the default grid, the
-    profile's row, its checks, other kept configurations, status."""
+    profile's row, its checks, other kept configurations, status. ``mixed``: why the stored tuning's
+    choice is not the protocol's (:func:`bench.tuning.mixed_network_notes`), or ""."""
     from bench.tuning import space_of
     from bench.validity import OK, marked_label, runs_validity
     from methods import METHODS
@@ -85,11 +86,11 @@ def method_line(df, s, profile: str, method: str, tuned: dict, df_ref=None) -> l
         verdict = "a row; one seed (a claim needs two or more)"
     else:
         verdict = "a row"
-    verdict += untuned
+    verdict += untuned + (f"; {mixed}" if mixed and row.tuned else "")
     return [method, grid, f"`{label}`{tuned_note}, {seeds_text}", checks, str(others) if others else "–", verdict]
 
 
-def table(df, suite: str, profile: str, tuned: dict, df_ref=None) -> list[str]:
+def table(df, suite: str, profile: str, tuned: dict, df_ref=None, mixed: dict | None = None) -> list[str]:
     from bench.suites import SUITES
     from methods import METHODS
 
@@ -103,7 +104,8 @@ def table(df, suite: str, profile: str, tuned: dict, df_ref=None) -> list[str]:
              "| --- | --- | --- | --- | --- | --- |"]
     order = list(s.default_methods) + [m for m in METHODS.names() if m not in s.default_methods]
     for m in order:
-        lines.append("| " + " | ".join(method_line(df, s, profile, m, tuned.get(m, {}), df_ref)) + " |")
+        lines.append("| " + " | ".join(method_line(df, s, profile, m, tuned.get(m, {}), df_ref,
+                                                   (mixed or {}).get(m, ""))) + " |")
     return lines
 
 
@@ -132,12 +134,13 @@ def main(argv=None) -> int:
     df = mc.load(a.results, suites)
     refs = sorted({sp.cost_reference for s in suites if (sp := mc.SUITE_SPECS.get(s)) and sp.cost_reference})
     df_ref = mc.load(a.results, refs, validity=False) if refs else None
-    from bench.tuning import chosen_options
+    from bench.tuning import chosen_options, mixed_network_notes
 
-    choices = chosen_options(a.results)
+    choices, mixed = chosen_options(a.results), mixed_network_notes(a.results, df)
     out = []
     for s in suites:
-        out += table(df, s, a.profile, mc.tuned_choices(choices, s, a.profile), df_ref) + [""]
+        out += table(df, s, a.profile, mc.tuned_choices(choices, s, a.profile), df_ref,
+                     mc.tuned_choices(mixed, s, a.profile)) + [""]
     out += ["A row is method evidence only where it passes its validity checks (bench.validity, docs/validity.md); "
             "the claims' table reads it only then. The refusals are the reasons `python -m bench run` gives when "
             "it plans the run (the method's `UNSUPPORTED`)."]

@@ -149,3 +149,30 @@ def test_a_tuned_method_is_read_at_its_stored_choice_and_not_marked_untuned(tmp_
     assert code == 0
     mcd = line(out, "mc_dropout")
     assert "(at bench tune's choice), seeds 0, 1" in mcd and "bench tune` has not chosen" not in mcd
+
+
+def test_a_stored_choice_among_candidates_on_two_networks_is_named(tmp_path, capsys):
+    """The stored choice of mc_dropout's p compared a candidate on one backbone file with one on another
+    (their records' model identities differ): the row at that choice says the choice is not the protocol's."""
+    import json
+
+    write(tmp_path, "mc_dropout", seeds=(0, 1), options={"p": 0.3})
+    store = ResultsStore(tmp_path)
+    for p, net in ((0.3, "aaaa"), (0.1, "bbbb")):
+        cfg = mc.profile_config(SUITE, PROFILE, mc.Row("mc_dropout", "mc_dropout", {"p": p}))
+        h = f"h{net}"
+        store.write(store.run_dir(SUITE, MODEL, "mc_dropout", h, 0), {
+            "status": "ok", "suite": SUITE, "profile": PROFILE, "task": "multilabel", "method": "mc_dropout",
+            "method_label": method_label("mc_dropout", cfg, METHODS.get("mc_dropout").defaults), "method_config": cfg,
+            "config_hash": h, "model": MODEL, "seed": 0, "kind": "val", "shift": "clean", "severity": 0, "n": 10,
+            "model_identity": {"backbone_sha256_16": net}, "finished_at": "2026-01-01T00:00:00+00:00",
+            "metrics": {"nll": 1.0}})
+    tuning = tmp_path / SUITE / "tuning" / f"{PROFILE}.json"
+    tuning.parent.mkdir(parents=True)
+    tuning.write_text(json.dumps({"suite": SUITE, "profile": PROFILE, "methods": {"mc_dropout": {"choices": [
+        {"model": MODEL, "chosen": {"p": 0.3}, "chosen_config_hash": "haaaa", "at_edge": [],
+         "candidates": [{"config_hash": "haaaa"}, {"config_hash": "hbbbb"}]}]}}}))
+    code, out, _ = run(capsys, "--suite", SUITE, "--results", str(tmp_path))
+    assert code == 0
+    mcd = line(out, "mc_dropout")
+    assert "(at bench tune's choice)" in mcd and "compared candidates on networks of 2 different identities" in mcd
