@@ -42,9 +42,10 @@ def _write(root, method, seed, profile="quick", finished="2026-01-01T00:10:00+00
            probe=None, identity=None):
     label, cfg = CONFIGS[method]
     store = ResultsStore(root)
-    run = store.run_dir("cifar10c", "resnet20", method, config_hash(cfg), seed)
+    chash = config_hash({**cfg, "model_identity": identity} if identity else cfg)  # the network is in the identity
+    run = store.run_dir("cifar10c", "resnet20", method, chash, seed)
     base = {"status": "ok", "suite": "cifar10c", "profile": profile, "task": "classification", "method": method,
-            "method_label": label, "method_config": cfg, "config_hash": config_hash(cfg), "model": "resnet20",
+            "method_label": label, "method_config": cfg, "config_hash": chash, "model": "resnet20",
             "seed": seed, "git_commit": f"c0ffee{seed}", "device": "cpu:x86_64:1threads",
             "versions": {"torch": "2.14.1", "bench": "0.1.0"}, "train_config": TRAIN,
             "started_at": "2026-01-01T00:00:00+00:00", "finished_at": finished,
@@ -307,7 +308,14 @@ def test_rows_on_two_networks_of_one_name_get_a_board_each(tmp_path):
 
     df = select_runs(load_runs([root]))
     assert len(build_boards(df)) == 2
-    one = build_board(df, "cifar10c", "resnet20", "quick", "shift.nll")  # both networks on one board
+    # a label on both networks is made distinct where they meet, and is plain on each network's own board
+    for seed in (0, 1, 2):
+        _write(root, "deterministic", seed, identity={"backbone_sha256_16": "bbbb"})
+    both = select_runs(load_runs([root]))
+    assert sorted(set(both["label"]))[0].startswith("deterministic#")
+    assert [sorted(b.rows) for b in build_boards(both)] == [["deterministic", "mc_dropout"],
+                                                              ["deterministic", "pbn[lr=0.05]"]]
+    one = build_board(df, "cifar10c", "resnet20", "quick", "shift.nll")  # both networks on one board (no MAP on bbbb)
     assert one.delta.loc["pbn[lr=0.05]", "n"] == 0 and one.delta.loc["mc_dropout", "n"] == 3
     assert "pbn[lr=0.05]" not in one.marks["shift.nll"][0] | one.marks["shift.nll"][1]
     assert any("another network than the MAP row's" in n and "bbbb" in n for n in one.notes)

@@ -808,23 +808,23 @@ def test_configurations_of_one_label_are_named_by_the_settings_they_differ_in():
     the config hash only when those settings do not tell them apart."""
     import pandas as pd
 
-    from bench.reporting.data import _unique_labels
+    from bench.reporting.data import unique_labels
 
     def row(h, lr, size=None, label="deterministic"):
         return {"suite": "s", "profile": "quick", "model": "m", "method_label": label, "config_hash": h,
                 "train_config": {"lr": lr, "epochs": 5}, "data_config": {"size": size}}
 
     df = pd.DataFrame([row("aaaaaaaa", 0.05), row("bbbbbbbb", 0.01), row("aaaaaaaa", 0.05), row("c", 0.1, label="x")])
-    assert list(_unique_labels(df)) == ["deterministic [train.lr=0.05]", "deterministic [train.lr=0.01]",
+    assert list(unique_labels(df)) == ["deterministic [train.lr=0.05]", "deterministic [train.lr=0.01]",
                                         "deterministic [train.lr=0.05]", "x"]
     df = pd.DataFrame([row("aaaaaaaa", 0.05, [64, 80]), row("bbbbbbbb", 0.05, [120, 160])])
-    assert list(_unique_labels(df)) == ["deterministic [data.size=[64, 80]]", "deterministic [data.size=[120, 160]]"]
+    assert list(unique_labels(df)) == ["deterministic [data.size=[64, 80]]", "deterministic [data.size=[120, 160]]"]
     same = pd.DataFrame([row("aaaaaaaa", 0.05), row("bbbbbbbb", 0.05)])  # e.g. a plugin's source changed
-    assert list(_unique_labels(same)) == ["deterministic#aaaaaa", "deterministic#bbbbbb"]
+    assert list(unique_labels(same)) == ["deterministic#aaaaaa", "deterministic#bbbbbb"]
     # a data setting one record does not name ran at the suite's default: named by it, not "–"
     aug = [{**row("aaaaaaaa", 0.05), "suite": "camvid_multilabel", "data_config": {"n_per_cell": 60}},
            {**row("bbbbbbbb", 0.05), "suite": "camvid_multilabel", "data_config": {"n_per_cell": 60, "augment": True}}]
-    assert list(_unique_labels(pd.DataFrame(aug))) == ["deterministic [data.augment=false]",
+    assert list(unique_labels(pd.DataFrame(aug))) == ["deterministic [data.augment=false]",
                                                        "deterministic [data.augment=true]"]
 
 

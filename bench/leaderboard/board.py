@@ -16,7 +16,7 @@ import pandas as pd
 from bench.errors import BenchError
 from bench.validity import board_num_classes, reference_row, row_validity
 from bench.reporting.data import (distinct, metric_columns, model_identities, natural_key, per_run_first,
-                                  per_seed_mean)
+                                  per_seed_mean, unique_labels)
 from bench.reporting.tables import HIGHER_IS_BETTER as HIGHER
 from bench.reporting.tables import METRIC_TITLES as TITLES
 
@@ -133,9 +133,11 @@ def build_boards(df: pd.DataFrame, metric: str = "shift.nll") -> list[Board]:
         if len(parts) > 1:  # the MAP network's identity first, then the most records
             parts.sort(key=lambda kv: (map_label(kv[1]) is None, -len(kv[1]), kv[0]))
         for ident, part in parts:
+            part = part.drop(columns="_identity")
+            if len(parts) > 1:  # labels made distinct only by the network (deterministic#726ea7) need not be here
+                part = part.assign(label=unique_labels(part))
             try:
-                board = build_ranked_board(part.drop(columns="_identity"), str(suite), str(model), str(profile),
-                                           metric)
+                board = build_ranked_board(part, str(suite), str(model), str(profile), metric)
             except BenchError as exc:
                 missing.append(str(exc))
                 continue

@@ -143,7 +143,7 @@ def prepare(df: pd.DataFrame) -> pd.DataFrame:
     df["model"] = df["model"].where(df["model"].notna(), "?").astype(object)
     df["suite"] = df["suite"].where(df["suite"].notna(), "?").astype(object)
     df["method_label"] = df["method_label"].where(df["method_label"].notna(), df["method"]).astype(object)
-    df["label"] = _unique_labels(df)
+    df["label"] = unique_labels(df)
     from bench.validity import attach_validity
 
     return attach_validity(df)
@@ -184,7 +184,7 @@ def _suite_data_defaults(suite: str | None) -> dict:
     return dict(getattr(SUITES.get(suite), "DEFAULT_DATA", {}) or {}) if suite in SUITES else {}
 
 
-def _unique_labels(df: pd.DataFrame) -> pd.Series:
+def unique_labels(df: pd.DataFrame) -> pd.Series:
     """``method_label``, made distinct when one label covers several configs of the same suite,
     profile and model (those would otherwise be averaged together): by the training and data
     settings they differ in (``deterministic [train.lr=0.05]``), else by the config hash."""
