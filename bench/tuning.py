@@ -385,8 +385,9 @@ def objective_choices(results_dirs) -> dict[tuple[str, str, str, str], list[tupl
 def choice_networks(choice: dict, df) -> dict[str, list[str]]:
     """``{network: [config_hash, ...]}`` of a stored choice's candidates, by the network identity of
     their records in ``df`` (:func:`bench.reporting.data.model_identities`), when they stand on more
-    than one (a choice stored before :func:`bench.selection.one_network` kept them apart, or one that
-    says so in ``other_networks``); ``{}`` when they share one network."""
+    than one (a choice stored before :func:`bench.selection.one_network` kept them apart); ``{}`` when
+    they share one network (a choice that left other networks' candidates out, ``other_networks``,
+    compared one network's)."""
     from bench.reporting.data import model_identities
 
     hashes = [r["config_hash"] for r in choice.get("candidates", [])]
@@ -395,8 +396,6 @@ def choice_networks(choice: dict, df) -> dict[str, list[str]]:
     for h, net in zip(sub["config_hash"], model_identities(sub)):
         if h not in nets.get(net or "none", []):
             nets.setdefault(net or "none", []).append(h)
-    for net, hs in (choice.get("other_networks") or {}).items():
-        nets.setdefault(net, []).extend(h for h in hs if h not in nets.get(net, []))
     return nets if len(nets) > 1 else {}
 
 

@@ -147,3 +147,20 @@ def test_candidates_on_two_networks_of_one_name_are_not_compared():
             {**_rec("val", 0.01, 1, 0, 0.4, h="b"), "model_identity.backbone_sha256_16": "new"}]
     text = selection_markdown(choose_on_validation(pd.DataFrame(rows), "pbn", ["lr"]))
     assert "left out (1 on backbone_sha256_16=old)" in text.splitlines()[0]
+
+
+def test_a_choice_made_on_one_network_is_not_called_mixed():
+    """bench.tuning.choice_networks names the networks of a stored choice's candidates only where the
+    candidates it compared span two; a choice that left the other network's candidates out compared one."""
+    from bench.tuning import choice_networks
+
+    def rec(lr, nll, net):
+        return {**_rec("val", lr, 1, 0, nll, h=f"{lr}-{net}"), "model_identity.backbone_sha256_16": net,
+                "finished_at": "2026-01-02"}
+
+    df = pd.DataFrame([rec(0.1, 0.1, "old"), rec(0.1, 0.5, "new"), rec(0.01, 0.4, "new")])
+    (c,) = choose_on_validation(df, "pbn", ["lr"])
+    assert c["other_networks"] and choice_networks(c, df) == {}
+    mixed = {**c, "candidates": c["candidates"] + [{"config_hash": "0.1-old"}]}
+    assert {k: sorted(v) for k, v in choice_networks(mixed, df).items()} == {
+        "backbone_sha256_16=new": ["0.01-new", "0.1-new"], "backbone_sha256_16=old": ["0.1-old"]}
