@@ -764,6 +764,18 @@ def grid_worker(spec_path: str) -> int:
     return 0
 
 
+
+def backbone_suites(suite_name: str, profile: str) -> list[str]:
+    """The suites whose kept MAP networks a grid of ``suite_name`` at ``profile`` starts from
+    (camvid_multilabel's ``data.backbone=camvid``: the camvid quick MAP UNet, kept in git so that every
+    machine builds on the same file, docs/medical.md); [] for a suite that starts from none."""
+    from bench.suites import SUITES
+
+    suite = SUITES.get(suite_name)()
+    run = getattr(suite, "backbone_run", None)
+    spec = run(suite.profiles.get(profile, {}).get("data", {})) if run is not None else None
+    return [spec["suite"]] if spec else []
+
 def grid_history(kept: list[dict], device_type: str) -> dict:
     """From kept device summaries on the same kind of device (``kept`` oldest first, as
     :func:`kept_summaries` reads them): each (model, method)'s longest finished time in the latest
@@ -1034,6 +1046,9 @@ class Session:
             g["restored_records"] = self.kr.restore(results, a.suite, Path(a.kept))
         else:
             g["restored_records"] = 0
+        for other in backbone_suites(a.suite, a.profile):  # the kept network the grid starts from, not a new one
+            if (Path(a.kept) / other / self.kr.MAPS_TREE).is_dir():
+                g.setdefault("restored_backbone_records", {})[other] = self.kr.restore(results, other, Path(a.kept))
         history = grid_history(self.kept, self.device.type)
         g["history_used"] = history
         workers = max(1, a.grid_workers or (CUDA_GRID_WORKERS if self.cuda else 1))

@@ -617,3 +617,14 @@ def test_the_runs_table_counts_map_networks_apart_from_cells():
              {"cell": "m/deep_ensemble/seed0", "status": "fitted"}]}}
     row = table.run_rows([s])[2]
     assert row.split(" | ")[5:8] == ["1", "1", "complete |"]
+
+
+def test_a_grid_on_camvid_multilabel_restores_the_kept_backbone():
+    """camvid_multilabel's quick profile starts every network from the camvid MAP UNet (data.backbone=camvid):
+    a device grid restores the camvid suite's kept networks too, so the GPU's rows stand on the backbone the
+    kept CPU rows stand on instead of one trained there; suites without a backbone restore nothing else."""
+    from bench.device_session import backbone_suites
+
+    assert backbone_suites("camvid_multilabel", "quick") == ["camvid"]
+    assert backbone_suites("camvid_multilabel", "smoke") == [] and backbone_suites("mnist_rotated", "paper") == []
+    assert any((ROOT / "docs" / "records" / "camvid" / "checkpoints" / "map").rglob("seed0.pt"))
