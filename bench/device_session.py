@@ -764,7 +764,6 @@ def grid_worker(spec_path: str) -> int:
     return 0
 
 
-
 def backbone_suites(suite_name: str, profile: str) -> list[str]:
     """The suites whose kept MAP networks a grid of ``suite_name`` at ``profile`` starts from
     (camvid_multilabel's ``data.backbone=camvid``: the camvid quick MAP UNet, kept in git so that every
@@ -775,6 +774,7 @@ def backbone_suites(suite_name: str, profile: str) -> list[str]:
     run = getattr(suite, "backbone_run", None)
     spec = run(suite.profiles.get(profile, {}).get("data", {})) if run is not None else None
     return [spec["suite"]] if spec else []
+
 
 def grid_history(kept: list[dict], device_type: str) -> dict:
     """From kept device summaries on the same kind of device (``kept`` oldest first, as

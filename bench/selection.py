@@ -111,10 +111,11 @@ def choose_on_validation(df: pd.DataFrame, method: str, tuned: tuple[str, ...] |
             # (bench.validity): a fit that did not converge is not a choice; none passing: among all
             valid = [r for r in rows if r["validity"] == OK]
             best = (valid or rows)[0]
+            network = network_of(cands[0][2])
             out.append({"model": mdl, "method": method, "tuned": list(tuned), "chosen": best["values"],
                         "chosen_config_hash": best["config_hash"], "metric": f"validation {metric.split('.')[-1]}",
                         "seeds": sorted(seeds), "candidates": rows, "chosen_among_valid": bool(valid),
-                        **({"network": network_of(cands[0][2])} if network_of(cands[0][2]) else {}),
+                        **({"network": network} if network else {}),
                         **({"other_networks": left_out} if left_out else {})})
     return out
 

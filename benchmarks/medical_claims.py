@@ -335,10 +335,10 @@ def select(df, suite: str, profile: str, claim: Claim, row: Row, network: str | 
     out = RowRuns(row)
     if df.empty:
         return out
-    df = df.assign(_network=model_identities(df))
     models = SUITES.get(suite).profiles[profile]["models"]
     sub = df[(df["suite"] == suite) & (df["profile"] == profile) & (df["method"] == row.method)
              & (df["status"] == "ok") & df["model"].isin(models)]
+    sub = sub.assign(_network=model_identities(sub))
     if sub.empty:
         return out
     cfgs = sub["method_config"].map(lambda c: _norm(row.method, c))

@@ -187,12 +187,13 @@ def build_board(df: pd.DataFrame, suite: str, model: str, profile: str, metric: 
     labels = sorted(per_seed.index.get_level_values(0).unique(), key=natural_key)
     mlabel = map_label(df)
     delta = paired_delta(per_seed[metric], mlabel, labels)
-    elsewhere = other_network_labels(df, mlabel, labels)
+    ident = model_identities(df)
+    elsewhere = other_network_labels(ident, df["label"], mlabel, labels)
     if elsewhere:  # rows on another network than the MAP row's: no difference to it, never marked best
         delta.loc[elsewhere, ["mean", "std"]], delta.loc[elsewhere, "n"] = np.nan, 0
         notes.append(f"{', '.join(elsewhere)}: on another network than the MAP row's (model identity "
-                     f"{elsewhere_identity_text(df, mlabel)}): not compared with it (no Δ vs MAP) and never "
-                     f"marked best; bench leaderboard gives each network its own board")
+                     f"{elsewhere_identity_text(ident, df['label'], mlabel)}): not compared with it (no Δ vs MAP) "
+                     f"and never marked best; bench leaderboard gives each network its own board")
     score = ranking_score(per_seed[metric], delta, mlabel)
     order = sorted(labels, key=lambda lab: (not np.isfinite(score.get(lab, np.nan)),
                                             -score.get(lab, 0) if better == "max" else score.get(lab, 0)))
@@ -212,22 +213,20 @@ def build_board(df: pd.DataFrame, suite: str, model: str, profile: str, metric: 
     return board
 
 
-def other_network_labels(df: pd.DataFrame, mlabel: str | None, labels) -> list[str]:
-    """The labels whose records stand on another network identity (:func:`model_identities`) than
-    the MAP row's; [] when the board has one identity or no MAP row."""
-    if mlabel is None:
+def other_network_labels(ident: pd.Series, label: pd.Series, mlabel: str | None, labels) -> list[str]:
+    """The labels whose records stand on another network identity (``ident``, per record:
+    :func:`model_identities`; ``label``, per record) than the MAP row's; [] when the board has one
+    identity or no MAP row."""
+    if mlabel is None or ident.nunique() < 2:
         return []
-    ident = model_identities(df)
-    if ident.nunique() < 2:
-        return []
-    of = ident.groupby(df["label"]).agg(lambda v: ";".join(sorted(set(v))))
+    of = ident.groupby(label).agg(lambda v: ";".join(sorted(set(v))))
     return [lab for lab in labels if of.get(lab) != of.get(mlabel)]
 
 
-def elsewhere_identity_text(df: pd.DataFrame, mlabel: str) -> str:
-    """``the MAP row's: X; others: Y, Z`` of a board with several network identities."""
-    ident = model_identities(df)
-    mine = sorted(set(ident[df["label"] == mlabel]))
+def elsewhere_identity_text(ident: pd.Series, label: pd.Series, mlabel: str) -> str:
+    """``the MAP row's X; the others' Y, Z`` of a board with several network identities (``ident``
+    and ``label`` per record)."""
+    mine = sorted(set(ident[label == mlabel]))
     others = sorted(set(ident) - set(mine))
     return f"the MAP row's {', '.join(i or 'none' for i in mine)}; the others' {', '.join(i or 'none' for i in others)}"
 

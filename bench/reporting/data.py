@@ -207,14 +207,12 @@ def unique_labels(df: pd.DataFrame) -> pd.Series:
 def model_identities(df: pd.DataFrame) -> pd.Series:
     """Per record, the network's identity beyond its name: ``key=value`` of its ``model_identity``
     fields (a backbone file's digest, a model spec's source hash), ``;``-joined; "" for none."""
-    cols = sorted(c for c in df.columns if c.startswith("model_identity."))
-    if not cols:
-        return pd.Series("", index=df.index, dtype=object)
-
-    def text(r) -> str:
-        return ";".join(f"{c.split('.', 1)[1]}={r[c]}" for c in cols if isinstance(r[c], str) and r[c])
-
-    return df[cols].apply(text, axis=1).astype(object)
+    out = pd.Series("", index=df.index, dtype=object)
+    for c in sorted(c for c in df.columns if c.startswith("model_identity.")):
+        has = df[c].map(lambda v: isinstance(v, str) and bool(v)).astype(bool)
+        piece = (c.split(".", 1)[1] + "=" + df[c].astype(str)).where(has, "")
+        out = (out + ";").where((out != "") & has, out) + piece
+    return out
 
 
 def ok_records(df: pd.DataFrame) -> pd.DataFrame:
