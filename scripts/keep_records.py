@@ -261,6 +261,22 @@ def _member_kind(name: str) -> str | None:
     return None
 
 
+def _keep(dest: Path, body: bytes, counts: dict[str, int], overwrite: bool, differs: str) -> None:
+    """Write ``body`` at ``dest`` when absent (added); the same bytes are unchanged; other bytes are
+    written over when ``overwrite`` (replaced), else the kept file stays (a conflict, ``differs`` reported)."""
+    if not dest.exists():
+        atomic_write_bytes(dest, body)
+        counts["added"] += 1
+    elif dest.read_bytes() == body:
+        counts["unchanged"] += 1
+    elif overwrite:
+        atomic_write_bytes(dest, body)
+        counts["replaced"] += 1
+    else:
+        counts["conflicts"] += 1
+        print(f"keep_records: {differs}", file=sys.stderr)
+
+
 def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False) -> dict[str, int]:
     """Merge a device run's ``records.tar.gz`` into the kept records (see the module's text).
     Everything is read and checked first: a bad archive changes nothing (MergeError)."""
@@ -320,18 +336,9 @@ def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False) -> dict
                 print(f"keep_records: {rel} (packed) differs from the archive's; kept as it is (--replace takes "
                       f"the archive's)", file=sys.stderr)
             continue
-        if not dest.exists():
-            atomic_write_bytes(dest, body)
-            counts["added"] += 1
-        elif dest.read_bytes() == body:
-            counts["unchanged"] += 1
-        elif replace or kind in ("perf", "artifact", "device"):  # a newer measurement, image or summary
-            atomic_write_bytes(dest, body)
-            counts["replaced"] += 1
-        else:
-            counts["conflicts"] += 1
-            print(f"keep_records: {dest} differs from the archive's; kept as it is (--replace takes the "
-                  f"archive's)", file=sys.stderr)
+        newer = kind in ("perf", "artifact", "device")  # a newer measurement, image or summary
+        _keep(dest, body, counts, overwrite=replace or newer,
+              differs=f"{dest} differs from the archive's; kept as it is (--replace takes the archive's)")
     for suite in suites:
         pack(suite, archive)
     return counts
@@ -349,21 +356,16 @@ def save_maps(results: Path, suite: str, archive: Path = ARCHIVE) -> dict[str, i
         if src.is_dir() else []
     if not files:
         raise SystemExit(f"keep_records: no MAP network under {src} (<model>/<key hash>/seed<k>.pt)")
-    counts = {"added": 0, "unchanged": 0, "conflicts": 0}
-    for path in files:
-        body, dest = path.read_bytes(), archive / path.relative_to(results)
+    bodies = {path: path.read_bytes() for path in files}
+    for path, body in bodies.items():  # every file checked before any is kept
         problem = map_problem(body)
         if problem:
-            raise SystemExit(f"keep_records: {path}: {problem}; nothing kept from it")
-        if not dest.exists():
-            atomic_write_bytes(dest, body)
-            counts["added"] += 1
-        elif dest.read_bytes() == body:
-            counts["unchanged"] += 1
-        else:
-            counts["conflicts"] += 1
-            print(f"keep_records: {dest} differs from {path}; the kept network stays (records were made on it)",
-                  file=sys.stderr)
+            raise SystemExit(f"keep_records: {path}: {problem}; nothing kept")
+    counts = {"added": 0, "unchanged": 0, "replaced": 0, "conflicts": 0}
+    for path, body in bodies.items():
+        _keep(archive / path.relative_to(results), body, counts, overwrite=False,
+              differs=f"{archive / path.relative_to(results)} differs from {path}; the kept network stays "
+                      f"(records were made on it)")
     return counts
 
 

@@ -162,7 +162,7 @@ def test_save_maps_keeps_a_suites_map_networks_and_restore_puts_them_back(tmp_pa
     rel = Path("toy/checkpoints/map/mlp/0123456789/seed0.pt")
     (results / rel).parent.mkdir(parents=True)
     torch.save({"model": {"w": torch.ones(2)}, "epochs": 1}, results / rel)
-    assert keep.save_maps(results, "toy", archive) == {"added": 1, "unchanged": 0, "conflicts": 0}
+    assert keep.save_maps(results, "toy", archive) == {"added": 1, "unchanged": 0, "replaced": 0, "conflicts": 0}
     assert (archive / rel).read_bytes() == (results / rel).read_bytes()
     assert keep.save_maps(results, "toy", archive)["unchanged"] == 1
     first = (archive / rel).read_bytes()
@@ -174,5 +174,9 @@ def test_save_maps_keeps_a_suites_map_networks_and_restore_puts_them_back(tmp_pa
     keep.restore(fresh, "toy", archive)
     assert (fresh / rel).read_bytes() == first
     (results / rel).write_bytes(b"not a torch file")
+    other = Path("toy/checkpoints/map/mlp/0000000000/seed0.pt")  # a good network, listed before the bad one
+    (results / other).parent.mkdir()
+    torch.save({"model": {"w": torch.ones(3)}, "epochs": 1}, results / other)
     with pytest.raises(SystemExit, match="not a torch file"):
         keep.save_maps(results, "toy", archive)
+    assert not (archive / other).exists()  # every file is checked before any is kept
