@@ -440,6 +440,11 @@ def test_smoke_run_end_to_end_with_report(tmp_path, monkeypatch):
     assert (tmp_path / "rep2" / "cifar10c" / "figures" / "data-smoke-gallery.png").exists()
 
 
+# two training steps of 16 images: this CPU has no bfloat16 instructions, so each bfloat16 step of the
+# ResNet-18 is slow (three steps of 64 took 3 minutes of the test suite)
+FEW_BF16_STEPS = ["--set", "data.n_train=32", "--set", "train.batch_size=16"]
+
+
 def test_the_gpu_profile_trains_in_bfloat16_channels_last_and_says_so_in_its_records(tmp_path, monkeypatch):
     """cifar10c's gpu profile (the fast GPU recipe) on the CPU at toy size, with its own ResNet-18: its
     training options reach the training (bfloat16 autocast, channels-last) and every record's training
@@ -468,9 +473,8 @@ def test_the_gpu_profile_trains_in_bfloat16_channels_last_and_says_so_in_its_rec
     out = tmp_path / "results"
     assert main(["run", "--suite", "cifar10c", "--profile", "gpu", "--quiet", "--no-report", "--data-root",
                  str(data_root), "--out", str(out), "--methods", "deterministic", "--seeds", "0",
-                 "--set", "train.epochs=1", "--set", "train.batch_size=64",
-                 "--set", "data.corruptions=gaussian_noise", "--set", "data.severities=[1]",
-                 *FEWER_IMAGES]) == 0
+                 "--set", "train.epochs=1", "--set", "data.corruptions=gaussian_noise", "--set", "data.severities=[1]",
+                 *FEWER_IMAGES, *FEW_BF16_STEPS]) == 0
     df = load_records(out)
     assert (df["status"] == "ok").all() and len(df) > 0 and set(df["model"]) == {"resnet18_pbn"}
     assert all(tc["precision"] == "bf16" and tc["channels_last"] is True for tc in df["train_config"])
@@ -478,9 +482,9 @@ def test_the_gpu_profile_trains_in_bfloat16_channels_last_and_says_so_in_its_rec
 
     assert main(["run", "--suite", "cifar10c", "--profile", "gpu", "--quiet", "--no-report", "--data-root",
                  str(data_root), "--out", str(tmp_path / "small"), "--methods", "deterministic", "--seeds", "0",
-                 "--set", "models=resnet_small", "--set", "train.epochs=1", "--set", "train.batch_size=64",
+                 "--set", "models=resnet_small", "--set", "train.epochs=1",
                  "--set", "data.corruptions=gaussian_noise", "--set", "data.severities=[1]",
-                 *FEWER_IMAGES]) == 1
+                 *FEWER_IMAGES, *FEW_BF16_STEPS]) == 1
     failed = load_records(tmp_path / "small")
     assert (failed["status"] == "failed").all() and len(failed) > 0
     assert failed["error"].str.contains("layer 7.conv1 has a 1x1 input and stride 2x2").all()
