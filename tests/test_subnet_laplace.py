@@ -170,8 +170,8 @@ def test_subnet_laplace_refuses_a_subnet_the_data_never_touches():
 
 # -- the subnet-only Jacobian backend ---------------------------------------------------------
 # the batched (rows x columns) product, the pairwise path; the outputs' gradients kept for all 4
-# outputs at once, or 3 then 1 (the hooked outputs of 5 images: 5 x (48 + 6 + 4) = 290 floats each)
-@pytest.mark.parametrize("pairs_factor, chunk_floats", [(64, 2**24), (0, 2**24), (64, 870), (0, 290)])
+# outputs at once, or 3 then 1 (the hooked outputs of 5 images: 5 x (48 + 48 + 6 + 4) = 530 floats each)
+@pytest.mark.parametrize("pairs_factor, chunk_floats", [(64, 2**24), (0, 2**24), (64, 1590), (0, 530)])
 def test_subnet_jacobians_match_backpack_on_a_conv_net(pairs_factor, chunk_floats, monkeypatch):
     from laplace.curvature import BackPackGGN
 
@@ -179,14 +179,17 @@ def test_subnet_jacobians_match_backpack_on_a_conv_net(pairs_factor, chunk_float
 
     monkeypatch.setattr(sj, "DENSE_PAIRS_FACTOR", pairs_factor)
     monkeypatch.setattr(sj, "OUTPUT_CHUNK_FLOATS", chunk_floats)
-    assert sj.output_chunk(4, 290) == {2**24: 4, 870: 3, 290: 1}[chunk_floats]
+    assert sj.output_chunk(4, 530) == {2**24: 4, 1590: 3, 530: 1}[chunk_floats]
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Conv2d(1, 3, 3, padding=1, stride=2), nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(),
-                        nn.Linear(3 * 4 * 4, 6), nn.ReLU(), nn.Linear(6, 4)).eval()
+    # a strided convolution, then a dilated grouped one (its columns read its group's channels)
+    net = nn.Sequential(nn.Conv2d(1, 3, 3, padding=1, stride=2), nn.Conv2d(3, 3, 3, padding=2, dilation=2, groups=3),
+                        nn.BatchNorm2d(3), nn.ReLU(), nn.Flatten(), nn.Linear(3 * 4 * 4, 6), nn.ReLU(),
+                        nn.Linear(6, 4)).eval()
     x = torch.randn(5, 1, 8, 8)
     n_params = sum(p.numel() for p in net.parameters())
-    bn = set(range(30, 36))  # BatchNorm2d weight + bias
-    idx = torch.tensor(sorted(set(torch.randperm(n_params)[:40].tolist()) - bn))
+    bn = set(range(60, 66))  # BatchNorm2d weight + bias
+    grouped = {31, 35, 40, 47, 52, 58}  # the grouped convolution's weights (30..56) and a bias
+    idx = torch.tensor(sorted((set(torch.randperm(n_params)[:60].tolist()) | grouped) - bn))
     idx = idx[torch.randperm(len(idx))]  # any order: columns follow the given indices
     ours = subnet_jacobian_backend()(copy.deepcopy(net), "classification", subnetwork_indices=idx)
     ref_net = copy.deepcopy(net)
@@ -196,7 +199,7 @@ def test_subnet_jacobians_match_backpack_on_a_conv_net(pairs_factor, chunk_float
     assert j1.shape == j2.shape == (5, 4, len(idx))
     torch.testing.assert_close(j1, j2, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(f1, f2)
-    assert subnet_jacobian_backend().unsupported(net, torch.arange(30, 33))  # BatchNorm: not served
+    assert subnet_jacobian_backend().unsupported(net, torch.arange(60, 63))  # BatchNorm: not served
 
 
 def test_subnet_of_all_weights_matches_laplace_torch_full_laplace():

@@ -320,7 +320,8 @@ def test_subnet_laplace_runs_end_to_end_on_a_multilabel_problem(tmp_path):
     assert rec["diagnostics"]["criterion"]["name"] == "wasserstein"
 
 
-def test_subnet_jacobians_of_pixel_rows_pooled_into_per_image_outputs():
+@pytest.mark.parametrize("pairs_factor", [64, 0])  # the batched (rows x columns) product; pairwise
+def test_subnet_jacobians_of_pixel_rows_pooled_into_per_image_outputs(pairs_factor, monkeypatch):
     """unet_presence's classifier is an nn.Linear over pixel rows, ``(B H W, C)``, whose outputs are pooled
     into per-image presence logits ``(B, K)``: its Jacobian columns sum over an image's pixel rows. Against
     torch.func.jacrev on a tiny PresenceUNet, the subnet spread over a convolution, the pixel-row Linear's
@@ -328,9 +329,11 @@ def test_subnet_jacobians_of_pixel_rows_pooled_into_per_image_outputs():
     camvid_multilabel seed-0 fit of 2026-11-29.)"""
     from torch.func import functional_call, jacrev
 
+    import bench.laplace.subnet_jacobians as sj
     from bench.laplace.subnet_jacobians import subnet_jacobian_backend
     from bench.models import PresenceUNet
 
+    monkeypatch.setattr(sj, "DENSE_PAIRS_FACTOR", pairs_factor)
     torch.manual_seed(0)
     net = PresenceUNet((3, 8, 12), 3).double().eval()
     params = dict(net.named_parameters())

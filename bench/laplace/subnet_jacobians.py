@@ -63,42 +63,73 @@ class _LayerPlan:
         # a Conv2d's columns come from one (rows x columns) batched product over positions
         self.rows_u, self.row_inv = torch.unique(self.w_row, return_inverse=True)
         self.cols_u, self.col_inv = torch.unique(self.w_col, return_inverse=True)
+        if isinstance(self.module, nn.Conv2d):  # unfold's row c * kh * kw + u * kw + v: channel c, tap (u, v)
+            kh, kw = self.module.kernel_size
+            self.col_c, self.col_u, self.col_v = self.cols_u // (kh * kw), self.cols_u % (kh * kw) // kw, self.cols_u % kw
         return self
 
-    def accumulate(self, out: torch.Tensor, a: torch.Tensor, g: torch.Tensor) -> None:
+    def columns(self, a: torch.Tensor, B: int) -> torch.Tensor | None:
+        """The entries of the layer input ``a`` that the subnet's weights multiply, for the
+        ``cols_u`` columns only (gathered once per batch; every chunk of outputs reuses them):
+        Linear, ``(B, T, C)`` (T rows per example); Conv2d, the rows ``cols_u`` of ``F.unfold(a)``,
+        ``(B, C, L)``, read from the padded input without building the whole unfold (C x kh x kw
+        rows at every position: hundreds of megabytes for a full-resolution UNet layer). None
+        when the subnet holds none of the layer's weights."""
+        if not self.w_pos.numel():
+            return None
+        m = self.module
+        if isinstance(m, nn.Linear):
+            return a.reshape(B, -1, a.shape[-1])[..., self.cols_u]
+        (kh, kw), (dh, dw), (sh, sw) = m.kernel_size, m.dilation, m.stride
+        ph, pw = (0, 0) if isinstance(m.padding, str) else m.padding  # "valid": the only string supported
+        Ho = (a.shape[2] + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+        Wo = (a.shape[3] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        ap = F.pad(a, (pw, pw, ph, ph)) if ph or pw else a
+        rows = (self.col_u * dh)[:, None, None] + (torch.arange(Ho, device=a.device) * sh)[None, :, None]
+        cols = (self.col_v * dw)[:, None, None] + (torch.arange(Wo, device=a.device) * sw)[None, None, :]
+        return ap[:, self.col_c[:, None, None], rows, cols].reshape(a.shape[0], -1, Ho * Wo)
+
+    def accumulate(self, out: torch.Tensor, cols: torch.Tensor | None, g: torch.Tensor) -> None:
         """Add this call's Jacobian columns to ``out`` (B, K, s); ``g`` = (K, B, *z.shape[1:])
-        holds df_k/dz for every output k, ``a`` the layer input.
+        holds df_k/dz for every output k, ``cols`` the layer input's entries :meth:`columns` gives.
 
         Linear: df_k/dW[i, j] = g_ki a_j (summed over extra leading dims, and over the rows of one
         example where the layer sees several rows per example, e.g. a UNet's pixel rows pooled into
         per-image outputs: ``(B T, n)``, each example's T rows contiguous);
         Conv2d: df_k/dW[o, c, u, v] = sum_l g_k[o, l] unfold(a)[(c, u, v), l]; biases: sum of g.
+        Where the subnet touches few enough (row, column) pairs (:data:`DENSE_PAIRS_FACTOR`), one
+        batched product over rows (positions) gives every pair, and the subnet's are picked out;
+        else the pairs are multiplied one by one, in chunks.
         """
         m, K, B = self.module, g.shape[0], out.shape[0]  # B: the network's examples (out: (B, K, s))
         if isinstance(m, nn.Linear):
             g = g.reshape(K, B, -1, g.shape[-1])  # (K, B, T, out)
             if self.w_pos.numel():
-                a = a.reshape(1, B, -1, a.shape[-1])[..., self.w_col]  # (1, B, T, n)
-                out[:, :, self.w_pos] += (g[..., self.w_row] * a).sum(2).transpose(0, 1)
+                n, T = self.w_pos.numel(), g.shape[2]
+                R, C = self.rows_u.numel(), self.cols_u.numel()
+                if R * C <= DENSE_PAIRS_FACTOR * n:  # (B, K R, T) @ (B, T, C)
+                    gr = g[..., self.rows_u].permute(1, 0, 3, 2).reshape(B, K * R, T)
+                    prod = torch.bmm(gr, cols).view(B, K, R, C)
+                    out[:, :, self.w_pos] += prod[:, :, self.row_inv, self.col_inv]
+                else:
+                    a = cols[..., self.col_inv].unsqueeze(0)  # (1, B, T, n)
+                    out[:, :, self.w_pos] += (g[..., self.w_row] * a).sum(2).transpose(0, 1)
             if self.b_pos.numel():
                 out[:, :, self.b_pos] += g[..., self.b_row].sum(2).transpose(0, 1)
         else:  # Conv2d (a grouped one's columns index its group's channels of the full unfold)
             g = g.reshape(K, B, g.shape[2], -1)  # (K, B, O, L)
             if self.w_pos.numel():
-                cols = F.unfold(a, m.kernel_size, dilation=m.dilation, padding=m.padding, stride=m.stride)
                 n, L = self.w_pos.numel(), g.shape[-1]
                 R, C = self.rows_u.numel(), self.cols_u.numel()
-                if R * C <= DENSE_PAIRS_FACTOR * n:
-                    # (B, K R, L) @ (B, L, C): every (row, column) pair the subnet touches, summed over
-                    # positions by BLAS, then the subnet's pairs picked out
+                if R * C <= DENSE_PAIRS_FACTOR * n:  # (B, K R, L) @ (B, L, C)
                     gr = g[:, :, self.rows_u, :].transpose(0, 1).reshape(B, K * R, L)
-                    prod = torch.bmm(gr, cols[:, self.cols_u, :].transpose(1, 2)).view(B, K, R, C)
+                    prod = torch.bmm(gr, cols.transpose(1, 2)).view(B, K, R, C)
                     out[:, :, self.w_pos] += prod[:, :, self.row_inv, self.col_inv]
                 else:  # scattered over many rows and columns: pairwise, in chunks of <= 2^24 floats
                     step = max(1, (1 << 24) // max(1, K * B * L))
                     for i in range(0, n, step):
                         sl = slice(i, i + step)
-                        c = cols[:, self.w_col[sl], :].unsqueeze(0)  # (1, B, n_i, L)
+                        c = cols[:, self.col_inv[sl], :].unsqueeze(0)  # (1, B, n_i, L)
                         out[:, :, self.w_pos[sl]] += (g[:, :, self.w_row[sl], :] * c).sum(-1).transpose(0, 1)
             if self.b_pos.numel():
                 out[:, :, self.b_pos] += g[:, :, self.b_row, :].sum(-1).transpose(0, 1)
@@ -242,6 +273,8 @@ def _build_subnet_jacobian_backend():
             # backward has no batching rule), for a chunk of outputs at a time: K x B x the
             # hooked outputs at once is gigabytes at hundreds of classes
             step = output_chunk(K, sum(z.numel() for z in zs))
+            with torch.no_grad():  # each layer's input entries once, for every chunk of outputs
+                inputs = [pl.columns(a.detach(), B) for pl, a, _ in calls]
             for k0 in range(0, K, step):
                 k1 = min(K, k0 + step)
                 per_k = []
@@ -250,9 +283,9 @@ def _build_subnet_jacobian_backend():
                         per_k.append(torch.autograd.grad(f[:, k].sum(), zs, retain_graph=k < K - 1 or enable_backprop,
                                                          allow_unused=True))
                 with torch.no_grad():
-                    for i, (pl, a, z) in enumerate(calls):
+                    for i, (pl, _, z) in enumerate(calls):
                         g = torch.stack([gk[i] if gk[i] is not None else torch.zeros_like(z) for gk in per_k])
-                        pl.accumulate(J[:, k0:k1], a.detach(), g)
+                        pl.accumulate(J[:, k0:k1], inputs[i], g)
                 per_k = g = None  # this chunk's gradients go before the next chunk's come
             return (J, f) if enable_backprop else (J.detach(), f.detach())
 
