@@ -314,6 +314,7 @@ class RowRuns:
     reasons: list = field(default_factory=list)
     network: str = ""             # the records' network identity beyond the model name ("" for none)
     networks: tuple = ()          # every identity the row has records on (at the configuration's options)
+    map_networks: "pd.Series | None" = None  # seed -> the MAP network the run started from (map_network)
 
 
 def _norm(method: str, cfg) -> dict:
@@ -328,7 +329,7 @@ def select(df, suite: str, profile: str, claim: Claim, row: Row, network: str | 
     ``network``, its records on that network identity where it has any (the other row's network)."""
     import pandas as pd
 
-    from bench.reporting.data import model_identities
+    from bench.reporting.data import map_network, model_identities, starts_from_map
     from bench.suites import SUITES
     from bench.validity import runs_validity
 
@@ -374,6 +375,9 @@ def select(df, suite: str, profile: str, claim: Claim, row: Row, network: str | 
         out.values = pd.Series(dtype=float)
     used = runs[(runs["kind"] == "id") & runs["seed"].isin(out.values.index if len(out.values) else with_id)]
     out.status, out.reasons = runs_validity(used)
+    if "diagnostics" in used.columns and starts_from_map(row.method, runs["method_config"].iloc[0]):
+        out.map_networks = pd.Series([map_network(d) for d in used["diagnostics"]],
+                                     index=used["seed"].astype(int).to_numpy())
     return out
 
 
@@ -390,28 +394,36 @@ def pair(df, suite: str, profile: str, claim: Claim) -> tuple[RowRuns, RowRuns]:
 
 
 # -- the comparison -------------------------------------------------------------------------------------
-def interval(a, b, higher_is_better: bool):
+def interval(a, b, higher_is_better: bool, nets_a=None, nets_b=None):
     """(gain mean, low, high, how): the gain of a over b (positive: a better) with its two-sided
-    ``LEVEL`` t interval, paired over the seeds both have (two or more), else Welch's over each
-    row's seeds (two or more each); None when the seed noise is unknown."""
+    ``LEVEL`` t interval, paired over the seeds both have (two or more; with ``nets_a`` / ``nets_b``,
+    seed -> ``map_network``, only those whose runs can stand on one MAP network), else Welch's over
+    each row's seeds (two or more each); None when the seed noise is unknown."""
     import numpy as np
     from scipy.stats import t
 
+    from bench.reporting.data import same_map_network
+
     sign = 1.0 if higher_is_better else -1.0
-    shared = sorted(set(a.index) & set(b.index))
+    common = sorted(set(a.index) & set(b.index))
+    shared = [s for s in common if nets_a is None or nets_b is None
+              or same_map_network(nets_a.get(s), nets_b.get(s))]
+    apart = (f"; seed{'s' if len(common) - len(shared) > 1 else ''} "
+             f"{', '.join(str(s) for s in common if s not in shared)} not paired: the rows stand on "
+             f"different fits of that seed's MAP network") if len(shared) < len(common) else ""
     q = (1 + LEVEL) / 2
     if len(shared) >= 2:
         d = sign * (a[shared].to_numpy(float) - b[shared].to_numpy(float))
         n, m, sd = len(d), float(d.mean()), float(d.std(ddof=1))
         half = float(t.ppf(q, n - 1)) * sd / math.sqrt(n)
-        return m, m - half, m + half, f"paired over seeds {', '.join(map(str, shared))}"
+        return m, m - half, m + half, f"paired over seeds {', '.join(map(str, shared))}{apart}"
     if len(a) >= 2 and len(b) >= 2:
         va, vb = float(np.var(a, ddof=1)) / len(a), float(np.var(b, ddof=1)) / len(b)
         m, se = sign * (float(a.mean()) - float(b.mean())), math.sqrt(va + vb)
         dof = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0)) \
             if (va or vb) else 1.0
         half = float(t.ppf(q, dof)) * se
-        return m, m - half, m + half, "unpaired (no two shared seeds), Welch"
+        return m, m - half, m + half, f"unpaired (no two shared seeds), Welch{apart}"
     return None
 
 
@@ -555,7 +567,7 @@ def verdict_text(claim: Claim, spec: SuiteSpec, a: RowRuns, b: RowRuns, df_ref,
     if no_value:
         return measured or "–", (f"not measured: no `metrics.{claim.metric}` in the {claim.kind} records of "
                                  + ", ".join(no_value))
-    res = interval(a.values, b.values, claim.higher_is_better)
+    res = interval(a.values, b.values, claim.higher_is_better, a.map_networks, b.map_networks)
     if res is not None:
         m, lo, hi, how = res
         measured += f"; gain {claim.gain} {_gain_text(m, lo, hi)} ({how})"

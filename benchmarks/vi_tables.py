@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pandas as pd  # noqa: E402
 
+from bench.reporting.data import map_network, same_map_network  # noqa: E402
 from bench.reporting.tables import mean_std_text as ms  # noqa: E402
 from bench.selection import choose_on_validation, flat_options  # noqa: E402
 from bench.store import load_records  # noqa: E402
@@ -105,7 +106,7 @@ class Runs:
                          "sigma1_mean": (diag.get("sigma_final") or {}).get("mean"),
                          "k": idr["cost.stochastic_params"].iloc[0],
                          "status": idr["validity.status"].iloc[0], "validity": idr["validity"].iloc[0],
-                         "map_fp": _map_fingerprint(diag), "map_sha": _map_sha(diag),
+                         **dict(zip(("map_sha", "map_fp"), map_network(diag))),
                          "train_s": idr["cost.train_time_s"].iloc[0]})
         return pd.DataFrame(rows)
 
@@ -146,21 +147,6 @@ class Runs:
         g = self.df[(self.df["config_hash"] == h) & (self.df["kind"] == "id")].set_index("seed")
         extra = [{"seed": seed, **extract(g.loc[seed, "diagnostics"] or {}, seed)} for seed in p["seed"]]
         return p.merge(pd.DataFrame(extra), on="seed") if extra else p
-
-
-def _map_sha(diag: dict) -> str | None:
-    """The weights' digest of the MAP network a run started from (``map_training.network_sha``;
-    records of earlier code lack it, and pair by :func:`_map_fingerprint` alone)."""
-    log = diag.get("map_training") if isinstance(diag, dict) else None
-    return log.get("network_sha") if isinstance(log, dict) else None
-
-
-def _map_fingerprint(diag: dict) -> str | None:
-    """The MAP network a run started from, by its validation-NLL curve (``map_training``): two fits of
-    the same seed on different machines differ in it, so runs pair only when it is equal."""
-    log = diag.get("map_training") if isinstance(diag, dict) else None
-    vals = log.get("val_nll") if isinstance(log, dict) else None
-    return ",".join(f"{float(v):.8g}" for v in vals) if vals else None
 
 
 def _settings_match(data_config, train_config, where: dict, profile_data: dict) -> bool:
@@ -283,14 +269,11 @@ def table_main(runs: Runs) -> list[list[str]]:
 
 def paired(a: pd.DataFrame, b: pd.DataFrame, col: str, fmt: str) -> str:
     """Mean ± std over seeds of the per-seed difference a - b (seeds both have, and, where both rows
-    start from a MAP network, the same one: equal ``map_fp`` and, where both records have it, equal
-    ``map_sha``), signed mean."""
+    start from a MAP network, the same one: ``same_map_network`` of their ``map_sha`` and ``map_fp``),
+    signed mean."""
     m = (a.set_index("seed")[col] - b.set_index("seed")[col]).dropna()
-    for key in ("map_fp", "map_sha"):
-        if key in a and key in b:
-            fa, fb = a.set_index("seed")[key], b.set_index("seed")[key]
-            m = m[[not (isinstance(fa.get(s), str) and isinstance(fb.get(s), str) and fa.get(s) != fb.get(s))
-                   for s in m.index]]
+    na, nb = (p.set_index("seed").reindex(columns=["map_sha", "map_fp"]) for p in (a, b))
+    m = m[[same_map_network(tuple(na.loc[s]), tuple(nb.loc[s])) for s in m.index]]
     if not len(m):
         return "-"
     if len(m) == 1:

@@ -39,7 +39,7 @@ TRAINED = {"map_training": {"val_nll": [1.0 + 1.0 / (e + 1) ** 3 for e in range(
 
 
 def _write(root, method, seed, profile="quick", finished="2026-01-01T00:10:00+00:00", skip=(), bump=0.0,
-           probe=None, identity=None):
+           probe=None, identity=None, map_sha=None):
     label, cfg = CONFIGS[method]
     store = ResultsStore(root)
     chash = config_hash({**cfg, "model_identity": identity} if identity else cfg)  # the network is in the identity
@@ -55,7 +55,7 @@ def _write(root, method, seed, profile="quick", finished="2026-01-01T00:10:00+00
             **({"model_identity": identity} if identity else {})}
     store.write(run, {**base, "kind": "id", "shift": "clean", "severity": 0, "n": 100,
                       "metrics": {"accuracy": 0.9, "nll": 0.3, "brier": 0.15, "ece": 0.03},
-                      "diagnostics": CONVERGED_VI if method == "pbn" else TRAINED})
+                      "diagnostics": _with_map_sha(CONVERGED_VI if method == "pbn" else TRAINED, map_sha)})
     for fam, sev in SHIFTS:
         if (fam, sev) in skip:
             continue
@@ -65,6 +65,11 @@ def _write(root, method, seed, profile="quick", finished="2026-01-01T00:10:00+00
                           "metrics": {"accuracy": 0.8, "nll": nll, "brier": 0.3, "ece": 0.05}})
     store.write(run, {**base, "kind": "ood", "shift": "svhn", "severity": None, "n": 100,
                       "metrics": {"auroc": 0.8 + 0.01 * seed, "aupr": 0.7}})
+
+
+def _with_map_sha(diag: dict, sha: str | None) -> dict:
+    """``diag`` with the MAP network's weights' digest (``map_training.network_sha``) when given."""
+    return diag if sha is None else {**diag, "map_training": {**diag["map_training"], "network_sha": sha}}
 
 
 @pytest.fixture(scope="module")
@@ -319,3 +324,47 @@ def test_rows_on_two_networks_of_one_name_get_a_board_each(tmp_path):
     assert one.delta.loc["pbn[lr=0.05]", "n"] == 0 and one.delta.loc["mc_dropout", "n"] == 3
     assert "pbn[lr=0.05]" not in one.marks["shift.nll"][0] | one.marks["shift.nll"][1]
     assert any("another network than the MAP row's" in n and "bbbb" in n for n in one.notes)
+
+
+def test_seeds_on_another_fit_of_the_map_network_are_not_paired_with_map(tmp_path):
+    """A run that started from another fit of its seed's MAP network than the MAP row's (another
+    weights' digest: a retrain on another machine or code version) is not compared with MAP on that
+    seed: the difference to MAP, the marks and the summary pair the other seeds only, and a note
+    names the seeds. A method that trains its own network (MC dropout) pairs on every seed."""
+    from bench.leaderboard import build_boards, load_runs, select_runs
+    from bench.leaderboard.summary import summary_lines
+
+    root = tmp_path / "r"
+    for seed in SEEDS:
+        _write(root, "deterministic", seed, map_sha=f"map{seed}")
+        # pbn's seeds 0 and 1 started from other MAP fits, on which it scored 1.0 worse
+        other = seed in (0, 1)
+        _write(root, "pbn", seed, map_sha=f"other{seed}" if other else f"map{seed}", bump=1.0 if other else 0.0)
+        # its own network's training is in its records too, but it does not start from the MAP network
+        _write(root, "mc_dropout", seed, map_sha=f"own{seed}")
+    board = build_boards(select_runs(load_runs([root])))[0]
+    d = board.delta.loc["pbn[lr=0.05]"]
+    assert d["n"] == 3 and d["mean"] == pytest.approx(-0.05, abs=1e-12) and d["std"] == pytest.approx(0, abs=1e-12)
+    assert board.delta.loc["mc_dropout", "n"] == 5  # not built on the MAP network: paired on every seed
+    note = next(n for n in board.notes if n.startswith("pbn[lr=0.05]: stands on another fit"))
+    assert "seed 0: network other0 vs the MAP row's map0" in note and "seed 1:" in note and "seed 2" not in note
+    assert not any(n.startswith("mc_dropout: stands on another fit") for n in board.notes)
+    # paired over seeds 2-4 pbn is better than MAP on every seed: MAP is not tied with it, and the
+    # summary counts pbn better (mc_dropout, from no MAP network, is paired with pbn on every seed: a tie)
+    assert board.marks["shift.nll"] == (set(), {"pbn[lr=0.05]", "mc_dropout"})
+    assert "better beyond the noise (pbn[lr=0.05])" in " ".join(summary_lines(board))
+    # the CSV carries the same pairs
+    out = _csv(_run(tmp_path, [root])).set_index("label")
+    assert out.loc["pbn[lr=0.05]", "delta_vs_map.n"] == 3
+
+
+def test_map_networks_pair_by_digest_else_by_validation_curve():
+    from bench.reporting.data import map_network, same_map_network
+
+    a = map_network({"map_training": {"val_nll": [1.0, 0.5], "network_sha": "aa"}})
+    assert a == ("aa", "1,0.5")
+    assert same_map_network(a, map_network({"map_training": {"val_nll": [1.0, 0.5]}}))       # no digest: by curve
+    assert not same_map_network(a, map_network({"map_training": {"val_nll": [1.0, 0.4]}}))   # another curve
+    assert not same_map_network(a, map_network({"map_training": {"val_nll": [1.0, 0.5], "network_sha": "bb"}}))
+    assert same_map_network(a, map_network({}))       # a run that did not start from a MAP network
+    assert same_map_network(a, None)

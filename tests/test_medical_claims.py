@@ -47,8 +47,9 @@ ACCURACY = {"pbn": [0.900, 0.910, 0.905], "deterministic": [0.880, 0.889, 0.886]
 ROWS = {"pbn": mc.PBN_1, "deterministic": mc.DETERMINISTIC, "mfvi": mc.FULL_VI, "deep_ensemble": mc.ENSEMBLE}
 
 
-def write(root, method: str, seeds=SEEDS, pbn_diag=LEARNED, row=None, accuracy=None, network=None):
-    """``network``: the records' model identity (a backbone digest), part of the cell's identity."""
+def write(root, method: str, seeds=SEEDS, pbn_diag=LEARNED, row=None, accuracy=None, network=None, map_shas=None):
+    """``network``: the records' model identity (a backbone digest), part of the cell's identity;
+    ``map_shas``: per seed, the weights' digest of the MAP network the run started from."""
     row = row or ROWS[method]
     cfg = mc.profile_config(SUITE, PROFILE, row)
     chash = config_hash({"method": method, **cfg, **({"model_identity": network} if network else {})})
@@ -62,7 +63,9 @@ def write(root, method: str, seeds=SEEDS, pbn_diag=LEARNED, row=None, accuracy=N
                 "finished_at": "2026-01-01T00:00:00+00:00",
                 **({"model_identity": {"backbone_sha256_16": network}} if network else {})}
         run = store.run_dir(SUITE, MODEL, method, chash, seed)
-        store.write(run, {**base, "kind": "id", "shift": "clean", "severity": 0, "n": 233, "diagnostics": diag,
+        d = diag if map_shas is None else {**diag, "map_training": {**diag["map_training"],
+                                                                     "network_sha": map_shas[seed]}}
+        store.write(run, {**base, "kind": "id", "shift": "clean", "severity": 0, "n": 233, "diagnostics": d,
                           "reference": {"nll": 5.0},
                           "metrics": {"accuracy": acc, "nll": 2.0, "auroc_mean": 0.8, "brier": 0.1 - acc / 10,
                                       "entropy": 2.0}})
@@ -365,3 +368,15 @@ def test_a_tuned_choice_among_candidates_on_two_networks_is_not_the_protocols(tm
     _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
     m2 = line(out, "M2")
     assert "not a verdict" in m2 and "compared candidates on networks of 2 different identities" in m2
+
+
+def test_seeds_on_another_fit_of_the_map_network_are_not_paired(tmp_path, capsys):
+    """PBN's seed 1 started from another fit of that seed's MAP network than the deterministic row's
+    (another weights' digest): the gain is paired over seeds 0 and 2 only, and the text says why."""
+    write(tmp_path, "pbn", map_shas={0: "m0", 1: "other", 2: "m2"}, accuracy=[0.900, 0.100, 0.905])
+    write(tmp_path, "deterministic", map_shas={0: "m0", 1: "m1", 2: "m2"})
+    tune_at_the_profile(tmp_path, methods=("pbn",))
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    m2 = line(out, "M2")
+    assert "paired over seeds 0, 2; seed 1 not paired: the rows stand on different fits of that seed's MAP network" in m2
+    assert "gain PBN 1 % − deterministic +0.0195," in m2 and m2.endswith("| verdict: supported |")

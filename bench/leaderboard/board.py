@@ -4,7 +4,8 @@ A seed contributes one value per quality column: the mean over its records of th
 the clean test set; shift: every shifted set; OOD: the named set). A seed whose shifted sets
 are incomplete (an interrupted run) contributes no shift value, so that shift averages are
 always over the same sets. Differences against the MAP network (the ``deterministic``
-configuration at its defaults) are paired over the seeds both have.
+configuration at its defaults) are paired over the seeds both have, and, for rows built on the
+seed's MAP network, only where both stand on the same fit of it (``map_training``'s digest).
 """
 from __future__ import annotations
 
@@ -15,12 +16,12 @@ import pandas as pd
 
 from bench.errors import BenchError
 from bench.validity import board_num_classes, reference_row, row_validity
-from bench.reporting.data import (distinct, metric_columns, model_identities, natural_key, per_run_first,
-                                  per_seed_mean, unique_labels)
+from bench.reporting.data import (distinct, metric_columns, model_identities, natural_key,
+                                  per_run_first, per_seed_mean, run_map_networks, same_map_network, unique_labels)
 from bench.reporting.tables import HIGHER_IS_BETTER as HIGHER
 from bench.reporting.tables import METRIC_TITLES as TITLES
 
-from .stats import paired, rank_marks
+from .stats import nets_of, paired, rank_marks
 
 #: quality metrics per task kind, shown for the clean (ID) and the shifted test sets
 QUALITY = {
@@ -79,6 +80,9 @@ class Board:
     #: the network's identity beyond its name (``model_identity``, e.g. a backbone file's digest) when
     #: the records of (suite, model, profile) stand on more than one: one board each, named by it
     variant: str | None = None
+    #: (label, seed) -> the MAP network the run started from (``bench.reporting.data.map_network``):
+    #: two rows' seeds are paired only where both can stand on the same one
+    map_networks: pd.Series | None = None
 
     @property
     def model_title(self) -> str:
@@ -113,6 +117,12 @@ class Board:
 
     def column(self, key) -> Column:
         return next(c for c in self.columns if c.key == key)
+
+    def paired(self, label, other, key) -> np.ndarray:
+        """Column ``key`` of row ``label`` minus row ``other``'s over the seeds both have, where both
+        runs of a seed can stand on one MAP network."""
+        return paired(self.per_seed.loc[label, key], self.per_seed.loc[other, key],
+                      nets_of(self.map_networks, label), nets_of(self.map_networks, other))
 
 
 def metric_direction(metric: str) -> str:
@@ -186,7 +196,9 @@ def build_board(df: pd.DataFrame, suite: str, model: str, profile: str, metric: 
     better = metric_direction(metric)
     labels = sorted(per_seed.index.get_level_values(0).unique(), key=natural_key)
     mlabel = map_label(df)
-    delta = paired_delta(per_seed[metric], mlabel, labels)
+    nets = run_map_networks(df)
+    delta = paired_delta(per_seed[metric], mlabel, labels, nets)
+    notes += other_map_fit_notes(nets, mlabel, labels)
     ident = model_identities(df)
     elsewhere = other_network_labels(ident, df["label"], mlabel, labels)
     if elsewhere:  # rows on another network than the MAP row's: no difference to it, never marked best
@@ -202,14 +214,15 @@ def build_board(df: pd.DataFrame, suite: str, model: str, profile: str, metric: 
     valid = [lab for lab in labels if board.is_evidence(lab) and lab not in elsewhere]
     for c in columns:
         if c.better:  # best / tied only among the rows that are method evidence
-            col_score = ranking_score(per_seed[c.key], paired_delta(per_seed[c.key], mlabel, labels), mlabel)
+            col_score = ranking_score(per_seed[c.key], paired_delta(per_seed[c.key], mlabel, labels, nets), mlabel)
             table = per_seed[c.key].unstack(level=1).reindex(valid)
-            board.marks[c.key] = rank_marks(table, c.better, col_score) if valid else (set(), set())
+            board.marks[c.key] = rank_marks(table, c.better, col_score, nets=nets) if valid else (set(), set())
     board.num_classes = board_num_classes(df, suite)
     board.reference_name, board.reference = reference_row(task, board.num_classes, [c.key for c in columns], df)
     board.map_label, board.delta = mlabel, delta.reindex(order) if delta is not None else None
     board.provenance = {lab: provenance(df[df["label"] == lab]) for lab in order}
     board.methods = set(distinct(df["method"]))
+    board.map_networks = nets
     return board
 
 
@@ -231,17 +244,48 @@ def elsewhere_identity_text(ident: pd.Series, label: pd.Series, mlabel: str) -> 
     return f"the MAP row's {', '.join(i or 'none' for i in mine)}; the others' {', '.join(i or 'none' for i in others)}"
 
 
-def paired_delta(values: pd.Series, mlabel: str | None, labels) -> pd.DataFrame | None:
-    """label -> mean, std, n of ``values`` (indexed (label, seed)) minus MAP's, paired over seeds."""
+def paired_delta(values: pd.Series, mlabel: str | None, labels, nets: pd.Series | None = None) -> pd.DataFrame | None:
+    """label -> mean, std, n of ``values`` (indexed (label, seed)) minus MAP's, paired over seeds
+    (with ``nets``, (label, seed) -> MAP network: over the seeds whose run started from the MAP
+    row's network of that seed, or cannot be told apart from it)."""
     if mlabel is None:
         return None
     base = values.loc[mlabel]
     rows = {}
     for lab in labels:
-        d = paired(values.loc[lab], base)
+        d = paired(values.loc[lab], base, nets_of(nets, lab), nets_of(nets, mlabel))
         rows[lab] = {"mean": d.mean() if len(d) else np.nan, "std": d.std(ddof=1) if len(d) > 1 else np.nan,
                      "n": len(d)}
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def other_map_fit_notes(nets: pd.Series, mlabel: str | None, labels) -> list[str]:
+    """A note per row with seeds that started from another MAP network than the MAP row's of the
+    same seed (another fit: a different weights' digest or validation curve), which are therefore
+    not paired with it."""
+    if mlabel is None or nets is None or nets.empty or mlabel not in nets.index.get_level_values(0):
+        return []
+    base = nets.xs(mlabel, level=0)
+    out = []
+    for lab in labels:
+        if lab == mlabel or lab not in nets.index.get_level_values(0):
+            continue
+        mine = nets.xs(lab, level=0)
+        seeds = [s for s in mine.index if s in base.index and not same_map_network(mine[s], base[s])]
+        if seeds:
+            what = "; ".join(f"seed {int(s)}: {_nets_text(mine[s], base[s])}" for s in seeds)
+            out.append(f"{lab}: stands on another fit of its seed's MAP network than the MAP row's ({what}): "
+                       f"{'that seed is' if len(seeds) == 1 else 'those seeds are'} not compared with MAP or paired "
+                       f"with rows on the MAP row's network (Δ vs MAP and the marks use the other seeds)")
+    return out
+
+
+def _nets_text(mine: tuple, base: tuple) -> str:
+    """How two runs' MAP networks (``map_network``) differ: by digest where both have one, else by
+    the last value of their validation curves."""
+    if mine[0] and base[0] and mine[0] != base[0]:
+        return f"network {mine[0][:8]} vs the MAP row's {base[0][:8]}"
+    return f"validation NLL curve ending {mine[1].split(',')[-1]} vs the MAP row's {base[1].split(',')[-1]}"
 
 
 def ranking_score(values: pd.Series, delta: pd.DataFrame | None, mlabel: str | None) -> pd.Series:

@@ -10,10 +10,25 @@ import pandas as pd
 ALPHA = 0.05
 
 
-def paired(a: pd.Series, b: pd.Series) -> np.ndarray:
-    """``a - b`` over the seeds both have a finite value for (``a``, ``b`` indexed by seed)."""
-    d = (a.astype(float) - b.reindex(a.index).astype(float)).to_numpy()
+def paired(a: pd.Series, b: pd.Series, nets_a: pd.Series | None = None,
+           nets_b: pd.Series | None = None) -> np.ndarray:
+    """``a - b`` over the seeds both have a finite value for (``a``, ``b`` indexed by seed); with
+    ``nets_a`` / ``nets_b`` (seed -> ``bench.reporting.data.map_network``), only over the seeds on
+    which both can stand on the same MAP network (``same_map_network``)."""
+    d = (a.astype(float) - b.reindex(a.index).astype(float))
+    if nets_a is not None and nets_b is not None:
+        from bench.reporting.data import same_map_network
+
+        d = d[[same_map_network(nets_a.get(s), nets_b.get(s)) for s in d.index]]
+    d = d.to_numpy()
     return d[np.isfinite(d)]
+
+
+def nets_of(nets: pd.Series | None, label) -> pd.Series | None:
+    """seed -> MAP network of one row of ``nets`` ((label, seed) -> ``map_network``); None without."""
+    if nets is None or label not in nets.index.get_level_values(0):
+        return None
+    return nets.xs(label, level=0)
 
 
 def paired_p_value(d: np.ndarray) -> float:
@@ -36,13 +51,15 @@ def paired_p_value(d: np.ndarray) -> float:
 
 
 def rank_marks(per_seed: pd.DataFrame, better: str, score: pd.Series | None = None,
-               alpha: float = ALPHA) -> tuple[set, set]:
+               alpha: float = ALPHA, nets: pd.Series | None = None) -> tuple[set, set]:
     """(best, tied) rows of one column. ``per_seed``: rows = labels, columns = seeds.
 
     The top row (by ``score``, default the mean over seeds) is *best* only when every other row is worse beyond the
     seed noise: a paired t-test over their common seeds rejects equality at ``alpha``. Otherwise
     the top row and every row it cannot be told apart from are *tied* (fewer than two common
-    seeds: cannot be told apart)."""
+    seeds: cannot be told apart). ``nets``: (label, seed) -> the run's MAP network
+    (``bench.reporting.data.run_map_networks``); a seed pairs two rows only where both can stand on
+    one (:func:`paired`)."""
     means = per_seed.mean(axis=1, skipna=True) if score is None else score.reindex(per_seed.index)
     means = means[np.isfinite(means.astype(float))]
     if len(means) < 2:
@@ -52,7 +69,7 @@ def rank_marks(per_seed: pd.DataFrame, better: str, score: pd.Series | None = No
     for row in means.index:
         if row == top:
             continue
-        p = paired_p_value(paired(per_seed.loc[row], per_seed.loc[top]))
+        p = paired_p_value(paired(per_seed.loc[row], per_seed.loc[top], nets_of(nets, row), nets_of(nets, top)))
         if not (p < alpha):
             tied.add(row)
     return ({top}, set()) if not tied else (set(), tied | {top})

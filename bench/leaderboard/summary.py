@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .board import Board
-from .stats import ALPHA, format_value, paired, paired_p_value
+from .stats import ALPHA, format_value, paired_p_value
 
 
 def _tops(board: Board, key: str) -> tuple[list[str], bool]:
@@ -23,12 +23,11 @@ def _against_map(board: Board, key: str, worse: bool) -> list[str]:
     if not board.map_label or key not in board.per_seed.columns:
         return []
     col = board.column(key)
-    base = board.per_seed.loc[board.map_label, key]
     out = []
     for lab in board.evidence_rows:
         if lab == board.map_label:
             continue
-        d = paired(board.per_seed.loc[lab, key], base)
+        d = board.paired(lab, board.map_label, key)
         if len(d) < 2 or not (paired_p_value(d) < ALPHA):
             continue
         better = d.mean() > 0 if col.better == "max" else d.mean() < 0

@@ -215,6 +215,54 @@ def model_identities(df: pd.DataFrame) -> pd.Series:
     return out
 
 
+def map_network(diag) -> tuple[str | None, str | None]:
+    """The MAP network a run started from, by the two names its records give it (``diag``: the run's
+    ``diagnostics``): the weights' digest (``map_training.network_sha``) and its training's
+    validation-NLL curve as text. Records of earlier code lack the digest, those of methods that
+    start elsewhere (a random initialisation) both: None."""
+    log = diag.get("map_training") if isinstance(diag, dict) else None
+    if not isinstance(log, dict):
+        return None, None
+    sha = log.get("network_sha")
+    vals = log.get("val_nll")
+    curve = ",".join(f"{float(v):.8g}" for v in vals) if isinstance(vals, (list, tuple)) and vals else None
+    return (sha if isinstance(sha, str) and sha else None), curve
+
+
+def same_map_network(a, b) -> bool:
+    """Whether two runs (their :func:`map_network`) can stand on one MAP network: False only when
+    both carry a name of one kind and the names differ (two fits of one seed on different machines
+    or code versions), so that seeds are paired only where each side improves on the same network."""
+    a, b = (tuple(x) if isinstance(x, (tuple, list)) else (None, None) for x in (a, b))
+    return not any(isinstance(x, str) and isinstance(y, str) and x != y for x, y in zip(a, b))
+
+
+def starts_from_map(method, config) -> bool:
+    """Whether a run of ``method`` at ``config`` starts from its seed's shared MAP network (the
+    method's ``starts_from``): a network trained its own way (MC dropout, a deterministic network of
+    its own recipe) also records its training as ``map_training``, but it is not that network.
+    False for a method this version does not know."""
+    try:
+        from methods import METHODS
+
+        cls = METHODS.get(str(method))
+        return cls.starts_from({**cls.defaults, **(config if isinstance(config, dict) else {})}) == "map"
+    except Exception:  # noqa: BLE001 - records of a method this version does not know
+        return False
+
+
+def run_map_networks(df: pd.DataFrame) -> pd.Series:
+    """(label, seed) -> :func:`map_network` of each run that starts from its seed's MAP network
+    (:func:`starts_from_map`; (None, None) for the others), from its id record (else its first)."""
+    cols = ["diagnostics", "method", "method_config"]
+    if df.empty or not set(cols) <= set(df.columns):
+        idx = pd.MultiIndex.from_arrays([[], []], names=["label", "seed"])
+        return pd.Series([], index=idx, dtype=object)
+    runs = per_run_first(df, cols)
+    return pd.Series([map_network(r.diagnostics) if starts_from_map(r.method, r.method_config) else (None, None)
+                      for r in runs.itertuples()], index=runs.index, dtype=object)
+
+
 def ok_records(df: pd.DataFrame) -> pd.DataFrame:
     return df[(df["status"] == "ok") & (df["kind"] != "fit")]
 
