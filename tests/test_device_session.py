@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import types
 from pathlib import Path
 
 import pytest
@@ -628,3 +629,39 @@ def test_a_grid_on_camvid_multilabel_restores_the_kept_backbone():
     assert backbone_suites("camvid_multilabel", "quick") == ["camvid"]
     assert backbone_suites("camvid_multilabel", "smoke") == [] and backbone_suites("mnist_rotated", "paper") == []
     assert any((ROOT / "docs" / "records" / "camvid" / "checkpoints" / "map").rglob("seed0.pt"))
+
+
+def test_the_grid_starts_from_the_kept_backbone_it_restores(tmp_path, monkeypatch):
+    """run_grid itself, on camvid_multilabel's quick profile: before any worker starts, the camvid suite's
+    kept records and MAP UNet are restored into the grid's results (byte for byte), so the workers build on
+    the kept backbone; the summary counts them. The workers are replaced by one that ends at once."""
+    kept = tmp_path / "kept"
+    shutil.copytree(ROOT / "docs" / "records" / "camvid", kept / "camvid")
+    started = []
+
+    class Worker:  # a grid worker that says it has ended, having run nothing
+        def __init__(self, cmd, **kw):
+            started.append(cmd)
+            self.stdout = io.StringIO(ds.CELL_TAG + json.dumps({"event": "end", "worker": 0}) + "\n")
+
+        def wait(self, timeout=None):
+            return 0
+
+    fake = types.SimpleNamespace(**{k: getattr(subprocess, k) for k in dir(subprocess) if not k.startswith("_")})
+    fake.Popen = Worker  # in bench.device_session only: platform and the rest keep the real one
+    monkeypatch.setattr(ds, "subprocess", fake)
+    monkeypatch.setattr(ds.Session, "setup", lambda self: None)  # the CamVid archive is not unpacked here
+    (tmp_path / "carried" / "data").mkdir(parents=True)
+    (tmp_path / "carried" / "data" / "CamVid-240x180.tar.xz").write_bytes(b"")  # named, as the checks want
+    out, work = tmp_path / "out", tmp_path / "work"
+    assert ds.main(["--device", "cpu", "--threads", "1", "--suite", "camvid_multilabel", "--profile", "quick",
+                    "--seeds", "0", "--methods", "deterministic", "--checks", "skip", "--kept", str(kept),
+                    "--carried", str(tmp_path / "carried"), "--out", str(out), "--work", str(work),
+                    "--budget-s", "600"]) == 0
+    g = json.loads((out / "summary.json").read_text())["grid"]
+    assert len(started) == 1 and g["status"] == "complete" and g["restored_records"] == 0
+    n_camvid = len(load_records(kept, "camvid"))
+    assert n_camvid > 0 and g["restored_backbone_records"] == {"camvid": n_camvid}
+    (backbone,) = (kept / "camvid" / "checkpoints" / "map").rglob("seed0.pt")
+    assert (work / "grid" / backbone.relative_to(kept)).read_bytes() == backbone.read_bytes()
+    assert len(load_records(work / "grid", "camvid")) == n_camvid
