@@ -81,6 +81,7 @@ def choose_on_validation(df: pd.DataFrame, method: str, tuned: tuple[str, ...] |
         from methods import METHODS
 
         later = getattr(METHODS.get(method), "LATER_OPTIONS", {}) if method in METHODS else {}
+    fits = map_fits(df, method)
     out = []
     for mdl, dm in d.groupby("model"):
         groups: dict[str, list] = {}
@@ -93,7 +94,7 @@ def choose_on_validation(df: pd.DataFrame, method: str, tuned: tuple[str, ...] |
             # behaviour (an earlier candidate of the same sweep, not a sweep of its own)
             groups.setdefault(_key({**later, **cfg}, tuned), []).append((h, cfg, g))
         for _, cands in sorted(groups.items()):
-            cands, left_out = one_network(cands)
+            cands, left_out = one_network(cands, fits)
             seeds = set.intersection(*(set(int(s) for s in g["seed"]) for _, _, g in cands))
             if not seeds:
                 continue
@@ -128,23 +129,87 @@ def network_of(records: pd.DataFrame) -> str:
     return ";".join(sorted(set(model_identities(records))))
 
 
-def one_network(cands: list) -> tuple[list, dict[str, list[str]]]:
+def one_network(cands: list, fits: dict | None = None) -> tuple[list, dict[str, list[str]]]:
     """The candidates ``[(config_hash, config, records), ...]`` that stand on one network, and the
     config hashes of the others by their network: candidates on two networks of one name (a backbone
-    file trained twice) are not compared. The network kept is the one with the most candidates, then
-    the most recently finished record's (a sweep rerun on a new network, its old candidates left)."""
+    file trained twice) are not compared, nor, with ``fits`` (:func:`map_fits`), candidates built on
+    different fits of a seed's MAP network (:func:`bench.reporting.data.same_map_network`). The
+    network kept is the one with the most candidates, then the most recently finished record's (a
+    sweep rerun on a new network, its old candidates left)."""
     nets: dict[str, list] = {}
     for c in cands:
         nets.setdefault(network_of(c[2]), []).append(c)
-    if len(nets) < 2:
-        return cands, {}
 
     def latest(cs):
         return max((str(v) for _, _, g in cs for v in g.get("finished_at", pd.Series(dtype=object)).dropna()),
                    default="")
 
-    keep = max(nets, key=lambda n: (len(nets[n]), latest(nets[n])))
-    return nets[keep], {n or "none": [h for h, _, _ in cs] for n, cs in sorted(nets.items()) if n != keep}
+    left: dict[str, list[str]] = {}
+    if len(nets) > 1:
+        keep = max(nets, key=lambda n: (len(nets[n]), latest(nets[n])))
+        left = {n or "none": [h for h, _, _ in cs] for n, cs in sorted(nets.items()) if n != keep}
+        cands = nets[keep]
+    groups = map_fit_groups(cands, fits or {})
+    if len(groups) > 1:
+        groups.sort(key=lambda cs: (len(cs), latest(cs)), reverse=True)
+        name = network_of(cands[0][2]) or "none"
+        for cs in groups[1:]:
+            left[f"{name}, another fit of the MAP network ({fits_text(cs, fits)})"] = [h for h, _, _ in cs]
+        cands = groups[0]
+    return cands, left
+
+
+def map_fits(df: pd.DataFrame, method: str) -> dict[tuple[str, int], tuple]:
+    """``(config_hash, seed) -> map_network`` of the runs of ``method`` in ``df`` built on their seed's MAP
+    network (:func:`bench.reporting.data.starts_from_map`), from their id records (validation records do
+    not carry the MAP network's training)."""
+    from bench.reporting.data import map_network, starts_from_map
+
+    if df.empty or not {"kind", "method", "config_hash", "seed", "diagnostics"} <= set(df.columns):
+        return {}
+    ids = df[(df["kind"] == "id") & (df["method"] == method)]
+    return {(h, int(seed)): map_network(diag) for h, seed, diag, cfg
+            in zip(ids["config_hash"], ids["seed"], ids["diagnostics"], ids.get("method_config", [None] * len(ids)))
+            if starts_from_map(method, cfg)}
+
+
+def map_fit_groups(cands: list, fits: dict) -> list[list]:
+    """``cands`` (``[(config_hash, config, records), ...]``) in groups whose runs can stand on one fit of
+    each seed's MAP network (``fits``: :func:`map_fits`): each candidate joins the first group every
+    member of which it agrees with on every shared seed; a candidate whose runs name no fit (earlier
+    code, or a method not built on the MAP network) agrees with any and joins the largest."""
+    from bench.reporting.data import same_map_network
+
+    by_hash: dict[str, dict] = {}
+    for (h, seed), net in fits.items():
+        by_hash.setdefault(h, {})[seed] = net
+
+    def agree(a, b):
+        fa, fb = by_hash.get(a[0], {}), by_hash.get(b[0], {})
+        return all(same_map_network(net, fb[seed]) for seed, net in fa.items() if seed in fb)
+
+    def known(c):
+        return any(sha or curve for sha, curve in by_hash.get(c[0], {}).values())
+
+    groups: list[list] = []
+    for c in [c for c in cands if known(c)] + [c for c in cands if not known(c)]:  # unknowns join the largest
+        fitting = [g for g in groups if all(agree(c, m) for m in g)]
+        home = max(fitting, key=len) if fitting and not known(c) else (fitting[0] if fitting else None)
+        if home is None:
+            groups.append([c])
+        else:
+            home.append(c)
+    return groups
+
+
+def fits_text(cs: list, fits: dict) -> str:
+    """The MAP network fits a group of candidates stands on, by seed: its digest, else its curve's end."""
+    seen = {}
+    for h, _, _ in cs:
+        for (hh, seed), (sha, curve) in sorted(fits.items()):
+            if hh == h and (sha or curve):
+                seen.setdefault(seed, f"network {sha[:8]}" if sha else f"validation curve ending {curve.split(',')[-1]}")
+    return "; ".join(f"seed {s}: {t}" for s, t in sorted(seen.items())) or "no digest"
 
 
 def write_selection(results: str | Path, suite: str, choice: dict, fixed_tag: str = "") -> Path:

@@ -385,10 +385,12 @@ def objective_choices(results_dirs) -> dict[tuple[str, str, str, str], list[tupl
 def choice_networks(choice: dict, df) -> dict[str, list[str]]:
     """``{network: [config_hash, ...]}`` of a stored choice's candidates, by the network identity of
     their records in ``df`` (:func:`bench.reporting.data.model_identities`), when they stand on more
-    than one (a choice stored before :func:`bench.selection.one_network` kept them apart); ``{}`` when
-    they share one network (a choice that left other networks' candidates out, ``other_networks``,
-    compared one network's)."""
+    than one (a choice stored before :func:`bench.selection.one_network` kept them apart), else by the
+    fit of a seed's MAP network they are built on, when they stand on more than one
+    (:func:`bench.selection.map_fit_groups`); ``{}`` when they share one network (a choice that left
+    other networks' candidates out, ``other_networks``, compared one network's)."""
     from bench.reporting.data import model_identities
+    from bench.selection import fits_text, map_fit_groups, map_fits
 
     hashes = [r["config_hash"] for r in choice.get("candidates", [])]
     sub = df[df["config_hash"].isin(hashes)] if "config_hash" in df.columns else df.iloc[:0]
@@ -396,7 +398,16 @@ def choice_networks(choice: dict, df) -> dict[str, list[str]]:
     for h, net in zip(sub["config_hash"], model_identities(sub)):
         if h not in nets.get(net or "none", []):
             nets.setdefault(net or "none", []).append(h)
-    return nets if len(nets) > 1 else {}
+    if len(nets) > 1:
+        return nets
+    # one identity: the candidates may still stand on different fits of a seed's MAP network
+    fits = map_fits(sub, str(choice.get("method", "")))
+    groups = map_fit_groups([(h, None, None) for h in dict.fromkeys(sub["config_hash"])], fits)
+    if len(groups) < 2:
+        return {}
+    name = next(iter(nets), "none")
+    return {f"{name}, MAP network fit {i + 1} ({fits_text(g, fits)})": [h for h, _, _ in g]
+            for i, g in enumerate(groups)}
 
 
 def mixed_network_notes(results_dirs, df) -> dict[tuple[str, str, str, str], str]:
@@ -408,8 +419,8 @@ def mixed_network_notes(results_dirs, df) -> dict[tuple[str, str, str, str], str
         nets = choice_networks(c, df)
         if nets:
             where = "; ".join(f"{len(hs)} on {net}" for net, hs in sorted(nets.items()))
-            out[key] = (f"its stored `bench tune` choice compared candidates on networks of {len(nets)} different "
-                        f"identities ({where}): the scores may differ by network as well as by option, so the "
+            out[key] = (f"its stored `bench tune` choice compared candidates on {len(nets)} different networks "
+                        f"({where}): the scores may differ by network as well as by option, so the "
                         f"choice is not the protocol's; rerun the tune on one network")
     return out
 

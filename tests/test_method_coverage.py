@@ -175,4 +175,4 @@ def test_a_stored_choice_among_candidates_on_two_networks_is_named(tmp_path, cap
     code, out, _ = run(capsys, "--suite", SUITE, "--results", str(tmp_path))
     assert code == 0
     mcd = line(out, "mc_dropout")
-    assert "(at bench tune's choice)" in mcd and "compared candidates on networks of 2 different identities" in mcd
+    assert "(at bench tune's choice)" in mcd and "compared candidates on 2 different networks" in mcd

@@ -164,3 +164,36 @@ def test_a_choice_made_on_one_network_is_not_called_mixed():
     mixed = {**c, "candidates": c["candidates"] + [{"config_hash": "0.1-old"}]}
     assert {k: sorted(v) for k, v in choice_networks(mixed, df).items()} == {
         "backbone_sha256_16=new": ["0.01-new", "0.1-new"], "backbone_sha256_16=old": ["0.1-old"]}
+
+
+def test_candidates_on_two_fits_of_the_map_network_are_not_compared():
+    """Candidates of one network identity whose runs stand on different fits of the seed's MAP network
+    (another weights' digest in their id records: the MAP network trained again between candidates) are
+    not compared either: the choice is made among those on one fit (the most candidates) and names the
+    others; a stored choice that compared them is called mixed. Runs of earlier code (no digest) are
+    placed by their training curve, and a method that trains its own network is not grouped by one."""
+    from bench.tuning import choice_networks
+
+    def runs(lr, nll, sha, method="pbn"):
+        h = f"{lr}-{sha}"
+        base = {"status": "ok", "method": method, "model": "m", "seed": 0, "config_hash": h,
+                "method_config": {"lr": lr, "prior": 1}, "finished_at": "2026-01-02"}
+        curve = [1.0, 0.6] if sha == "old" else [1.0, 0.5]  # no digest (earlier code): "new"'s curve
+        diag = {"map_training": {"val_nll": curve, **({"network_sha": sha} if sha else {})}}
+        return [{**base, "kind": "val", "metrics.nll": nll}, {**base, "kind": "id", "diagnostics": diag}]
+
+    rows = runs(0.1, 0.1, "old") + runs(0.1, 0.5, "new") + runs(0.01, 0.4, "new") + runs(0.001, 0.45, None)
+    df = pd.DataFrame(rows)
+    (c,) = choose_on_validation(df, "pbn", ["lr"])
+    assert sorted(r["config_hash"] for r in c["candidates"]) == ["0.001-None", "0.01-new", "0.1-new"]
+    assert c["chosen"] == {"lr": 0.01}  # not 0.1 on the other fit, whose score is the lowest
+    ((name, hashes),) = c["other_networks"].items()
+    assert hashes == ["0.1-old"] and "another fit of the MAP network (seed 0: network old)" in name
+    assert choice_networks(c, df) == {}
+    mixed = {**c, "candidates": c["candidates"] + [{"config_hash": "0.1-old"}]}
+    assert sorted(sorted(v) for v in choice_networks(mixed, df).values()) == [
+        ["0.001-None", "0.01-new", "0.1-new"], ["0.1-old"]]
+    # MC dropout trains its own network: what its records say of its training is no MAP fit
+    own = pd.DataFrame([{**r, "method": "mc_dropout"} for r in rows])
+    (c,) = choose_on_validation(own, "mc_dropout", ["lr"])
+    assert c["chosen"] == {"lr": 0.1} and "other_networks" not in c
