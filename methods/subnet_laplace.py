@@ -55,11 +55,15 @@ from methods.base import register_method
 
 def memory_terms(config: dict, model: nn.Module, x1: torch.Tensor) -> dict:
     """What the memory guard (``check_memory``) needs besides the backend and subnet size: the
-    network's weights, outputs and per-example activations, and the fit's batches and predictive
-    from the method's options ``config``."""
+    network's weights, outputs and per-example activations, the widest layer's positions (a bound on
+    what the subnet backend gathers per subnet weight), and the fit's batches and predictive from the
+    method's options ``config``."""
+    from bench.laplace.subnet_jacobians import positions_per_weight
+
     with torch.no_grad():
         n_outputs = int(model(x1).shape[-1])
     return dict(n_params=sum(p.numel() for p in model.parameters()), n_outputs=n_outputs,
+                positions_per_weight=positions_per_weight(model, x1),
                 batch_size=int(config["batch_size"]), predict_batch=int(config["predict_batch_size"]),
                 activations=activation_numel(model, x1), pred_type=config["pred_type"],
                 glm_sampler=config["glm_sampler"], n_samples=int(config["n_samples"]))
@@ -243,6 +247,10 @@ class SubnetLaplace(LaplaceMethod):
         # 3. backend, and the memory check with it
         backend, why = self.choose_backend(model, x1)
         self.meta["backend"], self.meta["backend_reason"] = backend, why
+        if backend == "subnet":  # the layer inputs' entries it gathers per batch, now that the subnet is known
+            from bench.laplace.subnet_jacobians import gathered_floats
+
+            mem_kw["gathered"] = gathered_floats(model, self.indices.to(x1.device), x1)
         est = check_memory(limit=limit, what=f"subnet_laplace (n_subnet={s}, backend={backend})", backend=backend,
                            s=int(self.indices.numel()), **mem_kw)
         self.meta["memory_estimate_bytes"] = est

@@ -504,3 +504,32 @@ def test_activation_count_takes_every_row_of_a_layer_that_sees_several_rows_per_
 
     net = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 1), PixelRows(), torch.nn.Linear(2, 3))
     assert activation_numel(net, torch.zeros(2, 1, 4, 5)) == 160
+
+
+def test_the_guard_counts_the_layer_inputs_the_subnet_backend_gathers():
+    """The subnet backend keeps, per batch, the layer inputs' entries its weights multiply (one
+    column of positions per distinct input column a layer's subnet weights read): hand-counted on a
+    Conv2d(2, 3, 3, padding 1) over 5 x 6 and a Linear(90, 4), and added to the subnet backend's Jacobian
+    terms per example of each batch; before the subnet is chosen, a bound of it. Without it the guard
+    read low (camvid_multilabel's UNet, 2026-12-02: peak 2.6 GB beside an estimate of 2.52 GB)."""
+    from bench.laplace.subnet_jacobians import gathered_floats, positions_per_weight
+
+    net = nn.Sequential(nn.Conv2d(2, 3, 3, padding=1), nn.Flatten(), nn.Linear(90, 4))
+    # conv weight (3, 2, 3, 3) at 0..53, its bias 54..56, the Linear's weight (4, 90) from 57, bias from 417
+    idx = torch.tensor([0, 18,          # w[0, 0, 0, 0], w[1, 0, 0, 0]: one column (c 0, tap 0, 0)
+                        53,             # w[2, 1, 2, 2]: another (c 1, tap 2, 2)
+                        55,             # a bias reads no input
+                        57 + 7, 57 + 3 * 90 + 7, 57 + 90 + 9,  # Linear columns 7, 7, 9: two
+                        418])
+    x1 = torch.randn(2, 2, 5, 6)
+    assert gathered_floats(net, idx, x1) == 2 * 5 * 6 + 2 * 1
+    # before the subnet is chosen the guard bounds it by s x the widest layer's positions (5 x 6 here)
+    assert positions_per_weight(net, x1) == 30 and gathered_floats(net, idx, x1) <= len(idx) * 30
+    assert estimate_memory(backend="subnet", s=8, positions_per_weight=30, **dict(MEM, n_outputs=4))[
+        "jacobian_fit"] == estimate_memory(backend="subnet", s=8, gathered=8 * 30, **dict(MEM, n_outputs=4))["jacobian_fit"]
+    base = dict(MEM, n_outputs=4)
+    with_cols = estimate_memory(backend="subnet", s=8, gathered=62, **base)
+    without = estimate_memory(backend="subnet", s=8, **base)
+    assert with_cols["jacobian_fit"] - without["jacobian_fit"] == 128 * 62 * 4
+    assert with_cols["jacobian_predict"] - without["jacobian_predict"] == 1000 * 62 * 4
+    assert estimate_memory(backend="backpack", s=8, gathered=62, **base) == estimate_memory(backend="backpack", s=8, **base)

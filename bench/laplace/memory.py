@@ -48,6 +48,7 @@ def activation_numel(model: nn.Module, x1: torch.Tensor) -> int:
 
 def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batch_size: int, predict_batch: int,
                     activations: int, pred_type: str = "glm", glm_sampler: str = "moments", n_samples: int = 1,
+                    gathered: int | None = None, positions_per_weight: int = 0,
                     dtype_bytes: int = FLOAT_BYTES) -> dict:
     """Bytes a full-covariance subnet Laplace needs at its peak, by term.
 
@@ -59,7 +60,10 @@ def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batc
     concatenation and slice), the torch.func path (Curvlinops; ASDL's predictive falls back to it) all K
     outputs at once (B x K x P, x3). SubnetJacobianGGN needs ~6 B x K x s plus activations, plus
     the gradients at its hooked layer outputs for a chunk of the K outputs (at most
-    ``OUTPUT_CHUNK_FLOATS`` floats, or one output's, and their stacked copy).
+    ``OUTPUT_CHUNK_FLOATS`` floats, or one output's, and their stacked copy), plus the layer inputs'
+    entries the subnet multiplies, gathered once per batch (``gathered`` floats per example:
+    :func:`bench.laplace.subnet_jacobians.gathered_floats`, once the subnet is known; before, at most
+    ``s x positions_per_weight``).
     The s x s terms: the GGN H, the posterior precision, its Cholesky factor / scale and
     the covariance (4 s^2). The linearised predictive drawn by Jacobian-vector products
     (``glm_sampler="jvp"``, :mod:`bench.laplace.jvp_glm`) forms no Jacobian whatever the backend:
@@ -74,7 +78,8 @@ def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batc
             return 2 * P + b * s + act if phase == "fit" else 3 * b * act
         if backend == "subnet":  # J, the gathered g and a entries, their product, GGN intermediates,
             # and the gradients at the hooked layer outputs for a chunk of outputs, stacked per layer
-            return 6 * b * K * s + b * act + 2 * min(K * b * activations, max(b * activations, OUTPUT_CHUNK_FLOATS))
+            return (6 * b * K * s + b * act + 2 * min(K * b * activations, max(b * activations, OUTPUT_CHUNK_FLOATS))
+                    + b * (int(gathered) if gathered is not None else s * int(positions_per_weight)))
         if backend == "backpack":
             return 3 * b * P + 2 * b * K * s + b * act
         if backend == "asdl" and phase == "fit":

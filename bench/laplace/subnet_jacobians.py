@@ -135,6 +135,90 @@ class _LayerPlan:
                 out[:, :, self.b_pos] += g[:, :, self.b_row, :].sum(-1).transpose(0, 1)
 
 
+def layer_plans(model: nn.Module, indices: torch.Tensor) -> list[_LayerPlan]:
+    """A :class:`_LayerPlan` per Linear / Conv2d layer holding subnet weights; ``indices`` index the
+    vector of the model's trainable parameters (``parameters_to_vector``, as laplace-torch's)."""
+    idx_cpu = torch.as_tensor(indices).cpu()
+    order = torch.argsort(idx_cpu)
+    sorted_idx = idx_cpu[order]
+    plans: dict[int, _LayerPlan] = {}
+    offset = 0
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        mod_name, _, pname = name.rpartition(".")
+        module = model.get_submodule(mod_name) if mod_name else model
+        lo = int(torch.searchsorted(sorted_idx, offset))
+        hi = int(torch.searchsorted(sorted_idx, offset + p.numel()))
+        if lo < hi:
+            local = sorted_idx[lo:hi] - offset
+            pos = order[lo:hi]
+            plan = plans.setdefault(id(module), _LayerPlan(module))
+            if pname == "weight":
+                per_row = p[0].numel()
+                rows, cols = local // per_row, local % per_row
+                if isinstance(module, nn.Conv2d) and module.groups > 1:
+                    # a grouped (e.g. depthwise) convolution: row o reads only its group's input
+                    # channels, i.e. the unfolded columns from group(o) x (C / groups) x kh x kw on
+                    cols = cols + rows // (module.out_channels // module.groups) * per_row
+                plan.w_pos += pos.tolist()
+                plan.w_row += rows.tolist()
+                plan.w_col += cols.tolist()
+            else:
+                plan.b_pos += pos.tolist()
+                plan.b_row += local.tolist()
+        offset += p.numel()
+    device = next(model.parameters()).device
+    return [pl.finish(device) for pl in plans.values()]
+
+
+def gathered_floats(model: nn.Module, indices: torch.Tensor, x1: torch.Tensor) -> int:
+    """Floats per example of the layer inputs' entries the subnet multiplies (:meth:`_LayerPlan.columns`),
+    which the subnet backend gathers once per batch and keeps for every chunk of outputs: measured
+    on one example ``x1[:1]`` by gathering them (for the memory guard, bench.laplace.memory)."""
+    plans = [pl for pl in layer_plans(model, indices) if pl.w_pos.numel()]
+    by_module = {id(pl.module): pl for pl in plans}
+    total = [0]
+
+    def hook(module, inputs, _out):
+        total[0] += by_module[id(module)].columns(inputs[0].detach(), 1).numel()
+
+    handles = [pl.module.register_forward_hook(hook) for pl in plans]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(x1[:1])
+    finally:
+        model.train(was_training)
+        for h in handles:
+            h.remove()
+    return int(total[0])
+
+
+def positions_per_weight(model: nn.Module, x1: torch.Tensor) -> int:
+    """The most input entries one subnet weight can make the subnet backend gather per example: the
+    positions (rows of a Linear, output pixels of a Conv2d) of the widest supported layer, on
+    ``x1[:1]``; times s it bounds :func:`gathered_floats` before the subnet is chosen."""
+    most = [0]
+
+    def hook(module, _inputs, out):
+        per = out.shape[-2] * out.shape[-1] if isinstance(module, nn.Conv2d) else out.numel() // max(1, out.shape[-1])
+        most[0] = max(most[0], int(per))
+
+    handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(x1[:1])
+    finally:
+        model.train(was_training)
+        for h in handles:
+            h.remove()
+    return most[0]
+
+
 def output_chunk(n_outputs: int, hooked_floats: int) -> int:
     """Outputs whose gradients (``hooked_floats`` each: the batch's hooked layer outputs) are
     kept at once: as many as :data:`OUTPUT_CHUNK_FLOATS` allows, at least one."""
@@ -177,14 +261,6 @@ def _build_subnet_jacobian_backend():
             self._plan_key = None
             self._plan: list[_LayerPlan] = []
 
-        # ``subnetwork_indices`` index parameters_to_vector(self.params) (trainable ones)
-        def _slots(self):
-            offset = 0
-            for name, p in self.params_dict.items():
-                mod_name, _, pname = name.rpartition(".")
-                yield self.model.get_submodule(mod_name) if mod_name else self.model, pname, p, offset
-                offset += p.numel()
-
         @classmethod
         def unsupported(cls, model: nn.Module, indices: torch.Tensor) -> list[str]:
             """Reasons this backend cannot serve ``indices`` of ``model`` (empty = it can)."""
@@ -216,33 +292,7 @@ def _build_subnet_jacobian_backend():
             bad = self.unsupported(self.model, idx)
             if bad:
                 raise NotImplementedError(f"SubnetJacobianGGN does not support {bad}")
-            idx_cpu = idx.cpu()
-            order = torch.argsort(idx_cpu)
-            sorted_idx = idx_cpu[order]
-            plans: dict[int, _LayerPlan] = {}
-            for module, pname, p, offset in self._slots():
-                lo = int(torch.searchsorted(sorted_idx, offset))
-                hi = int(torch.searchsorted(sorted_idx, offset + p.numel()))
-                if lo == hi:
-                    continue
-                local = sorted_idx[lo:hi] - offset
-                pos = order[lo:hi]
-                plan = plans.setdefault(id(module), _LayerPlan(module))
-                if pname == "weight":
-                    per_row = p[0].numel()
-                    rows, cols = local // per_row, local % per_row
-                    if isinstance(module, nn.Conv2d) and module.groups > 1:
-                        # a grouped (e.g. depthwise) convolution: row o reads only its group's input
-                        # channels, i.e. the unfolded columns from group(o) x (C / groups) x kh x kw on
-                        cols = cols + rows // (module.out_channels // module.groups) * per_row
-                    plan.w_pos += pos.tolist()
-                    plan.w_row += rows.tolist()
-                    plan.w_col += cols.tolist()
-                else:
-                    plan.b_pos += pos.tolist()
-                    plan.b_row += local.tolist()
-            device = next(self.model.parameters()).device
-            self._plan = [pl.finish(device) for pl in plans.values()]
+            self._plan = layer_plans(self.model, idx)
             self._plan_key = key
             return self._plan
 
