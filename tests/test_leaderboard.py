@@ -198,6 +198,9 @@ def test_rank_marks_best_only_beyond_the_noise():
     assert best == {"a"} and not tied                  # better on every seed by the same margin
     best, tied = rank_marks(seeds, "min")
     assert not best and tied == {"a", "c"}             # c: +0.3, -0.1, +0.2 -> not told apart from a
+    # a top row chosen by another score (b, by MAP-paired means) that a beats on every seed they share is not best
+    best, tied = rank_marks(seeds.loc[["a", "b"]], "min", score=pd.Series({"a": 1.2, "b": 1.0}))
+    assert not best and tied == {"a", "b"}
 
 
 def test_pareto_front_matches_brute_force():
@@ -353,9 +356,20 @@ def test_seeds_on_another_fit_of_the_map_network_are_not_paired_with_map(tmp_pat
     # summary counts pbn better (mc_dropout, from no MAP network, is paired with pbn on every seed: a tie)
     assert board.marks["shift.nll"] == (set(), {"pbn[lr=0.05]", "mc_dropout"})
     assert "better beyond the noise (pbn[lr=0.05])" in " ".join(summary_lines(board))
-    # the CSV carries the same pairs
+    # the CSV carries the same pairs, and a run's report table marks on the same rule
     out = _csv(_run(tmp_path, [root])).set_index("label")
     assert out.loc["pbn[lr=0.05]", "delta_vs_map.n"] == 3
+    # a run's report table ranks by plain means: with pbn's other-fit seeds far better instead, pbn is
+    # on top, and MAP, worse on every seed they share a fit on, is not tied with it
+    from bench.reporting import tables
+
+    root2 = tmp_path / "r2"
+    for seed in SEEDS:
+        _write(root2, "deterministic", seed, map_sha=f"map{seed}")
+        other = seed in (0, 1)
+        _write(root2, "pbn", seed, map_sha=f"other{seed}" if other else f"map{seed}", bump=-1.0 if other else 0.0)
+    best, tied = tables.leaderboard(select_runs(load_runs([root2]))).marks["shift.nll"]
+    assert best == {"pbn[lr=0.05]"} and not tied
 
 
 def test_map_networks_pair_by_digest_else_by_validation_curve():

@@ -69,8 +69,9 @@ def rank_marks(per_seed: pd.DataFrame, better: str, score: pd.Series | None = No
     for row in means.index:
         if row == top:
             continue
-        p = paired_p_value(paired(per_seed.loc[row], per_seed.loc[top], nets_of(nets, row), nets_of(nets, top)))
-        if not (p < alpha):
+        d = paired(per_seed.loc[row], per_seed.loc[top], nets_of(nets, row), nets_of(nets, top))
+        worse = len(d) > 0 and (d.mean() < 0 if better == "max" else d.mean() > 0)
+        if not (paired_p_value(d) < alpha and worse):  # better than the top on the seeds they share: no best
             tied.add(row)
     return ({top}, set()) if not tied else (set(), tied | {top})
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .data import (CLASSIFICATION_METRICS, REGRESSION_METRICS, Sweep, cost_columns, per_run_first,
+from .data import (CLASSIFICATION_METRICS, REGRESSION_METRICS, Sweep, cost_columns, per_run_first, run_map_networks,
                    distinct, labels_in_order, metric_columns, natural_key, per_seed_mean,
                    scoped_metrics_per_seed, seed_summary)
 
@@ -206,9 +206,10 @@ def paired_marks(table: Table | None, per_seed: list[pd.DataFrame], df: pd.DataF
         validity = row_validity(df, table.rows)
     ranked = [r for r in table.rows if validity.get(r, ("ok",))[0] == "ok"]
     frame = pd.concat([p for p in per_seed if not p.empty], axis=1)
+    nets = run_map_networks(df) if df is not None and "label" in df.columns else None  # pairs on one MAP fit
     for c in table.columns:
         if c.better in ("max", "min") and c.key in frame.columns:
-            table.marks[c.key] = (rank_marks(frame[c.key].unstack(level=1).reindex(ranked), c.better)
+            table.marks[c.key] = (rank_marks(frame[c.key].unstack(level=1).reindex(ranked), c.better, nets=nets)
                                   if ranked else (set(), set()))
     if validity:
         _mark_rows(table, validity)
