@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from bench.errors import BenchError
-from bench.laplace.subnet_jacobians import OUTPUT_CHUNK_FLOATS
+from bench.laplace.subnet_jacobians import OUTPUT_CHUNK_FLOATS, forward_one
 
 FLOAT_BYTES = 4
 
@@ -33,16 +33,7 @@ def activation_numel(model: nn.Module, x1: torch.Tensor) -> int:
         if isinstance(out, torch.Tensor):
             total[0] += out.numel()
 
-    handles = [m.register_forward_hook(hook) for m in model.modules() if not list(m.children())]
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            model(x1[:1])
-    finally:
-        model.train(was_training)
-        for h in handles:
-            h.remove()
+    forward_one(model, x1, [m for m in model.modules() if not list(m.children())], hook)
     return int(total[0]) + int(x1[:1].numel())
 
 

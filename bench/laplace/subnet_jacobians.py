@@ -183,16 +183,7 @@ def gathered_floats(model: nn.Module, indices: torch.Tensor, x1: torch.Tensor) -
     def hook(module, inputs, _out):
         total[0] += by_module[id(module)].columns(inputs[0].detach(), 1).numel()
 
-    handles = [pl.module.register_forward_hook(hook) for pl in plans]
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            model(x1[:1])
-    finally:
-        model.train(was_training)
-        for h in handles:
-            h.remove()
+    forward_one(model, x1, [pl.module for pl in plans], hook)
     return int(total[0])
 
 
@@ -206,7 +197,14 @@ def positions_per_weight(model: nn.Module, x1: torch.Tensor) -> int:
         per = out.shape[-2] * out.shape[-1] if isinstance(module, nn.Conv2d) else out.numel() // max(1, out.shape[-1])
         most[0] = max(most[0], int(per))
 
-    handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    forward_one(model, x1, [m for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv2d))], hook)
+    return most[0]
+
+
+def forward_one(model: nn.Module, x1: torch.Tensor, modules, hook) -> None:
+    """Run ``model`` in eval mode without gradients on the first example of ``x1`` with the forward
+    ``hook`` on each of ``modules`` (removed after, the training mode restored)."""
+    handles = [m.register_forward_hook(hook) for m in modules]
     was_training = model.training
     model.eval()
     try:
@@ -216,7 +214,6 @@ def positions_per_weight(model: nn.Module, x1: torch.Tensor) -> int:
         model.train(was_training)
         for h in handles:
             h.remove()
-    return most[0]
 
 
 def output_chunk(n_outputs: int, hooked_floats: int) -> int:
