@@ -81,9 +81,9 @@ def choose_on_validation(df: pd.DataFrame, method: str, tuned: tuple[str, ...] |
         from methods import METHODS
 
         later = getattr(METHODS.get(method), "LATER_OPTIONS", {}) if method in METHODS else {}
-    fits = map_fits(df, method)
     out = []
     for mdl, dm in d.groupby("model"):
+        fits = map_fits(df, method, mdl, profile)
         groups: dict[str, list] = {}
         for h, g in dm.groupby("config_hash"):
             cfg = g["method_config"].iloc[0] or {}
@@ -159,18 +159,21 @@ def one_network(cands: list, fits: dict | None = None) -> tuple[list, dict[str, 
     return cands, left
 
 
-def map_fits(df: pd.DataFrame, method: str) -> dict[tuple[str, int], tuple]:
-    """``(config_hash, seed) -> map_network`` of the runs of ``method`` in ``df`` built on their seed's MAP
-    network (:func:`bench.reporting.data.starts_from_map`), from their id records (validation records do
-    not carry the MAP network's training)."""
-    from bench.reporting.data import map_network, starts_from_map
+def map_fits(df: pd.DataFrame, method: str, model: str | None = None,
+             profile: str | None = None) -> dict[tuple[str, int], tuple]:
+    """``(config_hash, seed) -> built_on_map_network`` of the runs of ``method`` in ``df`` (on ``model`` and
+    ``profile`` where given: a configuration's hash is the same on another), from their id records
+    (validation records do not carry the MAP network's training)."""
+    from bench.reporting.data import built_on_map_network
 
     if df.empty or not {"kind", "method", "config_hash", "seed", "diagnostics"} <= set(df.columns):
         return {}
     ids = df[(df["kind"] == "id") & (df["method"] == method)]
-    return {(h, int(seed)): map_network(diag) for h, seed, diag, cfg
-            in zip(ids["config_hash"], ids["seed"], ids["diagnostics"], ids.get("method_config", [None] * len(ids)))
-            if starts_from_map(method, cfg)}
+    for col, want in (("model", model), ("profile", profile)):
+        if want is not None and col in ids.columns:
+            ids = ids[ids[col] == want]
+    return {(h, int(seed)): built_on_map_network(method, cfg, diag) for h, seed, diag, cfg
+            in zip(ids["config_hash"], ids["seed"], ids["diagnostics"], ids.get("method_config", [None] * len(ids)))}
 
 
 def map_fit_groups(cands: list, fits: dict) -> list[list]:
@@ -192,13 +195,13 @@ def map_fit_groups(cands: list, fits: dict) -> list[list]:
         return any(sha or curve for sha, curve in by_hash.get(c[0], {}).values())
 
     groups: list[list] = []
-    for c in [c for c in cands if known(c)] + [c for c in cands if not known(c)]:  # unknowns join the largest
+    flagged = [(c, known(c)) for c in cands]
+    for c, named in sorted(flagged, key=lambda ck: not ck[1]):  # those naming a fit first (a stable sort)
         fitting = [g for g in groups if all(agree(c, m) for m in g)]
-        home = max(fitting, key=len) if fitting and not known(c) else (fitting[0] if fitting else None)
-        if home is None:
+        if not fitting:
             groups.append([c])
-        else:
-            home.append(c)
+        else:  # a candidate that names no fit joins the largest group
+            (fitting[0] if named else max(fitting, key=len)).append(c)
     return groups
 
 

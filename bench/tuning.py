@@ -401,7 +401,7 @@ def choice_networks(choice: dict, df) -> dict[str, list[str]]:
     if len(nets) > 1:
         return nets
     # one identity: the candidates may still stand on different fits of a seed's MAP network
-    fits = map_fits(sub, str(choice.get("method", "")))
+    fits = map_fits(sub, str(choice.get("method", "")), choice.get("model"))
     groups = map_fit_groups([(h, None, None) for h in dict.fromkeys(sub["config_hash"])], fits)
     if len(groups) < 2:
         return {}

@@ -314,7 +314,7 @@ class RowRuns:
     reasons: list = field(default_factory=list)
     network: str = ""             # the records' network identity beyond the model name ("" for none)
     networks: tuple = ()          # every identity the row has records on (at the configuration's options)
-    map_networks: "pd.Series | None" = None  # seed -> the MAP network the run started from (map_network)
+    map_networks: "pd.Series | None" = None  # seed -> the MAP network the run started from (built_on_map_network)
 
 
 def _norm(method: str, cfg) -> dict:
@@ -329,7 +329,7 @@ def select(df, suite: str, profile: str, claim: Claim, row: Row, network: str | 
     ``network``, its records on that network identity where it has any (the other row's network)."""
     import pandas as pd
 
-    from bench.reporting.data import map_network, model_identities, starts_from_map
+    from bench.reporting.data import built_on_map_network, model_identities
     from bench.suites import SUITES
     from bench.validity import runs_validity
 
@@ -375,8 +375,9 @@ def select(df, suite: str, profile: str, claim: Claim, row: Row, network: str | 
         out.values = pd.Series(dtype=float)
     used = runs[(runs["kind"] == "id") & runs["seed"].isin(out.values.index if len(out.values) else with_id)]
     out.status, out.reasons = runs_validity(used)
-    if "diagnostics" in used.columns and starts_from_map(row.method, runs["method_config"].iloc[0]):
-        out.map_networks = pd.Series([map_network(d) for d in used["diagnostics"]],
+    if "diagnostics" in used.columns:
+        cfg = runs["method_config"].iloc[0]
+        out.map_networks = pd.Series([built_on_map_network(row.method, cfg, d) for d in used["diagnostics"]],
                                      index=used["seed"].astype(int).to_numpy())
     return out
 

@@ -250,7 +250,7 @@ class SubnetLaplace(LaplaceMethod):
         if backend == "subnet":  # the layer inputs' entries it gathers per batch, now that the subnet is known
             from bench.laplace.subnet_jacobians import gathered_floats
 
-            mem_kw["gathered"] = gathered_floats(model, self.indices.to(x1.device), x1)
+            mem_kw["gathered"] = gathered_floats(model, self.indices, x1)
         est = check_memory(limit=limit, what=f"subnet_laplace (n_subnet={s}, backend={backend})", backend=backend,
                            s=int(self.indices.numel()), **mem_kw)
         self.meta["memory_estimate_bytes"] = est

@@ -193,6 +193,11 @@ def test_candidates_on_two_fits_of_the_map_network_are_not_compared():
     mixed = {**c, "candidates": c["candidates"] + [{"config_hash": "0.1-old"}]}
     assert sorted(sorted(v) for v in choice_networks(mixed, df).values()) == [
         ["0.001-None", "0.01-new", "0.1-new"], ["0.1-old"]]
+    # the same configuration's run in another profile (its own MAP network) is not one of these candidates
+    paper = {**runs(0.01, 0.4, "elsewhere")[1], "config_hash": "0.01-new", "profile": "paper"}
+    (c,) = choose_on_validation(pd.DataFrame([{**r, "profile": "quick"} for r in rows] + [paper]), "pbn", ["lr"],
+                                profile="quick")
+    assert c["chosen"] == {"lr": 0.01} and list(c["other_networks"].values()) == [["0.1-old"]]
     # MC dropout trains its own network: what its records say of its training is no MAP fit
     own = pd.DataFrame([{**r, "method": "mc_dropout"} for r in rows])
     (c,) = choose_on_validation(own, "mc_dropout", ["lr"])

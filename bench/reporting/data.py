@@ -251,16 +251,21 @@ def starts_from_map(method, config) -> bool:
         return False
 
 
+def built_on_map_network(method, config, diag) -> tuple[str | None, str | None]:
+    """:func:`map_network` of a run of ``method`` at ``config`` that starts from its seed's MAP network
+    (:func:`starts_from_map`); (None, None), which pairs with any, for one that does not."""
+    return map_network(diag) if starts_from_map(method, config) else (None, None)
+
+
 def run_map_networks(df: pd.DataFrame) -> pd.Series:
-    """(label, seed) -> :func:`map_network` of each run that starts from its seed's MAP network
-    (:func:`starts_from_map`; (None, None) for the others), from its id record (else its first)."""
+    """(label, seed) -> :func:`built_on_map_network` of each run, from its id record (else its first)."""
     cols = ["diagnostics", "method", "method_config"]
     if df.empty or not set(cols) <= set(df.columns):
         idx = pd.MultiIndex.from_arrays([[], []], names=["label", "seed"])
         return pd.Series([], index=idx, dtype=object)
     runs = per_run_first(df, cols)
-    return pd.Series([map_network(r.diagnostics) if starts_from_map(r.method, r.method_config) else (None, None)
-                      for r in runs.itertuples()], index=runs.index, dtype=object)
+    return pd.Series([built_on_map_network(r.method, r.method_config, r.diagnostics) for r in runs.itertuples()],
+                     index=runs.index, dtype=object)
 
 
 def ok_records(df: pd.DataFrame) -> pd.DataFrame:
