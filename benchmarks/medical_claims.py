@@ -34,6 +34,10 @@ every method, on validation).
 Run from the repository root:
   .venv/bin/python benchmarks/medical_claims.py                                  # docs/records, every suite
   .venv/bin/python benchmarks/medical_claims.py --results results docs/records --suite camvid_binary
+  .venv/bin/python benchmarks/medical_claims.py --summary      # one line per suite: the claims of each outcome
+
+``--summary`` is the README's table: the claims sorted by outcome, generated, so that no prose retypes a
+verdict that the records have since changed.
 """
 from __future__ import annotations
 
@@ -602,15 +606,65 @@ def tuned_objectives(objectives: dict, suite: str, profile: str) -> dict[str, li
     return {m: v for (s, p, mdl, m), v in objectives.items() if (s, p, mdl) == (suite, profile, model)}
 
 
-def table(df, suite: str, profile: str, df_ref=None, tuned: dict | None = None,
-          objectives: dict | None = None, mixed: dict | None = None) -> list[str]:
-    """``tuned``: method -> the options bench tune chose (:func:`tuned_choices`); every row of a tuned
-    method is read, and its missing records are asked for, at that choice. ``objectives``: the choices
-    of tunes of other objectives (:func:`tuned_objectives`), for the rows that set their fixed options.
-    ``mixed``: method -> why its choice compared candidates on different networks (not a verdict)."""
+def claim_lines(df, suite: str, profile: str, df_ref=None, tuned: dict | None = None,
+                objectives: dict | None = None, mixed: dict | None = None):
+    """(claim at the tuned options, its rows a and b, measured, verdict) for every claim of ``suite``
+    (the arguments as :func:`table`'s)."""
     spec = SUITE_SPECS[suite]
     spec = SuiteSpec(spec.name, profile, spec.cost_reference, spec.cost_note, spec.data_note)
     tuned, objectives = tuned or {}, objectives or {}
+    for c in claims_of(suite):
+        c = replace(c, a=with_tuned(c.a, tuned, objectives), b=with_tuned(c.b, tuned, objectives))
+        a, b = pair(df, suite, profile, c)
+        yield (c, a, b, *verdict_text(c, spec, a, b, df_ref, mixed))
+
+
+#: the outcome columns of the summary, in order, each with the verdict cell's prefix that makes it
+OUTCOMES = (("supported", "verdict: supported"), ("contradicted", "verdict: contradicted"),
+            ("not separable", "verdict: not separable"), ("not a verdict", "not a verdict"),
+            ("no verdict yet (one seed)", "no verdict yet"), ("not measured", "not measured"),
+            ("not run here yet", "not run here yet"))
+
+
+def outcome(verdict: str) -> str:
+    """The summary column of one verdict cell (:data:`OUTCOMES`)."""
+    for name, prefix in OUTCOMES:
+        if verdict.startswith(prefix):
+            return name
+    raise ValueError(f"a verdict cell of no known outcome: {verdict[:80]!r}")
+
+
+def summary(per_suite: dict[str, tuple[str, list]]) -> list[str]:
+    """One line per suite (``suite -> (profile, claim_lines(...))``): the claims of each outcome, so
+    that prose elsewhere (the README) names the outcomes and never retypes them; a verdict's claims
+    with their text, the others by key."""
+    used = [name for name, _ in OUTCOMES if any(outcome(v) == name for _, ls in per_suite.values()
+                                                 for *_, v in ls)]
+    decided = {name for name, prefix in OUTCOMES if prefix.startswith("verdict:")}
+
+    def named(c, name):
+        return f"{c.key} ({c.text})" if name in decided else c.key
+
+    lines = ["| suite (profile) | " + " | ".join(used) + " |", "| --- |" + " --- |" * len(used)]
+    for suite, (profile, ls) in per_suite.items():
+        cells = [("; " if name in decided else ", ").join(named(c, name) for c, *_, v in ls if outcome(v) == name)
+                 or "–" for name in used]
+        lines.append(f"| {suite} ({profile}) | " + " | ".join(cells) + " |")
+    return lines
+
+
+def table(df, suite: str, profile: str, df_ref=None, tuned: dict | None = None,
+          objectives: dict | None = None, mixed: dict | None = None, claims: list | None = None) -> list[str]:
+    """``tuned``: method -> the options bench tune chose (:func:`tuned_choices`); every row of a tuned
+    method is read, and its missing records are asked for, at that choice. ``objectives``: the choices
+    of tunes of other objectives (:func:`tuned_objectives`), for the rows that set their fixed options.
+    ``mixed``: method -> why its choice compared candidates on different networks (not a verdict).
+    ``claims``: :func:`claim_lines` of these arguments, when already computed."""
+    spec = SUITE_SPECS[suite]
+    spec = SuiteSpec(spec.name, profile, spec.cost_reference, spec.cost_note, spec.data_note)
+    tuned, objectives = tuned or {}, objectives or {}
+    if claims is None:
+        claims = list(claim_lines(df, suite, profile, df_ref, tuned, objectives, mixed))
 
     def options_text(o):
         return ", ".join(f"{k} {_value_text(v)}" for k, v in sorted(o.items()))
@@ -625,10 +679,7 @@ def table(df, suite: str, profile: str, df_ref=None, tuned: dict | None = None,
     lines = [" ".join([f"**{suite}**, profile {profile}, on the clean test set.", *notes]), "",
              "| claim | paper: where, its numbers | rows here | measured here | verdict |",
              "| --- | --- | --- | --- | --- |"]
-    for c in claims_of(suite):
-        c = replace(c, a=with_tuned(c.a, tuned, objectives), b=with_tuned(c.b, tuned, objectives))
-        a, b = pair(df, suite, profile, c)
-        measured, verdict = verdict_text(c, spec, a, b, df_ref, mixed)
+    for c, a, b, measured, verdict in claims:
         lines.append(f"| {c.key}: {c.text} ({METRIC_TITLES.get(c.metric, c.metric)}, "
                      f"{'higher' if c.higher_is_better else 'lower'} is better) "
                      f"| {c.where}: {c.paper} | {row_text(a)}; {row_text(b)} | {measured} | {verdict} |")
@@ -678,6 +729,8 @@ def main(argv=None) -> int:
                    help=f"comma-separated, of {', '.join(SUITE_SPECS)} (default: all)")
     p.add_argument("--profile", default=None, help="the profile whose records are compared (default: each suite's, "
                                                    "quick)")
+    p.add_argument("--summary", action="store_true",
+                   help="one line per suite instead of the tables: which claims each outcome holds")
     a = p.parse_args(argv)
     suites = [s.strip() for s in a.suite.split(",") if s.strip()]
     unknown = [s for s in suites if s not in SUITE_SPECS]
@@ -702,11 +755,18 @@ def main(argv=None) -> int:
 
     choices, objectives = chosen_options(a.results), objective_choices(a.results)  # every stored tuning, read once
     mixed = mixed_network_notes(a.results, df)
-    out = []
+    per_suite = {}
     for s in suites:
         profile = a.profile or SUITE_SPECS[s].profile
-        out += table(df, s, profile, df_ref, tuned_choices(choices, s, profile),
-                     tuned_objectives(objectives, s, profile), tuned_choices(mixed, s, profile)) + [""]
+        args = (df, s, profile, df_ref, tuned_choices(choices, s, profile), tuned_objectives(objectives, s, profile),
+                tuned_choices(mixed, s, profile))
+        per_suite[s] = (profile, args, list(claim_lines(*args)))
+    if a.summary:
+        print("\n".join(summary({s: (profile, ls) for s, (profile, _, ls) in per_suite.items()})))
+        return 0
+    out = []
+    for s, (_, args, ls) in per_suite.items():
+        out += table(*args, claims=ls) + [""]
     out += legend(suites)
     print("\n".join(out))
     return 0

@@ -5,6 +5,7 @@ makes them, which resolves to the configuration the table looks for), and bad in
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -128,6 +129,29 @@ def test_supported_and_contradicted_claims(learned, capsys):
     m8 = line(out, "M8")
     assert "not run here yet: `python -m bench run --suite camvid_multilabel --profile quick --methods pbn " \
            "--set pbn.r_bayes=0.2`" in m8 and "verdict:" not in m8
+
+
+def test_the_summary_sorts_every_claim_by_its_tables_verdict(learned, capsys):
+    """The README's summary (``--summary``): each claim under the outcome its full line gives, the
+    decided ones with their text, so that no prose retypes a verdict."""
+    results = ["--results", str(learned[0]), str(learned[1]), "--suite", SUITE]
+    _, full, _ = run(capsys, *results)
+    code, out, _ = run(capsys, *results, "--summary")
+    assert code == 0
+    head, _, row = out.splitlines()
+    columns = [c.strip() for c in head.strip("|").split("|")][1:]
+    cells = dict(zip(columns, [c.strip() for c in row.strip("|").split("|")][1:]))
+    assert row.startswith(f"| {SUITE} (quick) |")
+    assert cells["supported"].startswith("M1 (1 % Bayesian is as accurate as a 5-member ensemble); M2 (")
+    assert cells["contradicted"].startswith("M3 (1 % Bayesian is more accurate than the fully Bayesian network)")
+    listed = {}
+    for column, text in cells.items():
+        for key in re.findall(r"(?:^|[;,] )([MSC]\d+)\b", text):
+            listed[key] = column
+    for c in mc.claims_of(SUITE):
+        verdict = line(full, c.key).rsplit("|", 2)[1].strip()
+        assert listed[c.key] == mc.outcome(verdict), (c.key, verdict)
+    assert listed["M8"] == "not run here yet"
 
 
 def test_a_row_failing_its_checks_is_never_a_verdict(tmp_path, capsys):
