@@ -8,6 +8,10 @@ from bench.threads import set_passive_wait_policy as _passive
 
 _passive()  # before anything imports torch: OpenMP threads must not spin (bench/threads.py)
 
+from bench.allocator import tune_allocator as _tune_allocator  # noqa: E402
+
+_tune_allocator()  # large tensors reused from the heap, in this process and every one it starts (bench/allocator.py)
+
 from bench.version import __version__  # noqa: E402
 
 

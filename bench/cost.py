@@ -24,7 +24,7 @@ SHARED_LOAD = 0.5
 
 
 #: the cost keys host_context adds (not costs of a method: kept out of the cost tables)
-HOST_KEYS = ("host_load_1m", "torch_threads", "host_cpus", "timed_on")
+HOST_KEYS = ("host_load_1m", "torch_threads", "host_cpus", "timed_on", "allocator")
 
 
 def host_load() -> float | None:
@@ -37,10 +37,15 @@ def host_load() -> float | None:
 
 def host_context(load_start: float | None, load_end: float | None, device) -> dict:
     """What a timing needs beside it: the 1-minute load average at the start and the end of the
-    measured work (the larger counts), the process's torch threads and the machine's CPUs."""
+    measured work (the larger counts), the process's torch threads, the machine's CPUs and the C
+    allocator's settings (:func:`bench.allocator.allocator_settings`: on the CPU they move a conv
+    network's step time by a third)."""
+    from bench.allocator import allocator_settings
+
     loads = [x for x in (load_start, load_end) if x is not None]
     return {"host_load_1m": max(loads) if loads else None, "torch_threads": torch.get_num_threads(),
-            "host_cpus": os.cpu_count(), "timed_on": str(getattr(device, "type", device))}
+            "host_cpus": os.cpu_count(), "timed_on": str(getattr(device, "type", device)),
+            "allocator": allocator_settings()}
 
 
 def release_free_memory() -> bool:

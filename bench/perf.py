@@ -20,7 +20,8 @@ on the same tensors, and prints the ratio next to its target:
 * peak memory of a run over 20 evaluation cells / over 1 cell (a ``bench run`` of the
   ``imagenetc`` smoke profile on a fixture, in a child process each)                           <= 1.1
 
-* (``bench/perf_scaleout.py``) the thread policy beside a busy process and idle, and the Dask
+* (``bench/perf_scaleout.py``) the thread policy beside a busy process and idle, glibc's allocator settings
+  (bench/allocator.py) against its defaults on a conv network's step, and the Dask
   executor against the local one on an 8-cell grid, with its overhead per cell (issue 17)
 
 A case returns one row ``(measure, ratio, op, target, detail[, model])`` or a list of them (``model``

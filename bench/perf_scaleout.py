@@ -10,7 +10,10 @@
   cell trains 2,000 epochs so that the cells, not the start-up, dominate) and
   with its default threads (one process using every core), and the distributed path's overhead
   per cell: the same grid, every cell finished, through a warm 1-worker cluster against the local
-  loop (target < 1 s).
+  loop (target < 1 s);
+* ``allocator``: a conv network's CPU training step (activations of tens of MiB) with bench's glibc
+  allocator settings (bench/allocator.py) against glibc's defaults, in the main thread and in a worker
+  thread, each in a fresh process (target 1.1x), and the peak resident set that costs (target <= 1.5x).
 """
 from __future__ import annotations
 
@@ -122,6 +125,85 @@ def parallel_ceiling(model_name, in_shape, device, repeats, tmp):
         together = sum(float(p.communicate()[0].split()[-1]) for p in procs)
         rows.append((f"{cores} processes at once / 1 process (ceiling)", together / solo, "skip", 0,
                      f"{together:,.0f} vs {solo:,.0f} img/s, 1 thread each", net))
+    return rows
+
+
+_ALLOC_CODE = r"""
+import resource, sys, threading, time, torch
+from torch import nn
+steps, repeats, where = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+torch.set_num_threads(1)
+torch.manual_seed(0)
+# activations of a segmentation network's size: 16 images at 120 x 160, 32-64 channels (camvid_multilabel's
+# presence UNet is of this kind; its tensors are tens of MiB, above glibc's largest own mmap threshold)
+net = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
+                    nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 11, 1), nn.AdaptiveAvgPool2d(1),
+                    nn.Flatten())
+x, y = torch.randn(16, 3, 120, 160), torch.rand(16, 11).round()
+opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+def run():
+    for _ in range(steps):
+        opt.zero_grad(); nn.functional.binary_cross_entropy_with_logits(net(x), y).backward(); opt.step()
+out = {}
+def measure():
+    run()
+    times, r0 = [], resource.getrusage(resource.RUSAGE_THREAD)
+    for _ in range(repeats):
+        t0 = time.perf_counter(); run(); times.append((time.perf_counter() - t0) / steps)
+    r1 = resource.getrusage(resource.RUSAGE_THREAD)
+    times.sort()
+    out.update(step=times[len(times) // 2], sys=(r1.ru_stime - r0.ru_stime) / (r1.ru_stime - r0.ru_stime + r1.ru_utime - r0.ru_utime))
+if where == "thread":  # as a Dask worker trains: in a thread that is not the main one
+    t = threading.Thread(target=measure); t.start(); t.join()
+else:
+    measure()
+print("ALLOC", out["step"], out["sys"], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+"""
+
+
+def _alloc_step(tuned: bool, where: str, repeats: int) -> tuple[float, float, float]:
+    """(seconds a step, the kernel's share of the thread's CPU time, peak RSS MiB) of a conv network's
+    training step in a fresh process (bench/allocator.py: glibc reads the settings when it starts),
+    with bench's allocator settings or glibc's defaults."""
+    from bench.allocator import OPT_OUT, SETTINGS, tune_allocator
+
+    env = {k: v for k, v in os.environ.items() if k not in {name for name, _, _ in SETTINGS} | {OPT_OUT}}
+    if tuned:
+        tune_allocator(env, mallopt=lambda p, v: 1)  # the environment a process bench starts has
+    else:
+        env[OPT_OUT] = "default"
+    res = subprocess.run([sys.executable, "-c", _ALLOC_CODE, "2", str(max(3, repeats)), where],
+                         capture_output=True, text=True, env=env, timeout=900)
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("ALLOC")]
+    if res.returncode or not line:
+        raise RuntimeError(f"allocator child failed: {res.stderr[-2000:]}")
+    step, sys_share, rss = (float(v) for v in line[-1].split()[1:])
+    return step, sys_share, rss
+
+
+@case
+def allocator(model_name, in_shape, device, repeats, tmp):
+    """A conv network's CPU training step with glibc's allocator as bench sets it (bench/allocator.py)
+    against glibc's defaults, in the main thread and in a worker thread, each in a fresh process,
+    alternating; with the peak resident set beside (freed blocks stay in the heap)."""
+    from bench.allocator import is_glibc
+
+    if model_name != MODELS[0][0] or device.type != "cpu" or not is_glibc():
+        return []
+    rows = []
+    for where, place in (("main", "in the main thread"), ("thread", "in a worker thread")):
+        runs = {True: [], False: []}
+        for _ in range(2):
+            for tuned in (False, True):
+                runs[tuned].append(_alloc_step(tuned, where, repeats))
+        (d_step, d_sys, d_rss), (t_step, t_sys, t_rss) = (
+            tuple(statistics.median(r[i] for r in runs[k]) for i in range(3)) for k in (False, True))
+        net = "conv net 16 x 3 x 120 x 160"
+        rows += [(f"step time glibc defaults / bench's allocator settings, {place}", d_step / t_step, ">=", 1.1,
+                  f"{d_step * 1e3:,.0f} vs {t_step * 1e3:,.0f} ms a step; the kernel's share of the CPU time "
+                  f"{d_sys:.0%} vs {t_sys:.0%}", net),
+                 (f"peak RSS bench's allocator settings / glibc defaults, {place}", t_rss / d_rss, "<=", 1.5,
+                  f"{t_rss:,.0f} vs {d_rss:,.0f} MiB", net)]
     return rows
 
 

@@ -36,6 +36,9 @@ def test_toy_run_writes_records_and_resumes(tmp_path):
 
     assert (df["cost.torch_threads"] == torch.get_num_threads()).all() and (df["cost.host_cpus"] == os.cpu_count()).all()
     assert (df["cost.timed_on"] == "cpu").all() and (df["cost.host_load_1m"] >= 0).all()
+    from bench.allocator import allocator_settings  # and the C allocator's settings (bench/allocator.py)
+
+    assert (df["cost.allocator"] == allocator_settings()).all()
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("records/**/*.json")}
 
     # a second run finds every cell finished and rewrites nothing

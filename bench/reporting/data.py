@@ -40,9 +40,10 @@ def natural_key(text) -> tuple:
 
 
 #: cost fields that name how a figure was measured (text, not numbers)
-_TEXT_COST_COLUMNS = ("cost.peak_memory_probe", "cost.timed_on")
-#: what bench.cost.host_context records beside a timing: the machine's state, not a cost of the method
-_HOST_COST_COLUMNS = ("cost.host_load_1m", "cost.torch_threads", "cost.host_cpus", "cost.timed_on")
+_TEXT_COST_COLUMNS = ("cost.peak_memory_probe", "cost.timed_on", "cost.allocator")
+#: what bench.cost.host_context records beside a timing (bench.cost.HOST_KEYS): the machine's state, not
+#: a cost of the method
+_HOST_COST_COLUMNS = ("cost.host_load_1m", "cost.torch_threads", "cost.host_cpus", "cost.timed_on", "cost.allocator")
 
 
 def _numbers(v, n: int | None = None) -> bool:
