@@ -52,11 +52,13 @@ def user_settings(environ) -> bool:
             or "glibc.malloc." in environ.get("GLIBC_TUNABLES", ""))
 
 
-def tune_allocator(environ=None, mallopt=None) -> dict[str, int]:
-    """Put :data:`SETTINGS` in ``environ`` (default ``os.environ``) and apply them to this process
-    with ``mallopt`` (default glibc's); nothing where the user chose (:func:`user_settings`) or off
-    glibc. Returns the settings applied."""
+def tune_allocator(environ=None, mallopt=None, apply: bool = True) -> dict[str, int]:
+    """Put :data:`SETTINGS` in ``environ`` (default ``os.environ``) and, with ``apply``, apply them to
+    this process with ``mallopt`` (default glibc's); nothing where the user chose
+    (:func:`user_settings`) or off glibc. Returns the settings applied."""
     environ = os.environ if environ is None else environ
+    if not apply:
+        mallopt = lambda param, value: 0  # noqa: E731 - the environment only (a child's)
     if user_settings(environ) or (mallopt is None and not is_glibc()):
         return {}
     if mallopt is None:
@@ -81,3 +83,14 @@ def allocator_settings(environ=None) -> str:
     parts = [f"{name}={environ[name]}" for name, _, _ in SETTINGS if name in environ]
     tunables = [t for t in environ.get("GLIBC_TUNABLES", "").split(":") if t.startswith("glibc.malloc.")]
     return " ".join(parts + [f"GLIBC_TUNABLES={':'.join(tunables)}"] * bool(tunables)) or "glibc defaults"
+
+
+def child_environment(environ, tuned: bool) -> dict:
+    """A copy of ``environ`` for a child process that starts with bench's settings (``tuned``: as
+    every process a run starts has them) or with glibc's defaults, whatever ``environ`` holds."""
+    env = {k: v for k, v in environ.items() if k not in {name for name, _, _ in SETTINGS} | {OPT_OUT}}
+    if tuned:
+        tune_allocator(env, apply=False)
+    else:
+        env[OPT_OUT] = "default"
+    return env

@@ -165,13 +165,9 @@ def _alloc_step(tuned: bool, where: str, repeats: int) -> tuple[float, float, fl
     """(seconds a step, the kernel's share of the thread's CPU time, peak RSS MiB) of a conv network's
     training step in a fresh process (bench/allocator.py: glibc reads the settings when it starts),
     with bench's allocator settings or glibc's defaults."""
-    from bench.allocator import OPT_OUT, SETTINGS, tune_allocator
+    from bench.allocator import child_environment
 
-    env = {k: v for k, v in os.environ.items() if k not in {name for name, _, _ in SETTINGS} | {OPT_OUT}}
-    if tuned:
-        tune_allocator(env, mallopt=lambda p, v: 1)  # the environment a process bench starts has
-    else:
-        env[OPT_OUT] = "default"
+    env = child_environment(os.environ, tuned)
     res = subprocess.run([sys.executable, "-c", _ALLOC_CODE, "2", str(max(3, repeats)), where],
                          capture_output=True, text=True, env=env, timeout=900)
     line = [ln for ln in res.stdout.splitlines() if ln.startswith("ALLOC")]

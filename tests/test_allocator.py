@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.allocator import OPT_OUT, SETTINGS, allocator_settings, is_glibc, tune_allocator
+from bench.allocator import OPT_OUT, SETTINGS, allocator_settings, child_environment, is_glibc, tune_allocator
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,9 +43,7 @@ def test_a_record_names_the_settings_its_timings_ran_under():
     assert allocator_settings({}) == "glibc defaults"
     assert allocator_settings({"MALLOC_ARENA_MAX": "1", "GLIBC_TUNABLES": "glibc.cpu.x=1:glibc.malloc.tcache_count=0"}) \
         == "MALLOC_ARENA_MAX=1 GLIBC_TUNABLES=glibc.malloc.tcache_count=0"
-    tuned = {}
-    tune_allocator(tuned, mallopt=lambda p, v: 1)
-    assert allocator_settings(tuned) == (f"MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_={1 << 30} "
+    assert allocator_settings(child_environment({}, tuned=True)) == (f"MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_={1 << 30} "
                                          f"MALLOC_TRIM_THRESHOLD_={128 << 20}")
     assert allocator_settings() == allocator_settings(os.environ)  # this process: bench was imported
 
@@ -82,11 +80,9 @@ def test_large_blocks_are_reused_instead_of_faulted_in_again():
     """16,384 pages a block: with glibc's defaults every one of the 20 blocks faults them in again;
     in a process that bench started (the settings in its environment) or that imported bench, about
     one block's worth in all."""
-    plain = {k: v for k, v in os.environ.items() if k not in {name for name, _, _ in SETTINGS} | {OPT_OUT}}
-    default = _faults({**plain, OPT_OUT: "default"})
-    started_by_bench = dict(plain)
-    tune_allocator(started_by_bench, mallopt=lambda p, v: 1)
-    inherited = _faults(started_by_bench)
+    default = _faults(child_environment(os.environ, tuned=False))
+    inherited = _faults(child_environment(os.environ, tuned=True))
+    plain = {k: v for k, v in child_environment(os.environ, tuned=False).items() if k != OPT_OUT}  # bench's choice
     imported = _faults(plain, "import")
     block = (64 << 20) // 4096
     assert default > 15 * block, default
