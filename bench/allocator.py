@@ -29,6 +29,8 @@ than glibc (macOS, musl) nothing changes. Every record names the settings its ti
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
+import functools
 import os
 import platform
 
@@ -38,6 +40,8 @@ import platform
 SETTINGS = (("MALLOC_ARENA_MAX", -8, 1),
             ("MALLOC_MMAP_THRESHOLD_", -3, 1 << 30),
             ("MALLOC_TRIM_THRESHOLD_", -1, 128 << 20))
+#: the variables of :data:`SETTINGS`
+NAMES = frozenset(name for name, _, _ in SETTINGS)
 #: ``BENCH_MALLOC=default``: glibc's own settings
 OPT_OUT = "BENCH_MALLOC"
 
@@ -46,9 +50,21 @@ def is_glibc() -> bool:
     return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
 
+@functools.cache
+def glibc():
+    """The C library when it is glibc (``mallopt``, ``malloc_trim``), else None."""
+    if not is_glibc():
+        return None
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    return lib if hasattr(lib, "malloc_trim") and hasattr(lib, "mallopt") else None
+
+
 def user_settings(environ) -> bool:
     """Whether the user chose the allocator's settings (or chose glibc's defaults)."""
-    return (environ.get(OPT_OUT, "") == "default" or any(name in environ for name, _, _ in SETTINGS)
+    return (environ.get(OPT_OUT, "") == "default" or any(name in environ for name in NAMES)
             or "glibc.malloc." in environ.get("GLIBC_TUNABLES", ""))
 
 
@@ -59,13 +75,10 @@ def tune_allocator(environ=None, mallopt=None, apply: bool = True) -> dict[str, 
     environ = os.environ if environ is None else environ
     if not apply:
         mallopt = lambda param, value: 0  # noqa: E731 - the environment only (a child's)
-    if user_settings(environ) or (mallopt is None and not is_glibc()):
-        return {}
     if mallopt is None:
-        try:
-            mallopt = ctypes.CDLL("libc.so.6").mallopt
-        except (OSError, AttributeError):
-            return {}
+        mallopt = getattr(glibc(), "mallopt", None)
+    if user_settings(environ) or mallopt is None:
+        return {}
     applied = {}
     for name, param, value in SETTINGS:
         environ[name] = str(value)
@@ -88,7 +101,7 @@ def allocator_settings(environ=None) -> str:
 def child_environment(environ, tuned: bool) -> dict:
     """A copy of ``environ`` for a child process that starts with bench's settings (``tuned``: as
     every process a run starts has them) or with glibc's defaults, whatever ``environ`` holds."""
-    env = {k: v for k, v in environ.items() if k not in {name for name, _, _ in SETTINGS} | {OPT_OUT}}
+    env = {k: v for k, v in environ.items() if k not in NAMES and k != OPT_OUT}
     if tuned:
         tune_allocator(env, apply=False)
     else:

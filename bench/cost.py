@@ -1,15 +1,14 @@
 """Cost measurements: parameters, FLOPs per example, wall time and peak memory."""
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import functools
 import gc
 import os
 import threading
 import time
 
 import torch
+
+from bench.allocator import allocator_settings, glibc
 
 # How the CPU peak is measured; stored with every record's cost (records without it were measured
 # above an untrimmed starting level: an underestimate when earlier cells of the process had freed
@@ -40,8 +39,6 @@ def host_context(load_start: float | None, load_end: float | None, device) -> di
     measured work (the larger counts), the process's torch threads, the machine's CPUs and the C
     allocator's settings (:func:`bench.allocator.allocator_settings`: on the CPU they move a conv
     network's step time by a third)."""
-    from bench.allocator import allocator_settings
-
     loads = [x for x in (load_start, load_end) if x is not None]
     return {"host_load_1m": max(loads) if loads else None, "torch_threads": torch.get_num_threads(),
             "host_cpus": os.cpu_count(), "timed_on": str(getattr(device, "type", device)),
@@ -53,7 +50,7 @@ def release_free_memory() -> bool:
     (``gc.collect`` then glibc's ``malloc_trim(0)``), so that the resident set size counts live
     memory only. Returns whether the allocator could be asked (glibc); elsewhere a no-op."""
     gc.collect()
-    libc = _glibc()
+    libc = glibc()
     if libc is None:
         return False
     libc.malloc_trim(0)
@@ -66,16 +63,6 @@ def memory_probe(device, legacy: bool = False) -> str:
     if torch.device(device).type == "cuda":
         return "cuda-max-allocated"
     return "rss-above-start" if legacy else CPU_MEMORY_PROBE
-
-
-@functools.cache
-def _glibc():
-    """The C library when it has glibc's ``malloc_trim``, else None."""
-    try:
-        lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    except OSError:
-        return None
-    return lib if hasattr(lib, "malloc_trim") else None
 
 
 class PeakMemory:

@@ -610,8 +610,7 @@ def claim_lines(df, suite: str, profile: str, df_ref=None, tuned: dict | None = 
                 objectives: dict | None = None, mixed: dict | None = None):
     """(claim at the tuned options, its rows a and b, measured, verdict) for every claim of ``suite``
     (the arguments as :func:`table`'s)."""
-    spec = SUITE_SPECS[suite]
-    spec = SuiteSpec(spec.name, profile, spec.cost_reference, spec.cost_note, spec.data_note)
+    spec = replace(SUITE_SPECS[suite], profile=profile)
     tuned, objectives = tuned or {}, objectives or {}
     for c in claims_of(suite):
         c = replace(c, a=with_tuned(c.a, tuned, objectives), b=with_tuned(c.b, tuned, objectives))
@@ -660,8 +659,7 @@ def table(df, suite: str, profile: str, df_ref=None, tuned: dict | None = None,
     of tunes of other objectives (:func:`tuned_objectives`), for the rows that set their fixed options.
     ``mixed``: method -> why its choice compared candidates on different networks (not a verdict).
     ``claims``: :func:`claim_lines` of these arguments, when already computed."""
-    spec = SUITE_SPECS[suite]
-    spec = SuiteSpec(spec.name, profile, spec.cost_reference, spec.cost_note, spec.data_note)
+    spec = replace(SUITE_SPECS[suite], profile=profile)
     tuned, objectives = tuned or {}, objectives or {}
     if claims is None:
         claims = list(claim_lines(df, suite, profile, df_ref, tuned, objectives, mixed))
