@@ -25,6 +25,17 @@ A value the user set (any of the three variables, or ``GLIBC_TUNABLES`` naming a
 kept, and none of the others is changed; ``BENCH_MALLOC=default`` leaves glibc's defaults. Elsewhere
 than glibc (macOS, musl) nothing changes. Every record names the settings its timings ran under
 (``cost.allocator``, :func:`allocator_settings`).
+
+``mallopt`` after start is as good as the environment only while the process has one thread: a
+thread that allocated before keeps its own arena, whose heaps (64 MiB at most) map every larger block
+fresh whatever the thresholds. A Dask worker started by hand imports bench in a running worker, so
+there ``mallopt`` came too late (measured 2026-12-03: 100 MB blocks in a ``dask worker``'s task thread
+were mapped fresh every time with ``mallopt`` applied in the task, reused with the settings in the
+worker's environment); and Dask's nanny puts ``MALLOC_TRIM_THRESHOLD_=65536`` in its workers'
+environment, which reads as a user's choice. Such workers need the settings when they start:
+``env $(python -m bench worker-env) dask worker ...`` (:func:`environment_words`); the pre-flight of a
+distributed run names every worker whose settings differ from the driver's, and a record made in a
+process where ``mallopt`` came after other threads had made arenas says so (:func:`arena_count`).
 """
 from __future__ import annotations
 
@@ -33,6 +44,7 @@ import ctypes.util
 import functools
 import os
 import platform
+from pathlib import Path
 
 #: (environment variable glibc reads at start, ``mallopt`` parameter, value): one arena for every
 #: thread (the main one grows without the 64 MiB heap limit), no own mapping below 1 GiB, and the heap's
@@ -44,6 +56,9 @@ SETTINGS = (("MALLOC_ARENA_MAX", -8, 1),
 NAMES = frozenset(name for name, _, _ in SETTINGS)
 #: ``BENCH_MALLOC=default``: glibc's own settings
 OPT_OUT = "BENCH_MALLOC"
+#: (settings applied to this process by :func:`tune_allocator`, the arenas it had then: None unknown);
+#: None when it applied none (the settings came with the environment, the user chose, or not glibc)
+_APPLIED_HERE: tuple[dict, int] | None = None
 
 
 def is_glibc() -> bool:
@@ -75,6 +90,7 @@ def tune_allocator(environ=None, mallopt=None, apply: bool = True) -> dict[str, 
     environ = os.environ if environ is None else environ
     if not apply:
         mallopt = lambda param, value: 0  # noqa: E731 - the environment only (a child's)
+    this_process = apply and mallopt is None and environ is os.environ
     if mallopt is None:
         mallopt = getattr(glibc(), "mallopt", None)
     if user_settings(environ) or mallopt is None:
@@ -84,18 +100,86 @@ def tune_allocator(environ=None, mallopt=None, apply: bool = True) -> dict[str, 
         environ[name] = str(value)
         if mallopt(param, value) == 1:
             applied[name] = value
+    if this_process and applied:
+        global _APPLIED_HERE
+        _APPLIED_HERE = (applied, arena_count())
     return applied
+
+
+def arena_count() -> int | None:
+    """The arenas glibc's allocator has made in this process (one per thread that allocated while
+    more were allowed; ``malloc_info``); None where it cannot be asked."""
+    lib = glibc()
+    if lib is None or not hasattr(lib, "open_memstream") or not hasattr(lib, "malloc_info"):
+        return None
+    open_memstream, malloc_info, fclose, free = lib.open_memstream, lib.malloc_info, lib.fclose, lib.free
+    open_memstream.restype, fclose.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+    open_memstream.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
+    malloc_info.argtypes, free.argtypes = [ctypes.c_int, ctypes.c_void_p], [ctypes.c_void_p]
+    buf, size = ctypes.c_void_p(), ctypes.c_size_t()
+    stream = open_memstream(ctypes.byref(buf), ctypes.byref(size))
+    if not stream:
+        return None
+    try:
+        ok = malloc_info(0, stream) == 0
+    finally:
+        fclose(stream)
+    try:
+        return ctypes.string_at(buf, size.value).count(b"<heap nr=") if ok else None
+    finally:
+        free(buf)
+
+
+def start_environment() -> dict | None:
+    """The environment this process started with, which glibc read (``/proc/self/environ``: later
+    changes to ``os.environ`` are not in it); None where there is none to read."""
+    try:
+        raw = Path("/proc/self/environ").read_bytes()
+    except OSError:
+        return None
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[os.fsdecode(key)] = os.fsdecode(value)
+    return env
 
 
 def allocator_settings(environ=None) -> str:
     """The allocator settings a timing ran under, as a record states them: the variables set (by
-    bench or the user), ``GLIBC_TUNABLES``'s malloc part, or ``glibc defaults``; ``not glibc``."""
-    environ = os.environ if environ is None else environ
+    bench or the user), ``GLIBC_TUNABLES``'s malloc part, or ``glibc defaults``; ``not glibc``.
+    Without ``environ``, this process's: what it started with (:func:`start_environment`) and what
+    :func:`tune_allocator` applied to it, said to be partial when other threads had arenas by then."""
     if not is_glibc():
         return "not glibc"
+    note = ""
+    if environ is None:
+        environ = start_environment()
+        if environ is None:
+            environ = os.environ
+        elif _APPLIED_HERE is not None:
+            applied, arenas = _APPLIED_HERE
+            environ = {**environ, **{name: str(value) for name, value in applied.items()}}
+            if arenas != 1:
+                made = "an unknown number of" if arenas is None else f"{arenas - 1}"
+                note = (f" (by mallopt after threads had made {made} arena(s) of their own: a thread allocating "
+                        f"there keeps glibc's defaults)")
     parts = [f"{name}={environ[name]}" for name, _, _ in SETTINGS if name in environ]
     tunables = [t for t in environ.get("GLIBC_TUNABLES", "").split(":") if t.startswith("glibc.malloc.")]
-    return " ".join(parts + [f"GLIBC_TUNABLES={':'.join(tunables)}"] * bool(tunables)) or "glibc defaults"
+    return (" ".join(parts + [f"GLIBC_TUNABLES={':'.join(tunables)}"] * bool(tunables)) or "glibc defaults") + note
+
+
+def environment_words(environ=None) -> list[str]:
+    """``NAME=value`` words that give a process started by hand (a Dask worker: ``env $(python -m bench
+    worker-env) dask worker ...``) the allocator settings of ``environ`` (default this process's, where
+    ``import bench`` put bench's settings or kept the user's choice) from its start."""
+    environ = os.environ if environ is None else environ
+    words = [f"{name}={environ[name]}" for name, _, _ in SETTINGS if name in environ]
+    if environ.get(OPT_OUT, "") == "default":
+        words.append(f"{OPT_OUT}=default")
+    if "glibc.malloc." in environ.get("GLIBC_TUNABLES", ""):
+        words.append(f"GLIBC_TUNABLES={environ['GLIBC_TUNABLES']}")
+    return words
 
 
 def child_environment(environ, tuned: bool) -> dict:

@@ -256,6 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "plugin's)")
     cp.add_argument("--static", action="store_true", help="only the static rules (no fitting, no pytest)")
 
+    sub.add_parser("worker-env", help="print what a Dask worker started by hand needs in its environment from its "
+                                      "start, as NAME=value words (glibc's allocator settings, OpenMP's wait "
+                                      "policy): env $(python -m bench worker-env) dask worker ... (docs/scaleout.md)")
+
     perf = sub.add_parser("perf", help="benchmarks that print speed ratios measured side by side")
     perf.add_argument("--repeats", type=int, default=5)
     perf.add_argument("--device", default="auto")
@@ -264,6 +268,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also write the rows and the machine they ran on to PATH (JSON; "
                            "benchmarks/perf_table.py renders it), merged by (case, model, measure)")
     return p
+
+
+def cmd_worker_env(_args) -> int:
+    from bench.allocator import environment_words
+
+    words = [f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}"] * ("OMP_WAIT_POLICY" in os.environ)
+    print(" ".join(words + environment_words()))
+    return 0
 
 
 def cmd_list(_args) -> int:
@@ -806,7 +818,8 @@ def main(argv=None) -> int:
             load_plugins(args.plugins)
         return {"run": cmd_run, "report": cmd_report, "list": cmd_list, "perf": cmd_perf,
                 "select": cmd_select, "tune": cmd_tune, "leaderboard": cmd_leaderboard,
-                "rescore": cmd_rescore, "check-plugin": cmd_check_plugin}[args.command](args)
+                "rescore": cmd_rescore, "check-plugin": cmd_check_plugin,
+                "worker-env": cmd_worker_env}[args.command](args)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.allocator import OPT_OUT, SETTINGS, allocator_settings, child_environment, is_glibc, tune_allocator
+from bench.allocator import (OPT_OUT, SETTINGS, allocator_settings, child_environment, environment_words, is_glibc,
+                             tune_allocator)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,3 +88,55 @@ def test_large_blocks_are_reused_instead_of_faulted_in_again():
     block = (64 << 20) // 4096
     assert default > 15 * block, default
     assert inherited < 3 * block and imported < 3 * block, (default, inherited, imported)
+
+
+# what a process reports as its settings (cost.allocator of its records): bench imported first, or
+# after another thread started and allocated (a Dask worker started by hand imports bench in a task)
+_REPORT = r"""
+import sys, threading
+if sys.argv[1] == "thread-first":
+    started, stop = threading.Event(), threading.Event()
+    def idle():
+        b = bytearray(1 << 20); started.set(); stop.wait()
+    t = threading.Thread(target=idle); t.start(); started.wait()
+import bench  # noqa: F401
+from bench.allocator import allocator_settings
+print(allocator_settings())
+if sys.argv[1] == "thread-first":
+    stop.set(); t.join()
+"""
+
+
+def _report(env: dict, how: str) -> str:
+    res = subprocess.run([sys.executable, "-c", _REPORT, how], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip()
+
+
+@pytest.mark.skipif(not is_glibc(), reason="glibc only")
+def test_a_process_whose_threads_allocated_before_bench_says_its_settings_are_partial():
+    """mallopt after start covers the threads that allocate later only: a record says so, and a
+    process started with the settings (``python -m bench worker-env``) reports them whole."""
+    plain = {k: v for k, v in child_environment(os.environ, tuned=False).items() if k != OPT_OUT}  # bench's choice
+    tuned = allocator_settings(child_environment({}, tuned=True))
+    assert _report(plain, "bench-first") == tuned  # one thread when bench applied them: as good as at start
+    late = _report(plain, "thread-first")
+    assert late.startswith(tuned + " (by mallopt after threads had made 1 arena(s) of their own") and "glibc's" in late
+    # the settings the process started with count, not what os.environ says later
+    assert _report({**plain, "MALLOC_ARENA_MAX": "2"}, "thread-first") == "MALLOC_ARENA_MAX=2"
+    # a worker started with the words of `python -m bench worker-env` runs under this process's settings
+    res = subprocess.run([sys.executable, "-m", "bench", "worker-env"], capture_output=True, text=True, env=plain,
+                         cwd=ROOT, timeout=120)
+    words = res.stdout.split()
+    assert res.returncode == 0 and "OMP_WAIT_POLICY=PASSIVE" in words and words[1:] == environment_words(), res
+    started = {**plain, **dict(w.split("=", 1) for w in words)}
+    assert _report(started, "thread-first") == tuned == allocator_settings()
+
+
+def test_worker_words_keep_the_users_choice():
+    assert environment_words(child_environment({}, tuned=True)) == [f"{n}={v}" for n, _, v in SETTINGS]
+    assert environment_words({"MALLOC_ARENA_MAX": "4", "PATH": "/bin"}) == ["MALLOC_ARENA_MAX=4"]
+    assert environment_words({OPT_OUT: "default"}) == [f"{OPT_OUT}=default"]
+    assert environment_words({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}) == ["GLIBC_TUNABLES=glibc.malloc.arena_max=2"]
+    assert environment_words({"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2"}) == []

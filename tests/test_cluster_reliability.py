@@ -27,11 +27,17 @@ GRID = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report",
 
 class ExternalCluster:
     """``dask scheduler`` and one ``dask worker``, each started in a directory of its own, the
-    worker importing the benchmark from ``code`` (this checkout unless told otherwise)."""
+    worker importing the benchmark from ``code`` (this checkout unless told otherwise). ``shell``:
+    started as from a shell that never imported bench (none of its allocator settings), else with
+    this process's environment."""
 
-    def __init__(self, tmp: Path, code: Path = REPO):
+    def __init__(self, tmp: Path, code: Path = REPO, shell: bool = False):
+        from bench.allocator import OPT_OUT, child_environment
+
         self.file = tmp / "scheduler.json"
         env = {**os.environ, "PYTHONPATH": str(code)}
+        if shell:
+            env = {k: v for k, v in child_environment(env, tuned=False).items() if k != OPT_OUT}
         for d in ("sched_cwd", "worker_cwd"):
             (tmp / d).mkdir(exist_ok=True)
         self.procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
@@ -63,8 +69,8 @@ class ExternalCluster:
 def external(tmp_path):
     clusters = []
 
-    def start(code: Path = REPO):
-        c = ExternalCluster(tmp_path, code)
+    def start(code: Path = REPO, shell: bool = False):
+        c = ExternalCluster(tmp_path, code, shell)
         clusters.append(c)
         return c
 
@@ -79,8 +85,13 @@ def _map_trainings(out: Path) -> int:
 
 @pytest.mark.slow
 def test_a_relative_out_lands_in_the_drivers_directory_and_a_finished_grid_resumes_without_work(
-        tmp_path, external, monkeypatch):
-    cluster = external()
+        tmp_path, external, monkeypatch, capsys):
+    """The worker is started as from a shell (without bench's allocator settings, as a user starts one
+    by hand): the run goes on, warned (even under --quiet) that the worker should start with
+    `python -m bench worker-env`, and its records name the settings they ran under."""
+    from bench.allocator import allocator_settings
+
+    cluster = external(shell=True)
     driver = tmp_path / "driver_cwd"
     driver.mkdir()
     monkeypatch.chdir(driver)
@@ -88,6 +99,11 @@ def test_a_relative_out_lands_in_the_drivers_directory_and_a_finished_grid_resum
     assert main(args) == 0
     df = load_records(driver / "rel_out")
     assert len(df) == 2 * 3 and (df["status"] == "ok").all()
+    err = capsys.readouterr().err
+    theirs = df["cost.allocator"].iloc[0]
+    assert (df["cost.allocator"] == theirs).all() and theirs != allocator_settings()
+    assert "1 worker(s) did not start with the driver's C allocator settings" in err, err
+    assert f": {theirs}\n" in err and "env $(python -m bench worker-env) dask worker" in err
     assert not (tmp_path / "worker_cwd" / "rel_out").exists()  # nothing in the worker's own directory
     assert _map_trainings(driver / "rel_out") == 1
     # the state a restore of kept records leaves: records, no checkpoints -> nothing retrained
@@ -184,6 +200,9 @@ def test_dry_run_prints_the_job_script_and_writes_nothing(tmp_path, capsys):
                         "--dry-run"]) == 0
     script = capsys.readouterr().out
     assert "#SBATCH -t 00:20:00" in script and "--lifetime" in script and "#SBATCH --mem=2G" in script
+    from bench.allocator import environment_words  # the worker starts with the allocator settings, whatever sbatch passes on
+
+    assert f"OMP_WAIT_POLICY=PASSIVE {' '.join(environment_words())}\n" in script and environment_words()
     assert not out.exists()
     assert main(GRID + ["--out", str(out), "--dry-run"]) == 2  # a local run has no job script
     assert main(GRID + ["--out", str(out), "--job-time", "00:20:00"]) == 2  # a batch option on a local run

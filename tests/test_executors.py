@@ -42,10 +42,13 @@ def _map_trainings(out):
 
 
 @pytest.mark.slow
-def test_dask_grid_gives_the_local_records_and_trains_each_map_network_once(tmp_path):
+def test_dask_grid_gives_the_local_records_and_trains_each_map_network_once(tmp_path, capsys):
     local, dist = tmp_path / "local", tmp_path / "dask"
     assert main(GRID + ["--out", str(local)]) == 0
     assert main(GRID + ["--out", str(dist), "--executor", "dask", "--workers", "2"]) == 0
+    # the LocalCluster's workers started with the driver's allocator settings (bench/allocator.py)
+    assert "allocator settings" not in capsys.readouterr().err
+    assert (load_records(dist)["cost.allocator"] == load_records(local)["cost.allocator"].iloc[0]).all()
     a, b = _metrics(local), _metrics(dist)
     assert a.keys() == b.keys() and len(a) == 4 * 2 * 3  # 4 methods x 2 seeds x (id, shift, validation)
     for k in a:

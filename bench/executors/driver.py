@@ -3,6 +3,7 @@ failed cells recorded; the clusters (local processes on 127.0.0.1, SLURM jobs) i
 from __future__ import annotations
 
 import contextlib
+import shlex
 import sys
 import time
 import traceback
@@ -304,8 +305,12 @@ def jobqueue_options(kind: str, *, threads: int, queue=None, account=None, wallt
                           f"-gpu num={gpus}" if kind == "lsf" else f"-l ngpus={gpus}")
     if directives:
         kw["job_extra_directives"] = directives
+    from bench.allocator import environment_words
+
+    # the worker process starts with them, whatever the batch system passes on (bench/allocator.py)
     kw["job_script_prologue"] = [*(site.get("job-script-prologue") or site.get("env-extra") or []),
-                                 f"export OMP_NUM_THREADS={threads} OMP_WAIT_POLICY=PASSIVE"]
+                                 " ".join(["export", f"OMP_NUM_THREADS={threads}", "OMP_WAIT_POLICY=PASSIVE",
+                                           *map(shlex.quote, environment_words())])]
     wall = walltime_seconds(walltime or site.get("walltime"))
     args = list(site.get("worker-extra-args") or site.get("extra") or [])
     if wall and "--lifetime" not in args:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -90,15 +91,19 @@ def worker_report(out: str, data_root: str | None, token_file: str, token: str, 
     if unknown:
         problems.append(f"unknown method(s) {', '.join(unknown)} (known here: {', '.join(METHODS.names())}): "
                         f"the plugin is not installed on this worker")
+    from bench.allocator import allocator_settings
+
     code = code_fingerprint(plugin_files(methods, METHODS))
     return {**worker_identity(), "commit": git_commit(), "code": code, "checkout": str(REPO), "cwd": os.getcwd(),
-            "problems": problems, "plugins": plugin_sha}
+            "problems": problems, "plugins": plugin_sha, "allocator": allocator_settings()}
 
 
-def check_workers(client, spec, registry, *, say, wait_s: float = 30.0) -> dict:
+def check_workers(client, spec, registry, *, say, wait_s: float = 30.0, warn=None) -> dict:
     """Run :func:`worker_report` on every worker of ``client``; BenchError (exit 2) naming each
     worker and what is wrong when one does not match. Waits (saying so every ``wait_s`` seconds)
-    until at least one worker has joined. Returns the driver's own report."""
+    until at least one worker has joined. ``warn`` (default: standard error, also under ``--quiet``)
+    names the workers whose C allocator settings differ from the driver's (:func:`allocator_warning`).
+    Returns the driver's own report."""
     from bench.store import atomic_write_bytes, config_hash
 
     methods = sorted(spec.plan.methods)
@@ -144,7 +149,26 @@ def check_workers(client, spec, registry, *, say, wait_s: float = 30.0) -> dict:
         raise BenchError("the cluster's workers cannot run this grid (nothing was sent):\n" + "\n".join(bad))
     say(f"pre-flight: {len(reports)} worker(s) see --out and --data-root and run the driver's code "
         f"({mine['code']})")
+    text = allocator_warning(mine, reports)
+    if text:
+        (warn or (lambda msg: print(msg, file=sys.stderr, flush=True)))(text)
     return mine
+
+
+def allocator_warning(mine: dict, reports: dict) -> str | None:
+    """The warning for workers whose C allocator settings (``allocator`` of :func:`worker_report`)
+    are not the driver's: a worker started by hand without them (Dask's nanny sets a trim threshold of
+    its own) trains a conv network on the CPU with large blocks mapped fresh on every step
+    (bench/allocator.py), and its records' timings ran under other settings. None when all agree."""
+    want = mine.get("allocator")
+    odd = [f"  worker {addr} on {r.get('host')}: {r.get('allocator')}" for addr, r in sorted(reports.items())
+           if r.get("allocator") != want]
+    if not odd:
+        return None
+    return (f"warning: {len(odd)} worker(s) did not start with the driver's C allocator settings ({want}); on "
+            f"the CPU their training steps can take much longer (docs/running.md), and their records' timings "
+            f"name other settings:\n" + "\n".join(odd) +
+            "\n  start each worker with them: env $(python -m bench worker-env) dask worker ... (docs/scaleout.md)")
 
 
 def check_task(spec) -> None:
