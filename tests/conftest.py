@@ -5,13 +5,30 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+
+
+def _pin_xdist_worker() -> None:
+    """Under ``pytest -n N`` (pytest-xdist), worker k runs on every N-th core of the affinity mask
+    from the k-th: bench takes its cores from the mask (bench/threads.py), so the workers' torch
+    threads, clusters and child processes never oversubscribe the cores between them."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count < 2 or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) >= count:
+        os.sched_setaffinity(0, cores[int(worker[2:]) % count::count])
+
+
+_pin_xdist_worker()  # before torch: its default thread count follows the mask
+
+import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # our `datasets`, not the PyPI package
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+torch.set_num_threads(min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2,
+                          torch.get_num_threads()))
 
 
 @pytest.fixture(scope="module", autouse=True)

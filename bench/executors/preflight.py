@@ -102,7 +102,8 @@ def check_workers(client, spec, registry, *, say, wait_s: float = 30.0, warn=Non
     """Run :func:`worker_report` on every worker of ``client``; BenchError (exit 2) naming each
     worker and what is wrong when one does not match. Waits (saying so every ``wait_s`` seconds)
     until at least one worker has joined. ``warn`` (default: standard error, also under ``--quiet``)
-    names the workers whose C allocator settings differ from the driver's (:func:`allocator_warning`).
+    names the workers that did not start with the C allocator settings of the driver's environment
+    (:func:`allocator_warning`).
     Returns the driver's own report."""
     from bench.store import atomic_write_bytes, config_hash
 
@@ -149,18 +150,21 @@ def check_workers(client, spec, registry, *, say, wait_s: float = 30.0, warn=Non
         raise BenchError("the cluster's workers cannot run this grid (nothing was sent):\n" + "\n".join(bad))
     say(f"pre-flight: {len(reports)} worker(s) see --out and --data-root and run the driver's code "
         f"({mine['code']})")
-    text = allocator_warning(mine, reports)
+    from bench.allocator import allocator_settings
+
+    text = allocator_warning(allocator_settings(os.environ), reports)
     if text:
         (warn or (lambda msg: print(msg, file=sys.stderr, flush=True)))(text)
     return mine
 
 
-def allocator_warning(mine: dict, reports: dict) -> str | None:
+def allocator_warning(want: str, reports: dict) -> str | None:
     """The warning for workers whose C allocator settings (``allocator`` of :func:`worker_report`)
-    are not the driver's: a worker started by hand without them (Dask's nanny sets a trim threshold of
-    its own) trains a conv network on the CPU with large blocks mapped fresh on every step
-    (bench/allocator.py), and its records' timings ran under other settings. None when all agree."""
-    want = mine.get("allocator")
+    are not ``want``, those of a process started from the driver's environment (what ``python -m bench
+    worker-env`` gives; the driver's own may be partial, when bench was imported after threads had
+    allocated): a worker started by hand without them (Dask's nanny sets a trim threshold of its own)
+    trains a conv network on the CPU with large blocks mapped fresh on every step (bench/allocator.py),
+    and its records' timings ran under other settings. None when all agree."""
     odd = [f"  worker {addr} on {r.get('host')}: {r.get('allocator')}" for addr, r in sorted(reports.items())
            if r.get("allocator") != want]
     if not odd:
