@@ -9,29 +9,7 @@ import time
 import torch
 
 from bench.allocator import allocator_settings, glibc
-
-# How the CPU peak is measured; stored with every record's cost (records without it were measured
-# above an untrimmed starting level: an underestimate when earlier cells of the process had freed
-# memory that the allocator kept).
-CPU_MEMORY_PROBE = "rss-above-trimmed-start"
-
-
-#: other work beyond the fit's own threads, in runnable threads (1-minute load average), from which a
-#: timing counts as measured on a shared machine (bench.leaderboard.board.shared_machine_notes): an
-#: upper bound, not a speed
-SHARED_LOAD = 0.5
-
-
-#: the cost keys host_context adds (not costs of a method: kept out of the cost tables)
-HOST_KEYS = ("host_load_1m", "torch_threads", "host_cpus", "timed_on", "allocator")
-
-
-def host_load() -> float | None:
-    """The machine's 1-minute load average (runnable threads), or None where the OS has none."""
-    try:
-        return float(os.getloadavg()[0])
-    except (OSError, AttributeError):
-        return None
+from bench.measurement import CPU_MEMORY_PROBE, CUDA_MEMORY_PROBE, LEGACY_CPU_PROBE
 
 
 def host_context(load_start: float | None, load_end: float | None, device) -> dict:
@@ -61,8 +39,8 @@ def memory_probe(device, legacy: bool = False) -> str:
     """The name of :class:`PeakMemory`'s measurement on ``device`` (``legacy``: before the CPU
     start was trimmed)."""
     if torch.device(device).type == "cuda":
-        return "cuda-max-allocated"
-    return "rss-above-start" if legacy else CPU_MEMORY_PROBE
+        return CUDA_MEMORY_PROBE
+    return LEGACY_CPU_PROBE if legacy else CPU_MEMORY_PROBE
 
 
 def rss_high_water_mark() -> int | None:

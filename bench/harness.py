@@ -20,11 +20,12 @@ from bench import metrics as M
 from bench import validity
 from bench.checkpoints import MapCache, load_or_set_aside, save_torch
 from bench.config import RunPlan, method_label
-from bench.cost import HOST_KEYS, PeakMemory, Timer, flops_per_example, host_context, host_load, memory_probe
+from bench.cost import PeakMemory, Timer, flops_per_example, host_context, memory_probe
 from bench.data import EvalSet, SuiteData, TensorLoader, batches, data_digest
 from bench.errors import BenchError, DivergedError, InvalidPredictiveError, MethodFailedError
 from bench.events import log_event
 from bench.locks import file_lock
+from bench.measurement import HOST_KEYS, host_load
 from bench.models import build_model
 from bench.predictions import PredictionPolicy, keep_predictions, predictions_path, satisfies
 from bench.predictive import concat

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
+from bench.measurement import LEGACY_CPU_PROBE, SHARED_LOAD
 from bench.validity import board_num_classes, reference_row, row_validity
 from bench.reporting.data import (distinct, metric_columns, model_identities, natural_key,
                                   per_run_first, per_seed_mean, run_map_networks, same_map_network, unique_labels)
@@ -37,11 +38,6 @@ COST = [("stochastic_params", "stoch. params", 1.0, True),
         ("flops_per_example", "MFLOP/ex", 1e-6, False),
         ("peak_memory_mb", "train peak MiB", 1.0, False)]
 MAP_LABEL = "deterministic"
-#: bench.cost.memory_probe("cpu", legacy=True), spelled out: importing bench.cost would load torch,
-#: which the leaderboard does not need
-LEGACY_CPU_PROBE = "rss-above-start"
-#: bench.cost.SHARED_LOAD, spelled out for the same reason
-SHARED_LOAD = 0.5
 
 
 @dataclass

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from bench.measurement import HOST_KEYS
+
 #: the classification columns; segmentation records (per-pixel metrics) add Dice (binary tasks), mIoU, pixel accuracy and
 #: how well the entropy finds misclassified pixels (columns show only where records have them)
 #: (multilabel records add the mean per-label AUROC, mean average precision and subset accuracy)
@@ -41,9 +43,8 @@ def natural_key(text) -> tuple:
 
 #: cost fields that name how a figure was measured (text, not numbers)
 _TEXT_COST_COLUMNS = ("cost.peak_memory_probe", "cost.timed_on", "cost.allocator")
-#: what bench.cost.host_context records beside a timing (bench.cost.HOST_KEYS): the machine's state, not
-#: a cost of the method
-_HOST_COST_COLUMNS = ("cost.host_load_1m", "cost.torch_threads", "cost.host_cpus", "cost.timed_on", "cost.allocator")
+#: what bench.cost.host_context records beside a timing: the machine's state, not a cost of the method
+_HOST_COST_COLUMNS = tuple(f"cost.{key}" for key in HOST_KEYS)
 
 
 def _numbers(v, n: int | None = None) -> bool:
