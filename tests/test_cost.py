@@ -65,3 +65,14 @@ def test_a_block_that_raised_the_high_water_mark_counts_memory_the_samples_misse
                          env={"OMP_NUM_THREADS": "1"}, cwd=Path(__file__).resolve().parents[1])
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert 0.95 * r["held"] <= r["peak"] <= 1.1 * r["held"], r  # 256 MiB of pages written, then unmapped
+
+
+def test_sampling_slows_after_the_first_second():
+    import time
+
+    from bench.cost import PeakMemory
+
+    with PeakMemory("cpu", interval_s=0.01, later_interval_s=0.2, settle_s=0.5) as mem:
+        time.sleep(2.5)
+    # about 50 samples in the first 0.5 s and 10 in the 2 s after; 250 at 10 ms throughout
+    assert 15 <= mem.samples <= 90, mem.samples  # (fewer where a loaded machine oversleeps the waits)
