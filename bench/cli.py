@@ -258,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("worker-env", help="print what a Dask worker started by hand needs in its environment from its "
                                       "start, as NAME=value words (glibc's allocator settings, OpenMP's wait "
-                                      "policy): env $(python -m bench worker-env) dask worker ... (docs/scaleout.md)")
+                                      "policy, Dask's profiler off): env $(python -m bench worker-env) dask worker ... (docs/scaleout.md)")
 
     perf = sub.add_parser("perf", help="benchmarks that print speed ratios measured side by side")
     perf.add_argument("--repeats", type=int, default=5)
@@ -272,9 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_worker_env(_args) -> int:
     from bench.allocator import environment_words
+    from bench.executors import worker_config_words
 
     words = [f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}"] * ("OMP_WAIT_POLICY" in os.environ)
-    print(" ".join(words + environment_words()))
+    print(" ".join(words + environment_words() + worker_config_words()))
     return 0
 
 

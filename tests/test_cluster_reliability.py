@@ -201,8 +201,10 @@ def test_dry_run_prints_the_job_script_and_writes_nothing(tmp_path, capsys):
     script = capsys.readouterr().out
     assert "#SBATCH -t 00:20:00" in script and "--lifetime" in script and "#SBATCH --mem=2G" in script
     from bench.allocator import environment_words  # the worker starts with the allocator settings, whatever sbatch passes on
+    from bench.executors import worker_config_words  # and Dask's profiler off
 
-    assert f"OMP_WAIT_POLICY=PASSIVE {' '.join(environment_words())}\n" in script and environment_words()
+    assert f"OMP_WAIT_POLICY=PASSIVE {' '.join(environment_words())} DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False\n" \
+        in script and environment_words() and worker_config_words()
     assert not out.exists()
     assert main(GRID + ["--out", str(out), "--dry-run"]) == 2  # a local run has no job script
     assert main(GRID + ["--out", str(out), "--job-time", "00:20:00"]) == 2  # a batch option on a local run

@@ -184,3 +184,17 @@ def test_a_scheduler_that_does_not_answer_is_a_clear_error(tmp_path, capsys, mon
     assert main(args) == 2
     assert "no Dask scheduler answers" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_the_local_clusters_workers_run_without_dasks_profiler():
+    """bench.executors.WORKER_CONFIG reaches the LocalCluster's workers through their nannies: no
+    stack-sampling callback runs beside their tasks."""
+    from bench.executors.driver import local_cluster
+
+    def callbacks(dask_worker):
+        return sorted(dask_worker.periodic_callbacks)
+
+    with local_cluster(1, retries=0, dashboard=False) as client:
+        (names,) = client.run(callbacks).values()
+    assert "heartbeat" in names and "profile" not in names and "profile-cycle" not in names, names

@@ -19,3 +19,16 @@ from __future__ import annotations
 #: executors whose workers are batch jobs, and their dask-jobqueue cluster classes
 BATCH_EXECUTORS = {"slurm": "SLURMCluster", "pbs": "PBSCluster", "lsf": "LSFCluster"}
 EXECUTORS = ("local", "dask", *BATCH_EXECUTORS)
+
+#: Dask settings of every worker bench starts (LocalCluster, batch jobs) or tells how to start
+#: (``python -m bench worker-env``): Dask's statistical profiler walks every thread's stack every
+#: 10 ms; beside a task training on one thread, the worker's other threads took 4.5-4.9 % of a core
+#: with it and 2.1 % without (/proc ticks over 30 s; the dashboard's profile pages stay empty)
+WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
+
+
+def worker_config_words(config: dict = WORKER_CONFIG) -> list[str]:
+    """``config`` as the environment words Dask reads when a worker starts
+    (``DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False``)."""
+    return ["DASK_" + "__".join(key.upper().replace("-", "_").split(".")) + f"={value!r}"
+            for key, value in config.items()]

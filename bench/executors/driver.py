@@ -8,6 +8,7 @@ import sys
 import time
 import traceback
 
+from bench.executors import WORKER_CONFIG, worker_config_words
 from bench.executors.grid import cell_key, grid_cells, map_dependencies, map_jobs
 from bench.executors.spec import RunSpec
 from bench.harness import GridProgress, RunSummary, cell_identity
@@ -215,7 +216,8 @@ def local_cluster(workers: int, *, retries: int, dashboard: bool = True):
     import dask
     from distributed import Client, LocalCluster
 
-    dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": retries})
+    dask.config.set({"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": retries,
+                     **WORKER_CONFIG})  # the nannies hand the workers this configuration
     dash = "127.0.0.1:0" if dashboard else None
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=dash, memory_limit=0, silence_logs=40) as cluster, Client(cluster) as client:
@@ -310,7 +312,7 @@ def jobqueue_options(kind: str, *, threads: int, queue=None, account=None, wallt
     # the worker process starts with them, whatever the batch system passes on (bench/allocator.py)
     kw["job_script_prologue"] = [*(site.get("job-script-prologue") or site.get("env-extra") or []),
                                  " ".join(["export", f"OMP_NUM_THREADS={threads}", "OMP_WAIT_POLICY=PASSIVE",
-                                           *map(shlex.quote, environment_words())])]
+                                           *map(shlex.quote, environment_words() + worker_config_words())])]
     wall = walltime_seconds(walltime or site.get("walltime"))
     args = list(site.get("worker-extra-args") or site.get("extra") or [])
     if wall and "--lifetime" not in args:
