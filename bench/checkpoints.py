@@ -39,6 +39,25 @@ def network_digest(state_dict) -> str:
     return h.hexdigest()[:16]
 
 
+def recorded_networks(records: Path, model: str, seed: int, train: dict) -> dict[str, int]:
+    """``{digest: cells}``: the MAP networks of ``model``'s seed ``seed`` trained with ``train`` that
+    the cells kept under ``records`` (a suite's records folder) stand on, as their ``id`` record's
+    ``diagnostics.map_training.network_sha`` names them."""
+    found: dict[str, int] = {}
+    for cell in sorted(Path(records, model).glob(f"*/seed{seed}")):
+        for rec in sorted(cell.glob("id-*.json")):
+            try:
+                r = json.loads(rec.read_text())
+            except (OSError, ValueError):
+                continue
+            log = (r.get("diagnostics") or {}).get("map_training") if isinstance(r, dict) else None
+            if isinstance(log, dict) and log.get("network_sha"):
+                if r.get("train_config") == train:
+                    found[log["network_sha"]] = found.get(log["network_sha"], 0) + 1
+                break
+    return found
+
+
 def _with_digest(log: dict | None, state_dict) -> dict | None:
     """``log`` with the weights' :func:`network_digest` (computed where a checkpoint of earlier code lacks it)."""
     if not isinstance(log, dict) or log.get("network_sha"):
@@ -69,6 +88,7 @@ class MapCache:
         # where older code cached the same networks (a key that also held evaluation-only options)
         self.legacy_dirs = [Path(root) / "map" / str(k.get("model", "model")) / config_hash(k) for k in legacy_keys]
         self.events_path = Path(root).parent / "events.jsonl"  # <results>/<suite>/events.jsonl
+        self.records_dir = Path(root).parent / "records"
         self.key = key
         self.build_model, self.task = build_model, task
         self.train_x, self.train_y, self.train_cfg = train_x, train_y, train_cfg
@@ -140,6 +160,8 @@ class MapCache:
                 return model.to(self.device).eval()
         import time
 
+        # the networks this results folder's cells stand on, should this fit be another (below)
+        kept = recorded_networks(self.records_dir, str(self.key.get("model", "model")), seed, self.key.get("train"))
         gen_seed = derive_seed("map", seed)
         seed_everything(gen_seed)
         model = self.build_model(dropout=0.0).to(self.device)
@@ -158,14 +180,35 @@ class MapCache:
         failed.unlink(missing_ok=True)
         self.in_process_s[seed] = time.perf_counter() - t0  # inside a fit's timer: not the fit's time
         elapsed = self.in_process_s[seed] + earlier[0]
-        self.logs[seed] = {**training_curve(trained), "network_sha": network_digest(model.state_dict())}
+        self.logs[seed] = {**training_curve(trained), "network_sha": network_digest(model.state_dict()),
+                           "torch_threads": torch.get_num_threads()}
         save_torch({"model": model.state_dict(), "key": self.key, "seed": seed, "train_time_s": elapsed,
                     "train_log": self.logs[seed], **worker_identity()}, path)
         log_event(self.events_path, "map_trained", model=self.key.get("model"), seed=seed, seconds=elapsed,
                   checkpoint=str(path))
         self.trained_now.append(seed)
         self.train_time_s[seed] = elapsed
+        others = {d: n for d, n in kept.items() if d != self.logs[seed]["network_sha"]}
+        if others:
+            self._warn_another_fit(seed, others, path)
         return model.eval()
+
+    def _warn_another_fit(self, seed: int, kept: dict[str, int], path: Path) -> None:
+        """Say (standard error and the events log) that the MAP network just trained is another fit
+        than the one(s) ``kept`` cells of this results folder stand on: a CPU fit repeats bit for bit only at one
+        thread count on one machine, and rows on two fits are not paired (the leaderboard keeps them
+        apart), so a grid or tuning that goes on from here compares across fits."""
+        import sys
+
+        sha, threads = self.logs[seed]["network_sha"], self.logs[seed]["torch_threads"]
+        theirs = ", ".join(f"{d} ({n} cell(s))" for d, n in sorted(kept.items()))
+        print(f"warning: the MAP network of {self.key.get('model')} seed {seed} trained now ({sha}, {threads} torch "
+              f"thread(s)) is another fit than the one(s) cells of this results folder stand on ({theirs}): "
+              f"new cells on it are not paired with those. To go on from those cells, stop, put their network's checkpoint "
+              f"back at {path} (or train it again with the thread count and machine it was trained with) and "
+              f"run again", file=sys.stderr, flush=True)
+        log_event(self.events_path, "map_another_fit", model=self.key.get("model"), seed=seed, network_sha=sha,
+                  torch_threads=threads, kept=kept, checkpoint=str(path))
 
     def data_hash(self) -> str:
         """A hash of the data the networks train on (:func:`bench.data.data_digest`), computed once."""

@@ -1,0 +1,41 @@
+"""A MAP network trained again where cells of the results folder stand on another fit of it (its
+checkpoint gone, the fit made elsewhere or at another thread count) is said at once: the cells a
+run adds on the new fit are not paired with the kept ones."""
+import json
+
+from bench.cli import main
+
+RUN = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--threads", "1", "--set", "seeds=0"]
+
+
+def _id_record(out, method):
+    (rec,) = (out / "toy").glob(f"records/*/{method}-*/seed0/id-*.json")
+    return rec
+
+
+def test_a_retrained_map_network_that_is_another_fit_than_the_kept_cells_is_said(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert main(RUN + ["--out", str(out), "--methods", "deterministic"]) == 0
+    rec = _id_record(out, "deterministic")
+    sha = json.loads(rec.read_text())["diagnostics"]["map_training"]["network_sha"]
+    (ckpt,) = (out / "toy").glob("checkpoints/map/*/*/seed0.pt")
+
+    # the same fit again (one thread, this machine): nothing to say
+    ckpt.unlink()
+    capsys.readouterr()
+    assert main(RUN + ["--out", str(out), "--methods", "pbn"]) == 0
+    assert "another fit" not in capsys.readouterr().err
+    assert json.loads(_id_record(out, "pbn").read_text())["diagnostics"]["map_training"][
+        "network_sha"] == sha
+
+    # the kept cell stood on another fit (as one made on another machine): said, with its digest
+    r = json.loads(rec.read_text())
+    r["diagnostics"]["map_training"]["network_sha"] = "0123456789abcdef"
+    rec.write_text(json.dumps(r))
+    ckpt.unlink()
+    assert main(RUN + ["--out", str(out), "--methods", "deep_ensemble"]) == 0
+    err = capsys.readouterr().err
+    assert f"trained now ({sha}, 1 torch thread(s)) is another fit" in err, err
+    assert "0123456789abcdef (1 cell(s))" in err and str(ckpt) in err
+    events = [json.loads(line) for f in (out / "toy").glob("events/*.jsonl") for line in f.read_text().splitlines()]
+    assert [e["kept"] for e in events if e["event"] == "map_another_fit"] == [{"0123456789abcdef": 1}]
