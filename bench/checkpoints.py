@@ -13,11 +13,12 @@ from typing import Callable
 import torch
 from torch import nn
 
+from bench.allocator import allocator_settings
 from bench.data import TensorLoader
 from bench.errors import DivergedError
 from bench.events import log_event
 from bench.locks import file_lock
-from bench.provenance import worker_identity
+from bench.provenance import cpu_model, worker_identity
 from bench.seeding import derive_seed, isolated_rng, seed_everything
 from bench.store import atomic_write_json, config_hash
 from bench.torch_files import DamagedCheckpointError, load_or_set_aside, load_torch, save_torch  # noqa: F401
@@ -181,7 +182,8 @@ class MapCache:
         self.in_process_s[seed] = time.perf_counter() - t0  # inside a fit's timer: not the fit's time
         elapsed = self.in_process_s[seed] + earlier[0]
         self.logs[seed] = {**training_curve(trained), "network_sha": network_digest(model.state_dict()),
-                           "torch_threads": torch.get_num_threads()}
+                           "torch_threads": torch.get_num_threads(), "cpu": cpu_model(),
+                           "allocator": allocator_settings()}
         save_torch({"model": model.state_dict(), "key": self.key, "seed": seed, "train_time_s": elapsed,
                     "train_log": self.logs[seed], **worker_identity()}, path)
         log_event(self.events_path, "map_trained", model=self.key.get("model"), seed=seed, seconds=elapsed,
@@ -200,15 +202,16 @@ class MapCache:
         apart), so a grid or tuning that goes on from here compares across fits."""
         import sys
 
-        sha, threads = self.logs[seed]["network_sha"], self.logs[seed]["torch_threads"]
+        log = self.logs[seed]
+        sha, threads = log["network_sha"], log["torch_threads"]
         theirs = ", ".join(f"{d} ({n} cell(s))" for d, n in sorted(kept.items()))
         print(f"warning: the MAP network of {self.key.get('model')} seed {seed} trained now ({sha}, {threads} torch "
-              f"thread(s)) is another fit than the one(s) cells of this results folder stand on ({theirs}): "
+              f"thread(s) on {log['cpu']}) is another fit than the one(s) cells of this results folder stand on ({theirs}): "
               f"new cells on it are not paired with those. To go on from those cells, stop, put their network's checkpoint "
               f"back at {path} (or train it again with the thread count and machine it was trained with) and "
-              f"run again", file=sys.stderr, flush=True)
+              f"run again (kept networks: scripts/keep_records.py save-maps)", file=sys.stderr, flush=True)
         log_event(self.events_path, "map_another_fit", model=self.key.get("model"), seed=seed, network_sha=sha,
-                  torch_threads=threads, kept=kept, checkpoint=str(path))
+                  torch_threads=threads, cpu=log["cpu"], kept=kept, checkpoint=str(path))
 
     def data_hash(self) -> str:
         """A hash of the data the networks train on (:func:`bench.data.data_digest`), computed once."""

@@ -51,6 +51,22 @@ def device_description(device: torch.device) -> str:
     return f"cpu:{platform.machine()}:{torch.get_num_threads()}threads"
 
 
+def cpu_model() -> str:
+    """The CPU's model name and the widest vector extension torch's CPU kernels use here (``AMD EPYC
+    (AVX512)``): a CPU fit repeats bit for bit only on one such CPU at one thread count."""
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    try:
+        isa = torch.backends.cpu.get_cpu_capability()
+    except (AttributeError, RuntimeError):
+        isa = None
+    return f"{name} ({isa})" if isa else name
+
+
 def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 

@@ -4,6 +4,7 @@ run adds on the new fit are not paired with the kept ones."""
 import json
 
 from bench.cli import main
+from bench.provenance import cpu_model
 
 RUN = ["run", "--suite", "toy", "--profile", "smoke", "--quiet", "--no-report", "--threads", "1", "--set", "seeds=0"]
 
@@ -35,7 +36,7 @@ def test_a_retrained_map_network_that_is_another_fit_than_the_kept_cells_is_said
     ckpt.unlink()
     assert main(RUN + ["--out", str(out), "--methods", "deep_ensemble"]) == 0
     err = capsys.readouterr().err
-    assert f"trained now ({sha}, 1 torch thread(s)) is another fit" in err, err
+    assert f"trained now ({sha}, 1 torch thread(s) on {cpu_model()}) is another fit" in err, err
     assert "0123456789abcdef (1 cell(s))" in err and str(ckpt) in err
     events = [json.loads(line) for f in (out / "toy").glob("events/*.jsonl") for line in f.read_text().splitlines()]
     assert [e["kept"] for e in events if e["event"] == "map_another_fit"] == [{"0123456789abcdef": 1}]
