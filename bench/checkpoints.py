@@ -197,19 +197,20 @@ class MapCache:
 
     def _warn_another_fit(self, seed: int, kept: dict[str, int], path: Path) -> None:
         """Say (standard error and the events log) that the MAP network just trained is another fit
-        than the one(s) ``kept`` cells of this results folder stand on: a CPU fit repeats bit for bit only at one
-        thread count on one machine, and rows on two fits are not paired (the leaderboard keeps them
-        apart), so a grid or tuning that goes on from here compares across fits."""
+        than the one(s) ``kept`` cells of this results folder stand on: a CPU fit repeats bit for bit
+        only at one thread count on one CPU, and rows on two fits are not paired (the leaderboard
+        keeps them apart), so a grid or tuning that goes on from here compares across fits."""
         import sys
 
         log = self.logs[seed]
         sha, threads = log["network_sha"], log["torch_threads"]
         theirs = ", ".join(f"{d} ({n} cell(s))" for d, n in sorted(kept.items()))
         print(f"warning: the MAP network of {self.key.get('model')} seed {seed} trained now ({sha}, {threads} torch "
-              f"thread(s) on {log['cpu']}) is another fit than the one(s) cells of this results folder stand on ({theirs}): "
-              f"new cells on it are not paired with those. To go on from those cells, stop, put their network's checkpoint "
-              f"back at {path} (or train it again with the thread count and machine it was trained with) and "
-              f"run again (kept networks: scripts/keep_records.py save-maps)", file=sys.stderr, flush=True)
+              f"thread(s) on {log['cpu']}) is another fit than the one(s) cells of this results folder stand on "
+              f"({theirs}): new cells on it are not paired with those. To go on from those cells, stop, put their "
+              f"network's checkpoint back at {path} (or train it again with the thread count and CPU it was "
+              f"trained with) and run again (kept networks: scripts/keep_records.py save-maps)",
+              file=sys.stderr, flush=True)
         log_event(self.events_path, "map_another_fit", model=self.key.get("model"), seed=seed, network_sha=sha,
                   torch_threads=threads, cpu=log["cpu"], kept=kept, checkpoint=str(path))
 

@@ -258,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("worker-env", help="print what a Dask worker started by hand needs in its environment from its "
                                       "start, as NAME=value words (glibc's allocator settings, OpenMP's wait "
-                                      "policy, Dask's profiler off): env $(python -m bench worker-env) dask worker ... (docs/scaleout.md)")
+                                      "policy, Dask's profiler off): env $(python -m bench worker-env) dask "
+                                      "worker ... (docs/scaleout.md)")
 
     perf = sub.add_parser("perf", help="benchmarks that print speed ratios measured side by side")
     perf.add_argument("--repeats", type=int, default=5)

@@ -62,10 +62,11 @@ class PeakMemory:
     CUDA: ``torch.cuda.max_memory_allocated``. CPU: the process's resident set size, exact where
     the block raised the process's high-water mark (Linux's ``VmHWM``, read, never reset: tools
     outside bench read it too), else sampled by a background thread every 5 ms for the first second
-    and every 50 ms after (an estimate: allocations shorter than the sampling interval can be missed). The starting level is taken after
-    :func:`release_free_memory`: without it, memory that an earlier block of the same process
-    (an earlier cell of a grid) freed stays resident in the allocator, is reused by this block,
-    and its peak reads as far less than it needs (a fit measured at a few KiB after a 7 GiB one).
+    and every 50 ms after (an estimate: allocations shorter than the sampling interval can be
+    missed). The starting level is taken after :func:`release_free_memory`: without it, memory that
+    an earlier block of the same process (an earlier cell of a grid) freed stays resident in the
+    allocator, is reused by this block, and its peak reads as far less than it needs (a fit measured
+    at a few KiB after a 7 GiB one).
     Free memory that the trim cannot return (pages still shared with live allocations) can still
     be reused uncounted: after many blocks in one process the figure can read somewhat low.
     """
