@@ -107,6 +107,7 @@ class MapCache:
         # in its checkpoint (train_log), the evidence that its training converged (bench.validity)
         self.val = val
         self.logs: dict[int, dict | None] = {}
+        self._checked: set[int] = set()  # seeds whose network was compared with the cells' (_check_kept_cells)
         self._data_hash: str | None = None  # data_hash(), when a failure record needs it
 
     def path(self, seed: int) -> Path:
@@ -158,11 +159,10 @@ class MapCache:
             if state is not None:
                 self.train_time_s.setdefault(seed, state.get("train_time_s", float("nan")))
                 self.logs[seed] = _with_digest(state.get("train_log"), state["model"])
+                self._check_kept_cells(seed, cached, trained=False)
                 return model.to(self.device).eval()
         import time
 
-        # the networks this results folder's cells stand on, should this fit be another (below)
-        kept = recorded_networks(self.records_dir, str(self.key.get("model", "model")), seed, self.key.get("train"))
         gen_seed = derive_seed("map", seed)
         seed_everything(gen_seed)
         model = self.build_model(dropout=0.0).to(self.device)
@@ -190,29 +190,37 @@ class MapCache:
                   checkpoint=str(path))
         self.trained_now.append(seed)
         self.train_time_s[seed] = elapsed
-        others = {d: n for d, n in kept.items() if d != self.logs[seed]["network_sha"]}
-        if others:
-            self._warn_another_fit(seed, others, path)
+        self._check_kept_cells(seed, path, trained=True)
         return model.eval()
 
-    def _warn_another_fit(self, seed: int, kept: dict[str, int], path: Path) -> None:
-        """Say (standard error and the events log) that the MAP network just trained is another fit
-        than the one(s) ``kept`` cells of this results folder stand on: a CPU fit repeats bit for bit
-        only at one thread count on one CPU, and rows on two fits are not paired (the leaderboard
-        keeps them apart), so a grid or tuning that goes on from here compares across fits."""
+    def _check_kept_cells(self, seed: int, path: Path, trained: bool) -> None:
+        """Say (standard error and the events log), once per seed, when cells of this results folder
+        stand on another fit of the MAP network of ``seed`` than the one trained now or loaded from
+        ``path`` (:func:`recorded_networks`): a CPU fit repeats bit for bit only at one thread count
+        on one CPU, and rows on two fits are not paired (the leaderboard keeps them apart), so a grid
+        or tuning that goes on from here compares across fits."""
         import sys
 
-        log = self.logs[seed]
-        sha, threads = log["network_sha"], log["torch_threads"]
-        theirs = ", ".join(f"{d} ({n} cell(s))" for d, n in sorted(kept.items()))
-        print(f"warning: the MAP network of {self.key.get('model')} seed {seed} trained now ({sha}, {threads} torch "
-              f"thread(s) on {log['cpu']}) is another fit than the one(s) cells of this results folder stand on "
-              f"({theirs}): new cells on it are not paired with those. To go on from those cells, stop, put their "
-              f"network's checkpoint back at {path} (or train it again with the thread count and CPU it was "
-              f"trained with) and run again (kept networks: scripts/keep_records.py save-maps)",
-              file=sys.stderr, flush=True)
+        if seed in self._checked:
+            return
+        self._checked.add(seed)
+        log = self.logs.get(seed) or {}
+        sha = log.get("network_sha")
+        kept = recorded_networks(self.records_dir, str(self.key.get("model", "model")), seed, self.key.get("train"))
+        others = {d: n for d, n in kept.items() if d != sha}
+        if not sha or not others:
+            return
+        how = (f"trained now ({sha}, {log.get('torch_threads')} torch thread(s) on {log.get('cpu')})" if trained else
+               f"loaded from {path} ({sha})")
+        theirs = ", ".join(f"{d} ({n} cell(s))" for d, n in sorted(others.items()))
+        print(f"warning: the MAP network of {self.key.get('model')} seed {seed} {how} is another fit than the one(s) "
+              f"cells of this results folder stand on ({theirs}): new cells on it are not paired with those. To go "
+              f"on from those cells, stop, put their network's checkpoint at {self.path(seed)} (or train it again "
+              f"with the thread count and CPU it was trained with) and run again (kept networks: "
+              f"scripts/keep_records.py save-maps)", file=sys.stderr, flush=True)
         log_event(self.events_path, "map_another_fit", model=self.key.get("model"), seed=seed, network_sha=sha,
-                  torch_threads=threads, cpu=log["cpu"], kept=kept, checkpoint=str(path))
+                  trained=trained, kept=others, checkpoint=str(path),
+                  **{k: log[k] for k in ("torch_threads", "cpu", "allocator") if k in log})
 
     def data_hash(self) -> str:
         """A hash of the data the networks train on (:func:`bench.data.data_digest`), computed once."""

@@ -1,6 +1,6 @@
-"""A MAP network trained again where cells of the results folder stand on another fit of it (its
-checkpoint gone, the fit made elsewhere or at another thread count) is said at once: the cells a
-run adds on the new fit are not paired with the kept ones."""
+"""A MAP network trained again, or loaded from the cache, where cells of the results folder stand on
+another fit of it (its checkpoint gone, the fit made elsewhere or at another thread count) is said at
+once: the cells a run adds on it are not paired with the kept ones."""
 import json
 
 from bench.cli import main
@@ -38,5 +38,10 @@ def test_a_retrained_map_network_that_is_another_fit_than_the_kept_cells_is_said
     err = capsys.readouterr().err
     assert f"trained now ({sha}, 1 torch thread(s) on {cpu_model()}) is another fit" in err, err
     assert "0123456789abcdef (1 cell(s))" in err and str(ckpt) in err
+    # a later run that loads the network from the cache says it too
+    assert main(RUN + ["--out", str(out), "--methods", "pbn", "--set", "pbn.rho_lr=0.2"]) == 0
+    err = capsys.readouterr().err
+    assert f"loaded from {ckpt} ({sha}) is another fit" in err and "0123456789abcdef (1 cell(s))" in err, err
     events = [json.loads(line) for f in (out / "toy").glob("events/*.jsonl") for line in f.read_text().splitlines()]
-    assert [e["kept"] for e in events if e["event"] == "map_another_fit"] == [{"0123456789abcdef": 1}]
+    assert [(e["trained"], e["kept"]) for e in events if e["event"] == "map_another_fit"] == [
+        (True, {"0123456789abcdef": 1}), (False, {"0123456789abcdef": 1})]
