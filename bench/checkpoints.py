@@ -20,7 +20,7 @@ from bench.events import log_event
 from bench.locks import file_lock
 from bench.provenance import cpu_model, worker_identity
 from bench.seeding import derive_seed, isolated_rng, seed_everything
-from bench.store import atomic_write_json, config_hash
+from bench.store import atomic_write_json, config_hash, read_record
 from bench.torch_files import DamagedCheckpointError, load_or_set_aside, load_torch, save_torch  # noqa: F401
 from bench.training import (TrainConfig, earlier_training_time, nll_loss, train_model, training_curve,
                             validation_curve)
@@ -43,18 +43,17 @@ def network_digest(state_dict) -> str:
 def recorded_networks(records: Path, model: str, seed: int, train: dict) -> dict[str, int]:
     """``{digest: cells}``: the MAP networks of ``model``'s seed ``seed`` trained with ``train`` that
     the cells kept under ``records`` (a suite's records folder) stand on, as their ``id`` record's
-    ``diagnostics.map_training.network_sha`` names them."""
+    diagnostics name them (:func:`bench.reporting.data.map_network`, as the leaderboard pairs runs)."""
+    from bench.reporting.data import map_network
+
     found: dict[str, int] = {}
     for cell in sorted(Path(records, model).glob(f"*/seed{seed}")):
-        for rec in sorted(cell.glob("id-*.json")):
-            try:
-                r = json.loads(rec.read_text())
-            except (OSError, ValueError):
-                continue
-            log = (r.get("diagnostics") or {}).get("map_training") if isinstance(r, dict) else None
-            if isinstance(log, dict) and log.get("network_sha"):
-                if r.get("train_config") == train:
-                    found[log["network_sha"]] = found.get(log["network_sha"], 0) + 1
+        for path in sorted(cell.glob("id-*.json")):
+            rec, _ = read_record(path)
+            sha = map_network(rec.get("diagnostics"))[0] if rec is not None else None
+            if sha:
+                if rec.get("train_config") == train:
+                    found[sha] = found.get(sha, 0) + 1
                 break
     return found
 
@@ -206,9 +205,11 @@ class MapCache:
         self._checked.add(seed)
         log = self.logs.get(seed) or {}
         sha = log.get("network_sha")
+        if not sha:
+            return
         kept = recorded_networks(self.records_dir, str(self.key.get("model", "model")), seed, self.key.get("train"))
         others = {d: n for d, n in kept.items() if d != sha}
-        if not sha or not others:
+        if not others:
             return
         how = (f"trained now ({sha}, {log.get('torch_threads')} torch thread(s) on {log.get('cpu')})" if trained else
                f"loaded from {path} ({sha})")
