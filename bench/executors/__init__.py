@@ -22,8 +22,9 @@ EXECUTORS = ("local", "dask", *BATCH_EXECUTORS)
 
 #: Dask settings of every worker bench starts (LocalCluster, batch jobs) or tells how to start
 #: (``python -m bench worker-env``): Dask's statistical profiler walks every thread's stack every
-#: 10 ms; beside a task training on one thread, the worker's other threads took 4.5-4.9 % of a core
-#: with it and 2.1 % without (/proc ticks over 30 s; the dashboard's profile pages stay empty)
+#: 10 ms; beside a task training on one thread, the worker's other threads took 5.5-5.8 % of a core
+#: with it and 2.7 % without (/proc ticks over 30 s, nothing else running; the dashboard's profile
+#: pages stay empty)
 WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
 
 
