@@ -18,6 +18,7 @@ from bench.data import TensorLoader
 from bench.errors import DivergedError
 from bench.events import log_event
 from bench.locks import file_lock
+from bench.measurement import NO_USAGE, ThreadUsage, add_usage
 from bench.provenance import cpu_model, worker_identity
 from bench.seeding import derive_seed, isolated_rng, seed_everything
 from bench.store import atomic_write_json, config_hash, read_record
@@ -168,6 +169,7 @@ class MapCache:
         loader = TensorLoader(self.train_x, self.train_y, self.train_cfg.batch_size, shuffle=True,
                               seed=gen_seed, device=self.device, augment=self.augment)
         t0 = time.perf_counter()
+        usage = ThreadUsage()
         try:
             stats = validation_curve(model, self.task, self.val, self.train_cfg.batch_size)
             with earlier_training_time() as earlier:  # a MAP network resumed here: its earlier epochs count
@@ -182,7 +184,9 @@ class MapCache:
         elapsed = self.in_process_s[seed] + earlier[0]
         self.logs[seed] = {**training_curve(trained), "network_sha": network_digest(model.state_dict()),
                            "torch_threads": torch.get_num_threads(), "cpu": cpu_model(),
-                           "allocator": allocator_settings()}
+                           "allocator": allocator_settings(),
+                           # what the training thread did with the time (resumed pieces included)
+                           "usage": add_usage(usage.usage(), earlier[1])}
         save_torch({"model": model.state_dict(), "key": self.key, "seed": seed, "train_time_s": elapsed,
                     "train_log": self.logs[seed], **worker_identity()}, path)
         log_event(self.events_path, "map_trained", model=self.key.get("model"), seed=seed, seconds=elapsed,
@@ -250,6 +254,17 @@ class MapCache:
             state = load_or_set_aside(self.cached_path(seed))
             self.logs[seed] = None if state is None else _with_digest(state.get("train_log"), state["model"])
         return self.logs.get(seed)
+
+    def upstream_usage(self, seeds) -> dict | None:
+        """What the training threads of the MAP networks of ``seeds`` did with their time, together
+        (:class:`bench.measurement.ThreadUsage`; from the networks' training logs): None when one of
+        them was trained before bench recorded it; ``NO_USAGE`` for published weights."""
+        if self.pretrained is not None:
+            return dict(NO_USAGE)
+        total = dict(NO_USAGE)
+        for s in seeds:
+            total = add_usage(total, (self.training_log(s) or {}).get("usage"))
+        return total
 
     def upstream_time(self, seeds) -> float:
         """Total training time of the MAP networks of ``seeds`` (for methods built on them),

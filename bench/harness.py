@@ -25,7 +25,7 @@ from bench.data import EvalSet, SuiteData, TensorLoader, batches, data_digest
 from bench.errors import BenchError, DivergedError, InvalidPredictiveError, MethodFailedError
 from bench.events import log_event
 from bench.locks import file_lock
-from bench.measurement import HOST_KEYS, host_load
+from bench.measurement import HOST_KEYS, ThreadUsage, add_usage, host_load, usage_fractions
 from bench.models import build_model
 from bench.predictions import PredictionPolicy, keep_predictions, predictions_path, satisfies
 from bench.predictive import concat
@@ -562,8 +562,13 @@ class Harness:
                 n_before, n_requested = len(map_cache.trained_now), len(map_cache.requested)
                 load_start = host_load()
                 with PeakMemory(self.device) as mem, Timer(self.device) as timer, earlier_training_time() as earlier:
+                    usage = ThreadUsage()
                     method.fit(loader, (self.data.val_x, self.data.val_y))
-                host = host_context(load_start, host_load(), self.device)
+                    usage = usage.usage()
+                # what the fitting thread did with the fit's wall time, earlier processes' pieces too:
+                # off the CPU (stopped, suspended) or waiting for a core makes the time an upper bound
+                host = {**host_context(load_start, host_load(), self.device),
+                        **usage_fractions(add_usage(usage, earlier[1]), "fit")}
                 # MAP networks trained inside this fit are not fit time; every MAP network the fit
                 # used counts as upstream training time (added by measure_cost, from the cache)
                 map_in_fit = sum(map_cache.in_process_s.get(s, 0.0) for s in map_cache.trained_now[n_before:])
@@ -663,8 +668,11 @@ class Harness:
         with PeakMemory(self.device) as mem, torch.no_grad():
             method.predict(self.data.id_set().x[: self.eval_batch_size].to(self.device))
         extra = method.extra_cost()
+        upstream_host = {}
         if "upstream_seeds" in fit_cost:  # the MAP networks the fit used, from the cache
             upstream = map_cache.upstream_time(fit_cost["upstream_seeds"])
+            if fit_cost["upstream_seeds"]:  # what their training threads did with that time
+                upstream_host = usage_fractions(map_cache.upstream_usage(fit_cost["upstream_seeds"]), "upstream")
             extra.pop("upstream_train_time_s", None)
         else:  # a checkpoint fitted before the harness tracked them: what the plugin reported
             upstream = extra.pop("upstream_train_time_s", 0.0)
@@ -680,7 +688,7 @@ class Harness:
                 # how the train peak was measured (a checkpoint fitted by older code: untrimmed start)
                 "peak_memory_probe": fit_cost.get("memory_probe", memory_probe(self.device, legacy=True)),
                 # the machine's load while the fit ran (bench.cost.shared_machine): absent in older checkpoints
-                **{k: fit_cost[k] for k in HOST_KEYS if k in fit_cost},
+                **{k: fit_cost[k] for k in HOST_KEYS if k in fit_cost}, **upstream_host,
                 **extra}
 
     def evaluate(self, method, run_dir, base, cost, pending, started, tag, seed):

@@ -3,7 +3,9 @@ machine's state a record keeps beside a timing. Reports and the leaderboard read
 loading torch; bench.cost measures with them."""
 from __future__ import annotations
 
+import math
 import os
+import time
 
 #: How the CPU peak is measured (:class:`bench.cost.PeakMemory`); stored with every record's cost
 CPU_MEMORY_PROBE = "rss-above-trimmed-start"
@@ -19,7 +21,132 @@ SHARED_LOAD = 0.5
 
 #: the cost keys bench.cost.host_context adds: the machine's state, not costs of a method (kept out of
 #: the cost tables)
-HOST_KEYS = ("host_load_1m", "torch_threads", "host_cpus", "timed_on", "allocator")
+HOST_KEYS = ("host_load_1m", "torch_threads", "host_cpus", "timed_on", "allocator",
+             "fit_paused_fraction", "fit_run_delay_fraction", "fit_cores_used")
+#: the same, of the MAP networks a method is built from (their trainings' usage, from the MAP cache)
+UPSTREAM_HOST_KEYS = ("upstream_paused_fraction", "upstream_run_delay_fraction")
+
+#: a timing whose process did not run at all (stopped with SIGSTOP or by a job scheduler, its machine
+#: suspended) for more than this fraction of its wall time counts the pause: an upper bound of the
+#: compute time (bench.leaderboard.board.shared_machine_notes); :class:`PauseWatch` measures it
+PAUSED_LIMIT = 0.05
+#: a CPU timing whose thread waited, runnable, for a core for more than this fraction of its wall time
+#: ran beside other work: an upper bound, not a speed (the load average, sampled at the ends of the
+#: fit only, misses work that came and went in between). Calibration: docs/running.md, Outputs
+RUN_DELAY_LIMIT = 0.1
+
+
+def thread_cpu_times() -> tuple[float, float | None]:
+    """``(running, waiting)``: the seconds the calling thread has run on a CPU and the seconds it has
+    waited, runnable, for one (Linux's ``/proc/thread-self/schedstat``); where the system does not
+    say, ``(time.thread_time(), None)``."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            fields = f.read().split()
+        return int(fields[0]) / 1e9, int(fields[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return time.thread_time(), None
+
+
+class PauseWatch:
+    """The seconds this process did not run at all: a daemon thread wakes every ``TICK`` seconds; a
+    wake-up more than ``GAP`` seconds after the last one, over which the process's CPU time (all its
+    threads) advanced by less than a quarter of the delay, means the process was stopped (SIGSTOP, a
+    scheduler's suspend, a suspended machine) for the delay less that CPU time. A thread that waits
+    for input or a GPU still wakes on time, and a long call that holds the interpreter's lock keeps
+    the process's CPU time running: neither counts. One per process (:func:`paused_seconds`),
+    started on first use."""
+
+    TICK = 0.1
+    GAP = 0.5
+
+    def __init__(self):
+        import threading
+
+        self.lock = threading.Lock()
+        self.total = 0.0
+        self.last, self.last_cpu = time.perf_counter(), time.process_time()
+        self.pid = os.getpid()
+        threading.Thread(target=self._run, name="bench-pause-watch", daemon=True).start()
+
+    def _gap(self, now: float, cpu: float) -> float:
+        late, ran = now - self.last - self.TICK, cpu - self.last_cpu
+        # stopped, the process ran at most the tick before the stop; a long call holding the
+        # interpreter's lock also keeps the watch from waking, but runs on (at a share of a core
+        # when other work shares the machine, which the run delays show)
+        return late - ran if late > self.GAP - self.TICK and ran < late / 4 else 0.0
+
+    def _run(self):
+        while True:
+            time.sleep(self.TICK)
+            with self.lock:
+                now, cpu = time.perf_counter(), time.process_time()
+                self.total += self._gap(now, cpu)
+                self.last, self.last_cpu = now, cpu
+
+    def seconds(self) -> float:
+        """Paused seconds so far, a pause the watcher has not woken from yet included."""
+        with self.lock:
+            return self.total + self._gap(time.perf_counter(), time.process_time())
+
+
+_WATCH: PauseWatch | None = None
+
+
+def paused_seconds() -> float:
+    """:class:`PauseWatch` seconds of this process (a forked child starts its own)."""
+    global _WATCH
+    if _WATCH is None or _WATCH.pid != os.getpid():
+        _WATCH = PauseWatch()
+    return _WATCH.seconds()
+
+
+class ThreadUsage:
+    """What a timed block did with its wall time: from construction to :meth:`usage`, the wall
+    seconds, the seconds the block's thread ran on a CPU and waited for one (contention), the
+    process's CPU seconds (all threads: torch's intra-op pool too) and the seconds the process did
+    not run at all (:class:`PauseWatch`). Plain seconds, so usages of a training's pieces (a resume)
+    add up."""
+
+    def __init__(self):
+        self.s0 = paused_seconds()
+        self.t0 = time.perf_counter()
+        self.p0 = time.process_time()
+        self.run0, self.wait0 = thread_cpu_times()
+
+    def usage(self) -> dict:
+        run, wait = thread_cpu_times()
+        return {"wall_s": time.perf_counter() - self.t0, "thread_cpu_s": run - self.run0,
+                "run_delay_s": None if wait is None or self.wait0 is None else wait - self.wait0,
+                "process_cpu_s": time.process_time() - self.p0, "paused_s": paused_seconds() - self.s0}
+
+
+def add_usage(a: dict | None, b: dict | None) -> dict | None:
+    """Two pieces of one timing together (:class:`ThreadUsage`): None when either is unknown; a run
+    delay only where both pieces have one."""
+    if a is None or b is None:
+        return None
+    delay = None if a.get("run_delay_s") is None or b.get("run_delay_s") is None else a["run_delay_s"] + b["run_delay_s"]
+    return {**{k: a[k] + b[k] for k in ("wall_s", "thread_cpu_s", "process_cpu_s", "paused_s")}, "run_delay_s": delay}
+
+
+#: a piece of timing that took no time (nothing resumed)
+NO_USAGE = {"wall_s": 0.0, "thread_cpu_s": 0.0, "run_delay_s": 0.0, "process_cpu_s": 0.0, "paused_s": 0.0}
+
+
+def usage_fractions(usage: dict | None, prefix: str) -> dict:
+    """A usage as the record keeps it: ``<prefix>_paused_fraction`` (the share of the wall time the
+    process did not run), ``_run_delay_fraction`` (the block's thread waited for a core; None where
+    the system does not say) and, for fits, ``_cores_used`` (process CPU seconds per wall second).
+    None where unknown (a piece measured before bench recorded it)."""
+    keys = [f"{prefix}_paused_fraction", f"{prefix}_run_delay_fraction"] + ([f"{prefix}_cores_used"] if prefix == "fit" else [])
+    if usage is None or not usage.get("wall_s") or not math.isfinite(usage["wall_s"]):
+        return dict.fromkeys(keys)
+    wall, delay = usage["wall_s"], usage.get("run_delay_s")
+    out = {keys[0]: round(usage["paused_s"] / wall, 4), keys[1]: None if delay is None else round(delay / wall, 4)}
+    if prefix == "fit":
+        out[keys[2]] = round(usage["process_cpu_s"] / wall, 3)
+    return out
 
 
 def host_load() -> float | None:

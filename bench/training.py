@@ -17,6 +17,7 @@ from torch import nn
 from bench.data import TensorLoader
 from bench.options import ListOf, OneOf, Range, check_options
 from bench.errors import BenchError, DivergedError
+from bench.measurement import NO_USAGE, ThreadUsage, add_usage
 from bench.torch_files import load_or_set_aside, save_torch
 
 
@@ -187,7 +188,7 @@ def progress_enabled(requested: bool) -> bool:
 
 class _EarlierTime(threading.local):
     def __init__(self):
-        self.boxes: list[list[float]] = []
+        self.boxes: list[list] = []
 
 
 _EARLIER = _EarlierTime()
@@ -197,11 +198,13 @@ _EARLIER = _EarlierTime()
 def earlier_training_time():
     """Collect the training time that the trainings inside the block resumed from: the seconds
     earlier processes spent on the epochs a partial checkpoint holds (a run killed mid-fit and
-    started again). Yields a one-element list, ``[seconds]``: 0.0 when nothing was resumed, NaN
-    when a resumed checkpoint predates this bookkeeping (its earlier time is unknown). Blocks
-    nest; a training counts in the innermost one only (the MAP cache's own block keeps a MAP
-    network's earlier time out of the fit that asked for it)."""
-    box = [0.0]
+    started again). Yields a two-element list, ``[seconds, usage]``: seconds 0.0 when nothing was
+    resumed, NaN when a resumed checkpoint predates this bookkeeping (its earlier time is unknown);
+    usage what the earlier processes' training thread did with that time
+    (:class:`bench.measurement.ThreadUsage`; ``NO_USAGE`` when nothing was resumed, None when a
+    resumed checkpoint does not say). Blocks nest; a training counts in the innermost one only (the
+    MAP cache's own block keeps a MAP network's earlier time out of the fit that asked for it)."""
+    box = [0.0, dict(NO_USAGE)]
     _EARLIER.boxes.append(box)
     try:
         yield box
@@ -212,17 +215,27 @@ def earlier_training_time():
 class TrainingClock:
     """Wall time of one training across resumes: what the resumed checkpoint says earlier
     processes spent (``state["train_seconds"]``) plus this process's time since the clock was
-    made. Reports the earlier part to the innermost :func:`earlier_training_time` block, so that
-    the fit time a record carries is the whole training's, not only its last piece."""
+    made, and what the training thread did with it (``state["train_usage"]`` plus this process's
+    :class:`~bench.measurement.ThreadUsage`; None when a resumed checkpoint predates it). Reports
+    the earlier part to the innermost :func:`earlier_training_time` block, so that the fit time a
+    record carries is the whole training's, not only its last piece."""
 
     def __init__(self, resumed_state: dict | None = None):
         self.earlier = 0.0 if resumed_state is None else float(resumed_state.get("train_seconds", math.nan))
+        self.earlier_usage = dict(NO_USAGE) if resumed_state is None else resumed_state.get("train_usage")
         self.t0 = time.perf_counter()
+        self._usage = ThreadUsage()
         if _EARLIER.boxes and resumed_state is not None:
-            _EARLIER.boxes[-1][0] += self.earlier
+            box = _EARLIER.boxes[-1]
+            box[0] += self.earlier
+            box[1] = add_usage(box[1], self.earlier_usage)
 
     def seconds(self) -> float:
         return self.earlier + (time.perf_counter() - self.t0)
+
+    def usage(self) -> dict | None:
+        """The whole training's usage, earlier processes' pieces included (None: one of them unknown)."""
+        return add_usage(self.earlier_usage, self._usage.usage())
 
 
 #: seconds between two resume checkpoints of a training in progress: one is written after an epoch once
@@ -440,7 +453,8 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
             on_epoch_end(epoch)
         if resume_path is not None and epoch + 1 < cfg.epochs and checkpoints.due():
             save_training_state(resume_path, model, optimizer, loader, epoch=epoch + 1, log=log,
-                                callback_state=callback_state or {}, train_seconds=clock.seconds())
+                                callback_state=callback_state or {}, train_seconds=clock.seconds(),
+                                train_usage=clock.usage())
     bar.close()
     fmt.done()
     if resume_path is not None and resume_path.exists():

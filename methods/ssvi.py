@@ -262,7 +262,7 @@ class SSVI(Method):
                                                       **last})
             if resume is not None and epoch + 1 < cfg.epochs and checkpoints.due():
                 save_training_state(resume, model, opt, train, epoch=epoch + 1, log=log, history=history,
-                                    train_seconds=clock.seconds())
+                                    train_seconds=clock.seconds(), train_usage=clock.usage())
         bar.close()
         fmt.done()
         if resume is not None and resume.exists():

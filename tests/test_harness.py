@@ -36,6 +36,12 @@ def test_toy_run_writes_records_and_resumes(tmp_path):
 
     assert (df["cost.torch_threads"] == torch.get_num_threads()).all() and (df["cost.host_cpus"] == os.cpu_count()).all()
     assert (df["cost.timed_on"] == "cpu").all() and (df["cost.host_load_1m"] >= 0).all()
+    # and what the fit's process did with its wall time (bench.measurement.ThreadUsage: not stopped);
+    # the methods built on a MAP network, what its training did (from the network's checkpoint)
+    assert (df["cost.fit_paused_fraction"] < 0.05).all() and (df["cost.fit_cores_used"] > 0).all()
+    assert df["cost.fit_run_delay_fraction"].between(0, 1).all()
+    on_map = df["cost.upstream_train_time_s"] > 0
+    assert on_map.any() and (df.loc[on_map, "cost.upstream_paused_fraction"] < 0.05).all()
     from bench.allocator import allocator_settings  # and the C allocator's settings (bench/allocator.py)
 
     assert (df["cost.allocator"] == allocator_settings()).all()
@@ -572,6 +578,9 @@ def test_a_fit_resumed_after_a_kill_records_the_whole_training_time(tmp_path, mo
     resumed, fit = cost["cost.fit_resumed_s"].iloc[0], cost["cost.fit_time_s"].iloc[0]
     assert 0.8 <= resumed < 5 and fit >= resumed
     assert cost["cost.train_time_s"].iloc[0] >= resumed  # the total the leaderboard shows
+    # what the killed process did with its part came along: it slept through most of it, so the whole
+    # fit used well under a core (the resumed part alone, a few ms of training, would say one)
+    assert cost["cost.fit_cores_used"].iloc[0] < 0.5 and cost["cost.fit_paused_fraction"].iloc[0] < 0.05
     from bench.events import read_events
 
     fitted = [e for e in read_events(out / "toy" / "events.jsonl") if e["event"] == "fitted"]

@@ -273,25 +273,42 @@ def test_train_peaks_measured_above_an_untrimmed_start_are_named(tmp_path):
 
 
 def test_shared_machine_notes_mark_timings_taken_beside_other_work():
-    """bench.harness records the 1-minute load average around each fit with the fit's threads: a
-    load at least SHARED_LOAD above the threads in one seed marks the row's train time as an upper
-    bound; records without the load are named apart; GPU timings are not judged by CPU load."""
+    """bench.harness records, around each fit, the 1-minute load average with the fit's threads and
+    what the fit's process did with its time (for a method on MAP networks, what their trainings
+    did too): a load at least SHARED_LOAD above the threads or a run delay above RUN_DELAY_LIMIT in
+    one seed marks the row's train time as taken on a shared machine; stopped above PAUSED_LIMIT, as
+    counting pauses (on a GPU too); CPU records without these are named apart; a GPU fit's load is
+    not judged."""
     import pandas as pd
 
-    from bench.leaderboard.board import SHARED_LOAD, shared_machine_notes
+    from bench.leaderboard.board import PAUSED_LIMIT, RUN_DELAY_LIMIT, SHARED_LOAD, shared_machine_notes
 
+    ran = {"cost.fit_paused_fraction": 0.0, "cost.fit_run_delay_fraction": 0.0}
     rows = []
-    for lab, seed, load, threads, device in (
-            ("quiet", 0, 2.2, 2, "cpu:x86_64:2threads"), ("quiet", 1, 2.0 + SHARED_LOAD - 0.01, 2, "cpu:x86_64:2threads"),
-            ("busy", 0, 1.0, 1, "cpu:x86_64:1threads"), ("busy", 1, 1.0 + SHARED_LOAD, 1, "cpu:x86_64:1threads"),
-            ("old", 0, None, None, "cpu:x86_64:1threads"), ("gpu", 0, 9.0, 1, "cuda:NVIDIA H200")):
+    for lab, seed, load, threads, device, usage in (
+            ("quiet", 0, 2.2, 2, "cpu:x86_64:2threads", ran),
+            ("quiet", 1, 2.0 + SHARED_LOAD - 0.01, 2, "cpu:x86_64:2threads",
+             {"cost.fit_paused_fraction": PAUSED_LIMIT, "cost.fit_run_delay_fraction": RUN_DELAY_LIMIT}),
+            ("busy", 0, 1.0, 1, "cpu:x86_64:1threads", ran), ("busy", 1, 1.0 + SHARED_LOAD, 1, "cpu:x86_64:1threads", ran),
+            ("crowded", 0, 1.0, 1, "cpu:x86_64:1threads", {**ran, "cost.fit_run_delay_fraction": 0.3}),
+            ("stopped", 0, 1.0, 1, "cpu:x86_64:1threads", {**ran, "cost.fit_paused_fraction": 0.4}),
+            # its MAP network's training was stopped, not the fit
+            ("on_stopped_map", 0, 1.0, 1, "cpu:x86_64:1threads",
+             {**ran, "cost.upstream_train_time_s": 5.0, "cost.upstream_paused_fraction": 0.4,
+              "cost.upstream_run_delay_fraction": 0.0}),
+            ("on_unchecked_map", 0, 1.0, 1, "cpu:x86_64:1threads", {**ran, "cost.upstream_train_time_s": 5.0}),
+            ("old", 0, None, None, "cpu:x86_64:1threads", {}),
+            ("load_only", 0, 1.0, 1, "cpu:x86_64:1threads", {}),
+            ("gpu", 0, 9.0, 1, "cuda:NVIDIA H200", {}), ("gpu_stopped", 0, 9.0, 1, "cuda:NVIDIA H200",
+                                                         {"cost.fit_paused_fraction": 0.3})):
         rows.append({"label": lab, "seed": seed, "kind": "id", "device": device, "cost.train_time_s": 10.0,
-                     "cost.host_load_1m": load, "cost.torch_threads": threads})
+                     "cost.host_load_1m": load, "cost.torch_threads": threads, **usage})
     notes = shared_machine_notes(pd.DataFrame(rows))
-    assert len(notes) == 2
-    assert notes[0].startswith("train s of busy:") and "upper bounds" in notes[0]
-    assert notes[1].startswith("train s of old:") and "do not say" in notes[1]
-    assert not any("quiet" in n or "gpu" in n for n in notes)
+    assert len(notes) == 3
+    assert notes[0].startswith("train s of gpu_stopped, on_stopped_map, stopped:") and "stopped" in notes[0]
+    assert notes[1].startswith("train s of busy, crowded:") and "upper bounds" in notes[1]
+    assert notes[2].startswith("train s of load_only, old, on_unchecked_map:") and "do not say" in notes[2]
+    assert not any("quiet" in n or "gpu," in n or "gpu:" in n for n in notes)
 
 
 def test_rows_on_two_networks_of_one_name_get_a_board_each(tmp_path):

@@ -153,6 +153,7 @@ def test_training_time_of_a_resumed_training_counts_the_earlier_epochs(tmp_path,
     monkeypatch.setenv("BENCH_CHECKPOINT_INTERVAL_S", "0")  # a checkpoint after every epoch
     import time
 
+    from bench.measurement import NO_USAGE
     from bench.training import earlier_training_time
 
     x, y = toy_classification()
@@ -177,12 +178,15 @@ def test_training_time_of_a_resumed_training_counts_the_earlier_epochs(tmp_path,
             run(stop_at=2, pause=0.3)  # epochs 0 and 1 checkpointed: >= 0.6 s
         with earlier_training_time() as inner:
             log = run()
-    assert outer == [0.0]  # the resumed training counted in the innermost block only
+    assert outer == [0.0, NO_USAGE]  # the resumed training counted in the innermost block only
     assert 0.6 <= inner[0] == log["resumed_seconds"] < 5
     assert log["train_seconds"] >= inner[0]
+    # what the killed process did with its time came along: mostly asleep, not stopped
+    assert inner[1]["wall_s"] == pytest.approx(inner[0], abs=0.05)
+    assert inner[1]["thread_cpu_s"] < 0.5 * inner[1]["wall_s"] and inner[1]["paused_s"] < 0.1
     with earlier_training_time() as fresh:
         log = run()
-    assert fresh == [0.0] and log["resumed_seconds"] == 0.0 and 0 < log["train_seconds"] < inner[0]
+    assert fresh == [0.0, NO_USAGE] and log["resumed_seconds"] == 0.0 and 0 < log["train_seconds"] < inner[0]
 
 
 def test_a_training_checkpoints_once_its_interval_has_passed_not_after_every_epoch(tmp_path, monkeypatch):

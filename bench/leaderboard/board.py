@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.measurement import LEGACY_CPU_PROBE, SHARED_LOAD
+from bench.measurement import LEGACY_CPU_PROBE, PAUSED_LIMIT, RUN_DELAY_LIMIT, SHARED_LOAD
 from bench.validity import board_num_classes, reference_row, row_validity
 from bench.reporting.data import (distinct, metric_columns, model_identities, natural_key,
                                   per_run_first, per_seed_mean, run_map_networks, same_map_network, unique_labels)
@@ -382,31 +382,64 @@ def _untrimmed_peak_notes(df: pd.DataFrame) -> list[str]:
 
 
 def shared_machine_notes(df: pd.DataFrame) -> list[str]:
-    """A note naming the configurations whose CPU fits ran while other work loaded the machine
-    (bench.cost.shared_machine: the 1-minute load average beyond the fit's own threads reached
-    SHARED_LOAD in at least one seed), and one naming those whose records do not say: their train
-    times are upper bounds, not speeds; ``python -m bench perf`` gives controlled ratios."""
-    cols = [c for c in ("cost.host_load_1m", "cost.torch_threads", "cost.timed_on", "device") if c in df.columns]
+    """Notes naming the configurations whose train times are upper bounds, not speeds
+    (``python -m bench perf`` gives controlled ratios), each from what bench.harness records beside a
+    fit and the MAP cache beside a MAP network's training (bench.measurement.ThreadUsage), in at
+    least one seed:
+
+    - paused: the process did not run at all (stopped, suspended) for more than PAUSED_LIMIT of the
+      wall time of the fit or of a MAP network it is built from (any device);
+    - shared (CPU): the training thread waited for a core for more than RUN_DELAY_LIMIT of the time,
+      or the 1-minute load average at the fit's start or end was SHARED_LOAD or more above the fit's
+      threads;
+    - not checked (CPU): records made before bench recorded the load or the pauses."""
     if "cost.train_time_s" not in df.columns:
         return []
+    usage = [f"cost.{p}_{k}" for p in ("fit", "upstream") for k in ("paused_fraction", "run_delay_fraction")]
+    cols = [c for c in ["cost.host_load_1m", "cost.torch_threads", "cost.timed_on", "device",
+                        "cost.upstream_train_time_s"] + usage if c in df.columns]
     runs = per_run_first(df, ["cost.train_time_s"] + cols)
-    shared, unknown = set(), set()
+
+    def number(r, key):
+        try:
+            v = float(r.get(key))
+        except (TypeError, ValueError):
+            return None
+        return v if v == v else None
+
+    paused, shared, unknown = set(), set(), set()
     for (lab, _), r in runs.iterrows():
+        lab = str(lab)
+        parts = ["fit"] + (["upstream"] if (number(r, "cost.upstream_train_time_s") or 0.0) > 0 else [])
+        stops = [number(r, f"cost.{p}_paused_fraction") for p in parts]
+        if any(v is not None and v > PAUSED_LIMIT for v in stops):
+            paused.add(lab)
         if not str(r.get("device", "cpu")).startswith("cpu"):
-            continue
-        load, threads = r.get("cost.host_load_1m"), r.get("cost.torch_threads")
-        if load is None or threads is None or load != load or threads != threads:
-            unknown.add(str(lab))
-        elif float(load) - float(threads) >= SHARED_LOAD:
-            shared.add(str(lab))
+            continue  # a GPU fit's speed is not the CPU's: its load is not judged
+        load, threads = number(r, "cost.host_load_1m"), number(r, "cost.torch_threads")
+        delay = [number(r, f"cost.{p}_run_delay_fraction") for p in parts]
+        if load is None or threads is None or any(v is None for v in stops):
+            unknown.add(lab)
+        if ((load is not None and threads is not None and load - threads >= SHARED_LOAD)
+                or any(v is not None and v > RUN_DELAY_LIMIT for v in delay)):
+            shared.add(lab)
+
+    def names(labels):
+        return ", ".join(sorted(labels, key=natural_key))
+
     notes = []
+    if paused:
+        notes.append(f"train s of {names(paused)}: the process was stopped (did not run at all) for more than "
+                     f"{PAUSED_LIMIT:.0%} of the training time in a seed: upper bounds of the compute time")
     if shared:
-        notes.append(f"train s of {', '.join(sorted(shared, key=natural_key))}: fitted while other work loaded "
-                     f"the machine (1-minute load average at least {SHARED_LOAD:g} above the fit's threads in a "
-                     f"seed): upper bounds, not speeds; python -m bench perf gives controlled ratios")
+        notes.append(f"train s of {names(shared)}: fitted while other work loaded the machine (the training "
+                     f"thread waited for a core more than {RUN_DELAY_LIMIT:.0%} of the time, or the 1-minute "
+                     f"load average was at least {SHARED_LOAD:g} above the fit's threads, in a seed): upper "
+                     f"bounds, not speeds; python -m bench perf gives controlled ratios")
     if unknown:
-        notes.append(f"train s of {', '.join(sorted(unknown, key=natural_key))}: the records do not say how loaded "
-                     f"the machine was (made before the load was recorded): compare them as upper bounds")
+        notes.append(f"train s of {names(unknown)}: the records do not say how loaded the machine was or whether "
+                     f"the process was stopped meanwhile (made before bench recorded them): compare them as "
+                     f"upper bounds")
     return notes
 
 

@@ -1,0 +1,109 @@
+"""bench.measurement.ThreadUsage tells a timing that counts pauses or waiting for a core from one
+that ran: checked against what was done to a child process (stopped with SIGSTOP for a known
+time; pinned with a second busy process to one core), and carried across a resume."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.measurement import NO_USAGE, add_usage, thread_cpu_times, usage_fractions
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: a block of `seconds` wall time under a ThreadUsage, busy (a Python loop, or torch matmuls on
+#: `threads` threads) or asleep (waiting for input); prints its fractions
+BLOCK = r"""
+import json, sys, time
+seconds, kind, threads = float(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+if kind == "torch":
+    import torch
+    torch.set_num_threads(threads)
+    a = torch.randn(256, 256)
+if kind == "gil":  # one long C call that holds the interpreter's lock (a sort of 4 million floats)
+    import random
+    values = [random.random() for _ in range(4_000_000)]
+from bench.measurement import ThreadUsage, usage_fractions
+u = ThreadUsage()
+print("ready", flush=True)
+end = time.perf_counter() + seconds
+while time.perf_counter() < end:
+    if kind == "sleep":
+        time.sleep(0.05)
+    elif kind == "torch":
+        a = (a @ a).tanh()
+    elif kind == "gil":
+        sorted(values)
+print(json.dumps(usage_fractions(u.usage(), "fit")), flush=True)
+"""
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGSTOP and affinity: Linux")
+
+
+def block(seconds: float, kind: str = "busy", threads: int = 1, cpu: int | None = None) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    pre = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
+    p = subprocess.Popen([sys.executable, "-c", BLOCK, str(seconds), kind, str(threads)], stdout=subprocess.PIPE,
+                         text=True, env=env, preexec_fn=pre)
+    assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+def result(p: subprocess.Popen) -> dict:
+    out, _ = p.communicate(timeout=60)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def stopped(p: subprocess.Popen, after: float, stop: float) -> dict:
+    time.sleep(after)
+    os.kill(p.pid, signal.SIGSTOP)
+    time.sleep(stop)
+    os.kill(p.pid, signal.SIGCONT)
+    return result(p)
+
+
+@linux_only
+@pytest.mark.parametrize("kind,threads", [("busy", 1), ("torch", 2), ("sleep", 1)])
+def test_a_stopped_process_shows_as_paused(kind, threads):
+    """A 3 s block whose process is stopped for 1.2 s of it: paused for about 40 % of its wall time,
+    whether it computes on one thread or two, or waits for input."""
+    f = stopped(block(3.0, kind, threads), 0.6, 1.2)
+    assert 0.33 <= f["fit_paused_fraction"] <= 0.45, f
+
+
+@linux_only
+def test_waiting_for_input_or_running_is_not_a_pause():
+    """A block that sleeps (waits for input: its thread is off the CPU nearly all the time),
+    computes on two threads, or holds the interpreter's lock for seconds (the watch cannot wake, but
+    the process's CPU time runs on), unstopped, has no pause."""
+    for p in (block(1.5, "sleep"), block(1.5, "torch", 2), block(1.5, "gil")):
+        assert result(p)["fit_paused_fraction"] < 0.02
+
+
+@linux_only
+@pytest.mark.skipif(thread_cpu_times()[1] is None, reason="the system does not record run delays")
+def test_two_busy_processes_on_one_core_show_as_waiting_for_it():
+    """Two busy blocks pinned to the same core each wait for it about half the time: the run delay
+    says so, and neither counts as paused."""
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    a, b = block(2.0, cpu=cpu), block(2.0, cpu=cpu)
+    for f in (result(a), result(b)):
+        assert 0.3 <= f["fit_run_delay_fraction"] <= 0.7, f
+        assert f["fit_paused_fraction"] < 0.05, f
+
+
+def test_pieces_add_up_and_an_unknown_piece_makes_the_whole_unknown():
+    first = {"wall_s": 10.0, "thread_cpu_s": 4.0, "run_delay_s": 1.0, "process_cpu_s": 8.0, "paused_s": 5.0}
+    second = {"wall_s": 10.0, "thread_cpu_s": 9.0, "run_delay_s": 0.0, "process_cpu_s": 18.0, "paused_s": 0.0}
+    whole = add_usage(first, second)
+    assert usage_fractions(whole, "fit") == {"fit_paused_fraction": 0.25, "fit_run_delay_fraction": 0.05,
+                                             "fit_cores_used": 1.3}
+    assert add_usage(NO_USAGE, first) == first
+    assert usage_fractions(add_usage(first, None), "upstream") == {"upstream_paused_fraction": None,
+                                                                   "upstream_run_delay_fraction": None}
+    # a system that does not record run delays: none for the whole
+    assert usage_fractions(add_usage(first, {**second, "run_delay_s": None}), "fit")["fit_run_delay_fraction"] is None
