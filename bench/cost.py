@@ -10,16 +10,18 @@ import torch
 
 from bench.allocator import allocator_settings, glibc
 from bench.measurement import CPU_MEMORY_PROBE, CUDA_MEMORY_PROBE, LEGACY_CPU_PROBE
+from bench.provenance import cpu_model
 
 
 def host_context(load_start: float | None, load_end: float | None, device) -> dict:
     """What a timing needs beside it: the 1-minute load average at the start and the end of the
-    measured work (the larger counts), the process's torch threads, the machine's CPUs and the C
+    measured work (the larger counts), the process's torch threads, the machine's CPUs, their model
+    (:func:`bench.provenance.cpu_model`: times on two CPU models are not comparable) and the C
     allocator's settings (:func:`bench.allocator.allocator_settings`: on the CPU they move a conv
     network's step time by a third)."""
     loads = [x for x in (load_start, load_end) if x is not None]
     return {"host_load_1m": max(loads) if loads else None, "torch_threads": torch.get_num_threads(),
-            "host_cpus": os.cpu_count(), "timed_on": str(getattr(device, "type", device)),
+            "host_cpus": os.cpu_count(), "cpu_model": cpu_model(), "timed_on": str(getattr(device, "type", device)),
             "allocator": allocator_settings()}
 
 

@@ -21,7 +21,7 @@ SHARED_LOAD = 0.5
 
 #: the cost keys bench.cost.host_context adds: the machine's state, not costs of a method (kept out of
 #: the cost tables)
-HOST_KEYS = ("host_load_1m", "torch_threads", "host_cpus", "timed_on", "allocator",
+HOST_KEYS = ("host_load_1m", "torch_threads", "host_cpus", "cpu_model", "timed_on", "allocator",
              "fit_paused_fraction", "fit_run_delay_fraction", "fit_cores_used")
 #: the same, of the MAP networks a method is built from (their trainings' usage, from the MAP cache)
 UPSTREAM_HOST_KEYS = ("upstream_paused_fraction", "upstream_run_delay_fraction")

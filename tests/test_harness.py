@@ -36,6 +36,9 @@ def test_toy_run_writes_records_and_resumes(tmp_path):
 
     assert (df["cost.torch_threads"] == torch.get_num_threads()).all() and (df["cost.host_cpus"] == os.cpu_count()).all()
     assert (df["cost.timed_on"] == "cpu").all() and (df["cost.host_load_1m"] >= 0).all()
+    from bench.provenance import cpu_model  # the CPU's model: times on two models are not comparable
+
+    assert (df["cost.cpu_model"] == cpu_model()).all()
     # and what the fit's process did with its wall time (bench.measurement.ThreadUsage: not stopped);
     # the methods built on a MAP network, what its training did (from the network's checkpoint)
     assert (df["cost.fit_paused_fraction"] < 0.05).all() and (df["cost.fit_cores_used"] > 0).all()

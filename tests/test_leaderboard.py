@@ -399,3 +399,21 @@ def test_map_networks_pair_by_digest_else_by_validation_curve():
     assert not same_map_network(a, map_network({"map_training": {"val_nll": [1.0, 0.5], "network_sha": "bb"}}))
     assert same_map_network(a, map_network({}))       # a run that did not start from a MAP network
     assert same_map_network(a, None)
+
+
+def test_a_board_whose_times_come_from_two_cpu_models_says_so():
+    """Records keep the CPU model beside a timing (bench.cost.host_context); a board whose train
+    times come from two models names each model's rows, and its provenance names the models."""
+    import pandas as pd
+
+    from bench.leaderboard.board import cpu_model_notes, provenance
+
+    rows = [{"label": lab, "seed": s, "kind": "id", "device": "cpu:x86_64:1threads", "cost.train_time_s": 1.0,
+             "cost.cpu_model": cpu, "method": lab, "git_commit": "abc", "method_config": {}}
+            for lab, s, cpu in (("a", 0, "AMD EPYC (AVX512)"), ("a", 1, "AMD EPYC (AVX512)"),
+                                ("b", 0, "Intel Xeon (AVX2)"), ("c", 0, None))]
+    notes = cpu_model_notes(pd.DataFrame(rows))
+    assert notes == ["train s measured on different CPUs (AMD EPYC (AVX512): a; Intel Xeon (AVX2): b; "
+                     "not recorded: c): compare times within one CPU"]
+    assert cpu_model_notes(pd.DataFrame([r for r in rows if r["label"] != "b"])) == []
+    assert "(CPU: AMD EPYC (AVX512))" in provenance(pd.DataFrame(rows[:2]))["devices"]

@@ -182,7 +182,7 @@ def build_board(df: pd.DataFrame, suite: str, model: str, profile: str, metric: 
     task = (distinct(df["task"]) or ["classification"])[0]
     per_seed, columns, notes = _quality(df, task)
     cost = _cost(df)
-    notes += _untrimmed_peak_notes(df) + shared_machine_notes(df)
+    notes += _untrimmed_peak_notes(df) + shared_machine_notes(df) + cpu_model_notes(df)
     per_seed = per_seed.join(cost, how="outer") if not cost.empty else per_seed
     columns += [Column(f"cost.{k}", t, None, s, i) for k, t, s, i in COST if f"cost.{k}" in per_seed.columns]
     if metric not in per_seed.columns:
@@ -443,6 +443,23 @@ def shared_machine_notes(df: pd.DataFrame) -> list[str]:
     return notes
 
 
+def cpu_model_notes(df: pd.DataFrame) -> list[str]:
+    """A note when the board's train times come from more than one CPU model (the records'
+    ``cost.cpu_model``, bench.provenance.cpu_model; records made before it was kept say none): a
+    time ratio across CPUs measures the machines as much as the methods."""
+    if "cost.cpu_model" not in df.columns or "cost.train_time_s" not in df.columns:
+        return []
+    runs = per_run_first(df, ["cost.train_time_s", "cost.cpu_model"])
+    by_cpu: dict[str, set] = {}
+    for (lab, _), r in runs.iterrows():
+        model = r.get("cost.cpu_model")
+        by_cpu.setdefault(str(model) if isinstance(model, str) and model else "not recorded", set()).add(str(lab))
+    if len([m for m in by_cpu if m != "not recorded"]) < 2:
+        return []
+    parts = "; ".join(f"{m}: {', '.join(sorted(labs, key=natural_key))}" for m, labs in sorted(by_cpu.items()))
+    return [f"train s measured on different CPUs ({parts}): compare times within one CPU"]
+
+
 # --------------------------------------------------------------------------- provenance
 
 
@@ -459,7 +476,9 @@ def provenance(recs: pd.DataFrame) -> dict:
         "commits": ", ".join(str(c)[:10] + ("+dirty" if str(c).endswith("+dirty") else "")
                              for c in distinct(recs["git_commit"])) or "–",
         "versions": ", ".join(versions) or "–",
-        "devices": ", ".join(map(str, distinct(recs["device"]))) or "–",
+        "devices": (", ".join(map(str, distinct(recs["device"]))) or "–") + (
+            f" (CPU: {', '.join(map(str, distinct(recs['cost.cpu_model'])))})"
+            if "cost.cpu_model" in recs.columns and recs["cost.cpu_model"].notna().any() else ""),
         "seeds": ", ".join(str(int(s)) for s in sorted(recs["seed"].dropna().unique())),
         "data": ", ".join(map(str, data)) or "as built by the suite (no file-backed shifted sets)",
         "training": training_setup(first.get("method"), first.get("method_config"), first.get("train_config")),

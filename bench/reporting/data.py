@@ -42,7 +42,7 @@ def natural_key(text) -> tuple:
 
 
 #: cost fields that name how a figure was measured (text, not numbers)
-_TEXT_COST_COLUMNS = ("cost.peak_memory_probe", "cost.timed_on", "cost.allocator")
+_TEXT_COST_COLUMNS = ("cost.peak_memory_probe", "cost.timed_on", "cost.allocator", "cost.cpu_model")
 #: what bench.cost.host_context records beside a timing: the machine's state, not a cost of the method
 _HOST_COST_COLUMNS = tuple(f"cost.{key}" for key in HOST_KEYS + UPSTREAM_HOST_KEYS)
 
