@@ -38,6 +38,7 @@ import torch
 from bench.checkpoints import MapCache
 from bench.cost import synchronize
 from bench.harness import predict_all, score_set
+from bench.measurement import ThreadUsage, host_load, usage_fractions
 from bench.models import build_model
 from bench.perf_cases import MODELS, REGISTERED, case
 from bench.provenance import resolve_device
@@ -650,7 +651,12 @@ def main(repeats: int = 5, device: str = "auto", cases: list[str] | None = None,
     with tempfile.TemporaryDirectory() as tmp:
         for model_name, shape in MODELS:
             for fn in [f for f in _registered if not cases or f.__name__ in cases]:
+                load0, usage = host_load(), ThreadUsage()
                 rows = fn(model_name, shape, dev, repeats, tmp)
+                # the conditions of the case (this process's thread; children's pauses are not seen):
+                # a ratio taken beside other work or across a stop is named so in the table
+                loads = [v for v in (load0, host_load()) if v is not None]
+                conditions = {**usage_fractions(usage.usage(), "case"), "host_load_1m": max(loads) if loads else None}
                 for row in (rows if isinstance(rows, list) else [rows]):
                     label, ratio, op, target, detail = row[:5]
                     model = row[5] if len(row) > 5 else model_name  # a case may measure its own network
@@ -659,7 +665,8 @@ def main(repeats: int = 5, device: str = "auto", cases: list[str] | None = None,
                     print(f"{model:14s} {label:48s} {ratio:7.3f}  {op:2s} {target:<5} "
                           f"{'ok' if ok else 'MISSED':6s} {detail}", flush=True)
                     saved.append({"case": fn.__name__, "model": model, "measure": label, "ratio": float(ratio),
-                                  "op": op, "target": target, "ok": bool(ok), "detail": detail, **meta})
+                                  "op": op, "target": target, "ok": bool(ok), "detail": detail, **meta,
+                                  **conditions})
     if save:
         _save(save, saved, meta)
     return 1 if missed else 0

@@ -17,6 +17,25 @@ from pathlib import Path
 MODEL_NAMES = {"lenet_300_100": "LeNet-300-100", "lenet5": "LeNet-5"}
 
 
+def conditions(r: dict) -> str:
+    """What the machine did while the row's case ran (bench.perf records it since 2026-12-03): empty
+    when it ran alone; named when it waited for a core, ran beside other work or was stopped (the
+    limits of bench.measurement, as the leaderboard's), and when the row does not say."""
+    from bench.measurement import PAUSED_LIMIT, RUN_DELAY_LIMIT, SHARED_LOAD
+
+    if "case_run_delay_fraction" not in r and "case_paused_fraction" not in r:
+        return "; load not recorded"
+    out = []
+    paused, delay, load = r.get("case_paused_fraction"), r.get("case_run_delay_fraction"), r.get("host_load_1m")
+    if paused is not None and paused > PAUSED_LIMIT:
+        out.append(f"**stopped {paused:.0%} of the time**")
+    if delay is not None and delay > RUN_DELAY_LIMIT:
+        out.append(f"**waited {delay:.0%} of the time for a core**")
+    if load is not None and load - float(r.get("threads") or 1) >= SHARED_LOAD:
+        out.append(f"**load average {load:.1f}**")
+    return "; " + ", ".join(out) + " (beside other work: not a clean ratio)" if out else ""
+
+
 def render(rows: list[dict], cases: list[str] | None = None, exclude: list[str] | None = None) -> str:
     rows = [r for r in rows if (not cases or r["case"] in cases) and r["case"] not in (exclude or [])]
     out = ["| model | measure | ratio | target | met | detail | measured on |", "| --- | --- | ---: | --- | --- | --- | --- |"]
@@ -25,7 +44,8 @@ def render(rows: list[dict], cases: list[str] | None = None, exclude: list[str] 
         target = "-" if r["op"] == "skip" else f"{r['op']} {r['target']}"
         # "skip": a peer not installed (no ratio), or a reference row without a target
         met = ("skipped" if ratio == "-" else "-") if r["op"] == "skip" else ("yes" if r["ok"] else "**no**")
-        where = f"{r['device']}, {r['threads']} thread(s), median of {r['repeats']}, {r['at'][:10]} ({r['git_commit'][:7]})"
+        where = (f"{r['device']}, {r['threads']} thread(s), median of {r['repeats']}, {r['at'][:10]} "
+                 f"({r['git_commit'][:7]}){conditions(r)}")
         out.append(f"| {MODEL_NAMES.get(r['model'], r['model'])} | {r['measure']} | {ratio} | {target} | {met} | "
                    f"{r['detail']} | {where} |")
     return "\n".join(out)
