@@ -39,7 +39,7 @@ TRAINED = {"map_training": {"val_nll": [1.0 + 1.0 / (e + 1) ** 3 for e in range(
 
 
 def _write(root, method, seed, profile="quick", finished="2026-01-01T00:10:00+00:00", skip=(), bump=0.0,
-           probe=None, identity=None, map_sha=None):
+           probe=None, identity=None, map_sha=None, cost=None):
     label, cfg = CONFIGS[method]
     store = ResultsStore(root)
     chash = config_hash({**cfg, "model_identity": identity} if identity else cfg)  # the network is in the identity
@@ -51,7 +51,7 @@ def _write(root, method, seed, profile="quick", finished="2026-01-01T00:10:00+00
             "started_at": "2026-01-01T00:00:00+00:00", "finished_at": finished,
             "cost": {"stochastic_params": 0 if method == "deterministic" else 500, "train_time_s": 100.0 + seed,
                      "predict_time_per_example_s": 1e-4, "flops_per_example": 2e6, "peak_memory_mb": 50.0,
-                     **({"peak_memory_probe": probe} if probe else {})},
+                     **({"peak_memory_probe": probe} if probe else {}), **(cost or {})},
             **({"model_identity": identity} if identity else {})}
     store.write(run, {**base, "kind": "id", "shift": "clean", "severity": 0, "n": 100,
                       "metrics": {"accuracy": 0.9, "nll": 0.3, "brier": 0.15, "ece": 0.03},
@@ -417,3 +417,30 @@ def test_a_board_whose_times_come_from_two_cpu_models_says_so():
                      "not recorded: c): compare times within one CPU"]
     assert cpu_model_notes(pd.DataFrame([r for r in rows if r["label"] != "b"])) == []
     assert "(CPU: AMD EPYC (AVX512))" in provenance(pd.DataFrame(rows[:2]))["devices"]
+
+
+def test_the_cheapest_of_the_top_is_no_verdict_when_another_top_rows_time_is_an_upper_bound(tmp_path):
+    """The summary names the cheapest configuration among the top; where another top row's train
+    time is an upper bound (here: its fit waited for a core 30 % of the time), that row may be the
+    cheaper one, and the sentence says the comparison is no verdict."""
+    from bench.leaderboard import build_boards, load_runs, select_runs
+    from bench.leaderboard.summary import _tops, summary_lines
+
+    clean = {"host_load_1m": 1.0, "torch_threads": 1, "fit_paused_fraction": 0.0, "fit_run_delay_fraction": 0.0}
+
+    def cheapest_line(slow_waited: bool):
+        root = tmp_path / f"r{int(slow_waited)}"
+        for seed in SEEDS:
+            for method, extra in (("deterministic", 0.0), ("mc_dropout", 50.0)):  # tied on shift NLL
+                waited = slow_waited and method != "deterministic"
+                _write(root, method, seed, cost={**clean, "train_time_s": 100.0 + extra,
+                                                 **({"fit_run_delay_fraction": 0.3} if waited else {})})
+        board = build_boards(select_runs(load_runs([root])))[0]
+        top, _ = _tops(board, board.metric)
+        return top, next(line for line in summary_lines(board) if line.startswith("Cheapest"))
+
+    top, line = cheapest_line(False)
+    assert len(top) > 1 and "deterministic" in top  # a tie at the top: the cheapest is a comparison of times
+    assert "deterministic (100 s)." in line and "not a verdict" not in line
+    top, line = cheapest_line(True)
+    assert "as measured: deterministic" in line and "not a verdict" in line and "mc_dropout" in line

@@ -79,6 +79,9 @@ class Board:
     #: (label, seed) -> the MAP network the run started from (``bench.reporting.data.map_network``):
     #: two rows' seeds are paired only where both can stand on the same one
     map_networks: pd.Series | None = None
+    #: the rows whose train times are upper bounds or taken on another CPU than other rows' (the timing
+    #: notes: :func:`timing_flags`, :func:`cpu_model_notes`): a time comparison with them is no verdict
+    unsure_times: set = field(default_factory=set)
 
     @property
     def model_title(self) -> str:
@@ -219,6 +222,7 @@ def build_board(df: pd.DataFrame, suite: str, model: str, profile: str, metric: 
     board.provenance = {lab: provenance(df[df["label"] == lab]) for lab in order}
     board.methods = set(distinct(df["method"]))
     board.map_networks = nets
+    board.unsure_times = set().union(*timing_flags(df).values()) | (set(order) if cpu_model_notes(df) else set())
     return board
 
 
@@ -381,9 +385,9 @@ def _untrimmed_peak_notes(df: pd.DataFrame) -> list[str]:
             f"the same process freed memory its fit then reused"]
 
 
-def shared_machine_notes(df: pd.DataFrame) -> list[str]:
-    """Notes naming the configurations whose train times are upper bounds, not speeds
-    (``python -m bench perf`` gives controlled ratios), each from what bench.harness records beside a
+def timing_flags(df: pd.DataFrame) -> dict[str, set]:
+    """The configurations whose train times are upper bounds, not speeds (``python -m bench perf``
+    gives controlled ratios), by kind, each from what bench.harness records beside a
     fit and the MAP cache beside a MAP network's training (bench.measurement.ThreadUsage), in at
     least one seed:
 
@@ -393,8 +397,9 @@ def shared_machine_notes(df: pd.DataFrame) -> list[str]:
       or the 1-minute load average at the fit's start or end was SHARED_LOAD or more above the fit's
       threads;
     - not checked (CPU): records made before bench recorded the load or the pauses."""
+    flags = {"paused": set(), "shared": set(), "unknown": set()}
     if "cost.train_time_s" not in df.columns:
-        return []
+        return flags
     usage = [f"cost.{p}_{k}" for p in ("fit", "upstream") for k in ("paused_fraction", "run_delay_fraction")]
     cols = [c for c in ["cost.host_load_1m", "cost.torch_threads", "cost.timed_on", "device",
                         "cost.upstream_train_time_s"] + usage if c in df.columns]
@@ -407,7 +412,7 @@ def shared_machine_notes(df: pd.DataFrame) -> list[str]:
             return None
         return v if v == v else None
 
-    paused, shared, unknown = set(), set(), set()
+    paused, shared, unknown = flags["paused"], flags["shared"], flags["unknown"]
     for (lab, _), r in runs.iterrows():
         lab = str(lab)
         parts = ["fit"] + (["upstream"] if (number(r, "cost.upstream_train_time_s") or 0.0) > 0 else [])
@@ -423,6 +428,14 @@ def shared_machine_notes(df: pd.DataFrame) -> list[str]:
         if ((load is not None and threads is not None and load - threads >= SHARED_LOAD)
                 or any(v is not None and v > RUN_DELAY_LIMIT for v in delay)):
             shared.add(lab)
+
+    return flags
+
+
+def shared_machine_notes(df: pd.DataFrame) -> list[str]:
+    """A note per kind of :func:`timing_flags`, naming its configurations."""
+    flags = timing_flags(df)
+    paused, shared, unknown = flags["paused"], flags["shared"], flags["unknown"]
 
     def names(labels):
         return ", ".join(sorted(labels, key=natural_key))

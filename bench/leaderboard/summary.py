@@ -81,8 +81,16 @@ def summary_lines(board: Board) -> list[str]:
         timed = [r for r in rows if np.isfinite(mean.at[r, cost_key])]
         if len(timed) > 1:
             cheap = min(timed, key=lambda r: mean.at[r, cost_key])
-            lines.append(f"Cheapest to train among the top on {title}: {cheap} "
-                         f"({format_value(mean.at[cheap, cost_key])} s).")
+            # a slower row whose time was measured beside other work, across a stop or on another
+            # CPU may be the cheaper one (a faster row's upper bound changes nothing)
+            unsure = [r for r in timed if r != cheap and r in board.unsure_times]
+            if unsure:
+                lines.append(f"Cheapest to train among the top on {title}, as measured: {cheap} "
+                             f"({format_value(mean.at[cheap, cost_key])} s); not a verdict: the train times of "
+                             f"{_names(unsure)} are upper bounds or from another CPU (the notes say why).")
+            else:
+                lines.append(f"Cheapest to train among the top on {title}: {cheap} "
+                             f"({format_value(mean.at[cheap, cost_key])} s).")
     for key in [c.key for c in board.columns if c.key.endswith(".accuracy") and c.key.startswith("id.")] + \
                [c.key for c in board.columns if c.key.startswith("ood.")]:
         top, is_best = _tops(board, key)
