@@ -25,7 +25,7 @@ from bench.data import EvalSet, SuiteData, TensorLoader, batches, data_digest
 from bench.errors import BenchError, DivergedError, InvalidPredictiveError, MethodFailedError
 from bench.events import log_event
 from bench.locks import file_lock
-from bench.measurement import HOST_KEYS, ThreadUsage, add_usage, host_load, usage_fractions
+from bench.measurement import HOST_KEYS, ThreadUsage, add_usage, host_load, timing_caveat, usage_fractions
 from bench.models import build_model
 from bench.predictions import PredictionPolicy, keep_predictions, predictions_path, satisfies
 from bench.predictive import concat
@@ -582,7 +582,7 @@ class Harness:
                 log_event(map_cache.events_path, "fitted", model=model_name, method=method_name, config_hash=fhash,
                           seed=seed, seconds=timer.seconds + earlier[0], resumed_seconds=earlier[0])
                 resumed = f" ({earlier[0]:.1f} s of it before a resume)" if earlier[0] else ""
-                self.say(f"{tag}: fitted in {timer.seconds + earlier[0]:.1f} s{resumed}")
+                self.say(f"{tag}: fitted in {timer.seconds + earlier[0]:.1f} s{resumed}{timing_caveat(host)}")
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - a method's error, sys.exit too (not Ctrl-C), is its cell's
             self.record_failure(run_dir, base, started, exc, tag)
             return

@@ -149,6 +149,15 @@ def usage_fractions(usage: dict | None, prefix: str) -> dict:
     return out
 
 
+def timing_caveat(fractions: dict) -> str:
+    """What a progress line says after a fit time that counts a stop or waiting for cores
+    (:func:`usage_fractions` with prefix ``fit``), else ''."""
+    paused, delay = fractions.get("fit_paused_fraction"), fractions.get("fit_run_delay_fraction")
+    why = ([f"stopped {paused:.0%} of it"] if paused is not None and paused > PAUSED_LIMIT else []) + \
+          ([f"waited {delay:.0%} of it for a core"] if delay is not None and delay > RUN_DELAY_LIMIT else [])
+    return f" (an upper bound: {', '.join(why)})" if why else ""
+
+
 def host_load() -> float | None:
     """The machine's 1-minute load average (runnable threads), or None where the OS has none."""
     try:

@@ -107,3 +107,12 @@ def test_pieces_add_up_and_an_unknown_piece_makes_the_whole_unknown():
                                                                    "upstream_run_delay_fraction": None}
     # a system that does not record run delays: none for the whole
     assert usage_fractions(add_usage(first, {**second, "run_delay_s": None}), "fit")["fit_run_delay_fraction"] is None
+
+
+def test_the_progress_line_says_when_a_fit_time_is_an_upper_bound():
+    from bench.measurement import timing_caveat
+
+    assert timing_caveat({"fit_paused_fraction": 0.0, "fit_run_delay_fraction": 0.01}) == ""
+    assert timing_caveat({"fit_paused_fraction": None, "fit_run_delay_fraction": None}) == ""
+    assert timing_caveat({"fit_paused_fraction": 0.3, "fit_run_delay_fraction": 0.2}) == \
+        " (an upper bound: stopped 30% of it, waited 20% of it for a core)"
