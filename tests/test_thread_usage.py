@@ -92,7 +92,7 @@ def test_two_busy_processes_on_one_core_show_as_waiting_for_it():
     cpu = sorted(os.sched_getaffinity(0))[0]
     a, b = block(2.0, cpu=cpu), block(2.0, cpu=cpu)
     for f in (result(a), result(b)):
-        assert 0.3 <= f["fit_run_delay_fraction"] <= 0.7, f
+        assert 0.3 <= f["fit_run_delay_fraction"] <= 0.9, f  # about half; more if other work shares the core
         assert f["fit_paused_fraction"] < 0.05, f
 
 
