@@ -185,7 +185,7 @@ class MapCache:
         self.logs[seed] = {**training_curve(trained), "network_sha": network_digest(model.state_dict()),
                            "torch_threads": torch.get_num_threads(), "cpu": cpu_model(),
                            "allocator": allocator_settings(),
-                           # what the training thread did with the time (resumed pieces included)
+                           # what the training did with its time: stops, waits for a core (resumed pieces included)
                            "usage": add_usage(usage.usage(), earlier[1])}
         save_torch({"model": model.state_dict(), "key": self.key, "seed": seed, "train_time_s": elapsed,
                     "train_log": self.logs[seed], **worker_identity()}, path)

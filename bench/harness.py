@@ -565,8 +565,8 @@ class Harness:
                     usage = ThreadUsage()
                     method.fit(loader, (self.data.val_x, self.data.val_y))
                     usage = usage.usage()
-                # what the fitting thread did with the fit's wall time, earlier processes' pieces too:
-                # off the CPU (stopped, suspended) or waiting for a core makes the time an upper bound
+                # what the fit's process did with its wall time, earlier processes' pieces too: a
+                # stop (paused) or waiting for a core makes the time an upper bound
                 host = {**host_context(load_start, host_load(), self.device),
                         **usage_fractions(add_usage(usage, earlier[1]), "fit")}
                 # MAP networks trained inside this fit are not fit time; every MAP network the fit
@@ -687,7 +687,8 @@ class Harness:
                 "predict_peak_memory_mb": mem.peak_mb, "flops_per_example": flops,
                 # how the train peak was measured (a checkpoint fitted by older code: untrimmed start)
                 "peak_memory_probe": fit_cost.get("memory_probe", memory_probe(self.device, legacy=True)),
-                # the machine's load while the fit ran (bench.cost.shared_machine): absent in older checkpoints
+                # the machine's state while the fit ran (bench.leaderboard.board.timing_flags judges it):
+                # absent in older checkpoints
                 **{k: fit_cost[k] for k in HOST_KEYS if k in fit_cost}, **upstream_host,
                 **extra}
 
