@@ -717,6 +717,7 @@ class Harness:
             verdict_now = validity.verdict(validity.run_view(stored), checks) if stored else None
         for e in tqdm(order, desc=f"eval {tag}", leave=False, disable=not progress_enabled(self.progress)):
             seed_everything(derive_seed("eval", seed, e.kind, e.shift, e.severity))
+            usage = ThreadUsage()  # stops and waits for a core during the set's prediction and scoring
             if kind == "segmentation":  # scored batch by batch: a split's pixels never sit in memory
                 scores, curves, secs = score_segmentation(method, e, self.suite.task, self.eval_batch_size,
                                                           self.device, self.workers)
@@ -730,11 +731,12 @@ class Harness:
                 scores, curves = score_set(kind, pred, e, id_pred)
             times += secs
             n_seen += e.n
+            conditions = usage_fractions(usage.usage(), "predict")
             if e is id_set and kind == "regression" and "band_x" in self.data.extras:  # a 1-D suite's band grid (toy)
                 curves["band"] = self.band_curve(method)
             rec = {**base, "status": "ok", "kind": e.kind, "shift": e.shift, "severity": e.severity, "n": e.n,
                    "metrics": scores, "curves": curves, "started_at": started, "finished_at": now(),
-                   "cost": {**cost, "predict_time_per_example_s": secs / max(e.n, 1)},
+                   "cost": {**cost, "predict_time_per_example_s": secs / max(e.n, 1), **conditions},
                    "diagnostics": self.diagnostics_of(method, base, seed) if e is id_set else None}
             if e.note:
                 rec["eval_note"] = "; ".join(filter(None, [base.get("eval_note"), e.note]))

@@ -23,8 +23,10 @@ SHARED_LOAD = 0.5
 #: the cost tables)
 HOST_KEYS = ("host_load_1m", "torch_threads", "host_cpus", "cpu_model", "timed_on", "allocator",
              "fit_paused_fraction", "fit_run_delay_fraction", "fit_cores_used")
-#: the same, of the MAP networks a method is built from (their trainings' usage, from the MAP cache)
-UPSTREAM_HOST_KEYS = ("upstream_paused_fraction", "upstream_run_delay_fraction")
+#: the same, of the MAP networks a method is built from (their trainings' usage, from the MAP cache), and
+#: of each record's evaluation set (its prediction and scoring: beside ``predict_time_per_example_s``)
+USAGE_KEYS = ("upstream_paused_fraction", "upstream_run_delay_fraction",
+                      "predict_paused_fraction", "predict_run_delay_fraction")
 
 #: a timing whose process did not run at all (stopped with SIGSTOP or by a job scheduler, its machine
 #: suspended) for more than this fraction of its wall time counts the pause: an upper bound of the

@@ -43,6 +43,8 @@ def test_toy_run_writes_records_and_resumes(tmp_path):
     # the methods built on a MAP network, what its training did (from the network's checkpoint)
     assert (df["cost.fit_paused_fraction"] < 0.05).all() and (df["cost.fit_cores_used"] > 0).all()
     assert df["cost.fit_run_delay_fraction"].between(0, 1).all()
+    # and, per record, those of its set's prediction (beside predict_time_per_example_s)
+    assert (df["cost.predict_paused_fraction"] < 0.05).all() and df["cost.predict_run_delay_fraction"].between(0, 1).all()
     on_map = df["cost.upstream_train_time_s"] > 0
     assert on_map.any() and (df.loc[on_map, "cost.upstream_paused_fraction"] < 0.05).all()
     from bench.allocator import allocator_settings  # and the C allocator's settings (bench/allocator.py)

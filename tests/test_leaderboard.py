@@ -304,7 +304,7 @@ def test_shared_machine_notes_mark_timings_taken_beside_other_work():
         rows.append({"label": lab, "seed": seed, "kind": "id", "device": device, "cost.train_time_s": 10.0,
                      "cost.host_load_1m": load, "cost.torch_threads": threads, **usage})
     notes = shared_machine_notes(pd.DataFrame(rows))
-    assert len(notes) == 3
+    assert len(notes) == 3  # no predict times recorded: no note on them
     assert notes[0].startswith("train s of gpu_stopped, on_stopped_map, stopped:") and "stopped" in notes[0]
     assert notes[1].startswith("train s of busy, crowded:") and "upper bounds" in notes[1]
     assert notes[2].startswith("train s of load_only, old, on_unchecked_map:") and "do not say" in notes[2]
@@ -444,3 +444,24 @@ def test_the_cheapest_of_the_top_is_no_verdict_when_another_top_rows_time_is_an_
     assert "deterministic (100 s)." in line and "not a verdict" not in line
     top, line = cheapest_line(True)
     assert "as measured: deterministic" in line and "not a verdict" in line and "mc_dropout" in line
+
+
+def test_predict_times_taken_across_a_stop_or_beside_other_work_are_named():
+    """Each record keeps the conditions of its set's prediction (bench.harness: predict_paused_fraction,
+    predict_run_delay_fraction); the board's predict ms/ex (the id record's) is named an upper bound
+    where its set was stopped or waited for a core in a seed; a GPU's wait is not judged."""
+    import pandas as pd
+
+    from bench.leaderboard.board import predict_timing_notes
+
+    rows = []
+    for lab, device, paused, delay in (("calm", "cpu:x86_64:1threads", 0.0, 0.01),
+                                       ("crowded", "cpu:x86_64:1threads", 0.0, 0.4),
+                                       ("stopped", "cpu:x86_64:1threads", 0.3, 0.0),
+                                       ("gpu_waited", "cuda:NVIDIA H200", 0.0, 0.4)):
+        rows.append({"label": lab, "seed": 0, "kind": "id", "device": device, "cost.predict_time_per_example_s": 1e-3,
+                     "cost.predict_paused_fraction": paused, "cost.predict_run_delay_fraction": delay})
+        # a shifted set of the same run that was stopped: the board shows the id record's time
+        rows.append({**rows[-1], "kind": "shift", "cost.predict_paused_fraction": 0.9})
+    notes = predict_timing_notes(pd.DataFrame(rows))
+    assert len(notes) == 1 and notes[0].startswith("predict ms/ex of crowded, stopped:")

@@ -451,9 +451,31 @@ def shared_machine_notes(df: pd.DataFrame) -> list[str]:
                      f"bounds, not speeds; python -m bench perf gives controlled ratios")
     if unknown:
         notes.append(f"train s of {names(unknown)}: the records do not say how loaded the machine was or whether "
-                     f"the process was stopped meanwhile (made before bench recorded them): compare them as "
-                     f"upper bounds")
-    return notes
+                     f"the process was stopped meanwhile (made before bench recorded them): compare them, and "
+                     f"their predict ms/ex, as upper bounds")
+    return notes + predict_timing_notes(df)
+
+
+def predict_timing_notes(df: pd.DataFrame) -> list[str]:
+    """A note naming the configurations whose predict time (the id record's, as the boards show it)
+    was taken across a stop (any device) or, on a CPU, while its thread waited for a core, in a seed:
+    upper bounds (the limits of :func:`timing_flags`)."""
+    cols = ["cost.predict_time_per_example_s", "cost.predict_paused_fraction", "cost.predict_run_delay_fraction"]
+    if not all(c in df.columns for c in cols):
+        return []
+    runs = per_run_first(df, cols + [c for c in ("device",) if c in df.columns])
+    flagged = set()
+    for (lab, _), r in runs.iterrows():
+        paused, delay = r.get("cost.predict_paused_fraction"), r.get("cost.predict_run_delay_fraction")
+        on_cpu = str(r.get("device", "cpu")).startswith("cpu")
+        if (paused == paused and paused is not None and paused > PAUSED_LIMIT) or \
+                (on_cpu and delay == delay and delay is not None and delay > RUN_DELAY_LIMIT):
+            flagged.add(str(lab))
+    if not flagged:
+        return []
+    return [f"predict ms/ex of {', '.join(sorted(flagged, key=natural_key))}: measured while the process was "
+            f"stopped more than {PAUSED_LIMIT:.0%} of the time or its thread waited for a core more than "
+            f"{RUN_DELAY_LIMIT:.0%}, in a seed: upper bounds"]
 
 
 def cpu_model_notes(df: pd.DataFrame) -> list[str]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from bench.measurement import HOST_KEYS, UPSTREAM_HOST_KEYS
+from bench.measurement import HOST_KEYS, USAGE_KEYS
 
 #: the classification columns; segmentation records (per-pixel metrics) add Dice (binary tasks), mIoU, pixel accuracy and
 #: how well the entropy finds misclassified pixels (columns show only where records have them)
@@ -44,7 +44,7 @@ def natural_key(text) -> tuple:
 #: cost fields that name how a figure was measured (text, not numbers)
 _TEXT_COST_COLUMNS = ("cost.peak_memory_probe", "cost.timed_on", "cost.allocator", "cost.cpu_model")
 #: what bench.cost.host_context records beside a timing: the machine's state, not a cost of the method
-_HOST_COST_COLUMNS = tuple(f"cost.{key}" for key in HOST_KEYS + UPSTREAM_HOST_KEYS)
+_HOST_COST_COLUMNS = tuple(f"cost.{key}" for key in HOST_KEYS + USAGE_KEYS)
 
 
 def _numbers(v, n: int | None = None) -> bool:
