@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 
 #: How the CPU peak is measured (:class:`bench.cost.PeakMemory`); stored with every record's cost
@@ -63,8 +64,6 @@ class PauseWatch:
     GAP = 0.5
 
     def __init__(self):
-        import threading
-
         self.lock = threading.Lock()
         self.total = 0.0
         self.last, self.last_cpu = time.perf_counter(), time.process_time()
@@ -93,14 +92,27 @@ class PauseWatch:
 
 
 _WATCH: PauseWatch | None = None
+_WATCH_LOCK = threading.Lock()
+
+
+def _after_fork_in_child():
+    global _WATCH_LOCK
+    _WATCH_LOCK = threading.Lock()  # a fork while another thread held it must not leave it held
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def paused_seconds() -> float:
-    """:class:`PauseWatch` seconds of this process (a forked child starts its own)."""
+    """:class:`PauseWatch` seconds of this process (a forked child starts its own; threads that ask
+    at once share one)."""
     global _WATCH
-    if _WATCH is None or _WATCH.pid != os.getpid():
-        _WATCH = PauseWatch()
-    return _WATCH.seconds()
+    with _WATCH_LOCK:
+        if _WATCH is None or _WATCH.pid != os.getpid():
+            _WATCH = PauseWatch()
+        watch = _WATCH
+    return watch.seconds()
 
 
 class ThreadUsage:
