@@ -580,7 +580,9 @@ class Harness:
                 save_torch({"method": method.state_dict(), "fit_cost": fit_cost}, ckpt)
                 self.summary.fitted += 1
                 log_event(map_cache.events_path, "fitted", model=model_name, method=method_name, config_hash=fhash,
-                          seed=seed, seconds=timer.seconds + earlier[0], resumed_seconds=earlier[0])
+                          seed=seed, seconds=timer.seconds + earlier[0], resumed_seconds=earlier[0],
+                          paused_fraction=host.get("fit_paused_fraction"),
+                          run_delay_fraction=host.get("fit_run_delay_fraction"))
                 resumed = f" ({earlier[0]:.1f} s of it before a resume)" if earlier[0] else ""
                 self.say(f"{tag}: fitted in {timer.seconds + earlier[0]:.1f} s{resumed}{timing_caveat(host)}")
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - a method's error, sys.exit too (not Ctrl-C), is its cell's

@@ -590,6 +590,7 @@ def test_a_fit_resumed_after_a_kill_records_the_whole_training_time(tmp_path, mo
 
     fitted = [e for e in read_events(out / "toy" / "events.jsonl") if e["event"] == "fitted"]
     assert len(fitted) == 1 and fitted[0]["resumed_seconds"] == resumed and fitted[0]["seconds"] >= resumed
+    assert fitted[0]["paused_fraction"] == cost["cost.fit_paused_fraction"].iloc[0]  # the event says it too
 
 
 def test_readme_main_job_runs_at_smoke_scale(fake_mnist, tmp_path):
