@@ -4,8 +4,8 @@ For every cell of ``python -m bench run --suite S --profile P`` (the suite's def
 their default options, the profile's models and seeds) it adds the fit time, the prediction time
 of every evaluation set (per-example time x examples) and, once per (model, seed), the training
 time of the MAP network the methods share. Cells without records are listed as not measured.
-The records' times were taken with whatever else ran on the machine: an upper bound for an idle
-one.
+The time a record says its process was stopped (``cost.*_paused_fraction``, bench.measurement) is
+left out; the rest was taken with whatever else ran on the machine: an upper bound for an idle one.
 
 Run from the repository root:
   .venv/bin/python benchmarks/grid_time.py --suite mnist_rotated --profile quick
@@ -23,6 +23,15 @@ from bench.store import load_records  # noqa: E402
 from bench.suites import SUITES  # noqa: E402
 from methods import METHODS  # noqa: E402
 from vi_tables import cfg_of  # noqa: E402
+
+
+def _ran(df, part: str):
+    """1 - the share of ``part``'s time (fit, predict, upstream) the records say the process was
+    stopped; 1 where they do not say."""
+    col = f"cost.{part}_paused_fraction"
+    if col not in df.columns:
+        return df["seed"] * 0 + 1.0
+    return 1.0 - df[col].astype(float).fillna(0.0)
 
 
 def grid_time(results: str, suite_name: str, profile: str) -> tuple[list[list[str]], float, list[str]]:
@@ -45,10 +54,10 @@ def grid_time(results: str, suite_name: str, profile: str) -> tuple[list[list[st
                 if idr.empty:
                     missing.append(f"{model} {method} seed {seed}")
                     continue
-                secs.append(float(idr["cost.fit_time_s"].iloc[0])
-                            + float((s["cost.predict_time_per_example_s"] * s["n"]).sum()))
+                secs.append(float(idr["cost.fit_time_s"].iloc[0]) * _ran(idr, "fit").iloc[0]
+                            + float((s["cost.predict_time_per_example_s"] * s["n"] * _ran(s, "predict")).sum()))
                 up = idr["cost.train_time_s"].iloc[0] - idr["cost.fit_time_s"].iloc[0]
-                upstream.setdefault(method, {})[(model, seed)] = float(up)
+                upstream.setdefault(method, {})[(model, seed)] = float(up) * _ran(idr, "upstream").iloc[0]
             if secs:
                 rows.append([model, method, str(len(secs)), f"{sum(secs) / 60:.1f}"])
                 total += sum(secs)
