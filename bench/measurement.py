@@ -1,6 +1,7 @@
-"""How bench's cost figures were measured, torch-free: the names of the memory probes and the
-machine's state a record keeps beside a timing. Reports and the leaderboard read these without
-loading torch; bench.cost measures with them."""
+"""How bench's cost figures were measured, torch-free: the names of the memory probes, the
+machine's state a record keeps beside a timing and how it is taken (:class:`ThreadUsage`: stops of
+the process, waits for a core) and judged (the limits). Reports and the leaderboard read these
+without loading torch; bench.cost and the harness measure with them."""
 from __future__ import annotations
 
 import math
@@ -27,11 +28,11 @@ HOST_KEYS = ("host_load_1m", "torch_threads", "host_cpus", "cpu_model", "timed_o
 #: the same, of the MAP networks a method is built from (their trainings' usage, from the MAP cache), and
 #: of each record's evaluation set (its prediction and scoring: beside ``predict_time_per_example_s``)
 USAGE_KEYS = ("upstream_paused_fraction", "upstream_run_delay_fraction",
-                      "predict_paused_fraction", "predict_run_delay_fraction")
+              "predict_paused_fraction", "predict_run_delay_fraction")
 
 #: a timing whose process did not run at all (stopped with SIGSTOP or by a job scheduler, its machine
 #: suspended) for more than this fraction of its wall time counts the pause: an upper bound of the
-#: compute time (bench.leaderboard.board.shared_machine_notes); :class:`PauseWatch` measures it
+#: compute time (bench.leaderboard.board.timing_flags); :class:`PauseWatch` measures it
 PAUSED_LIMIT = 0.05
 #: a CPU timing whose thread waited, runnable, for a core for more than this fraction of its wall time
 #: ran beside other work: an upper bound, not a speed (the load average, sampled at the ends of the
