@@ -161,14 +161,11 @@ class MapCache:
                 self.logs[seed] = _with_digest(state.get("train_log"), state["model"])
                 self._check_kept_cells(seed, cached, trained=False)
                 return model.to(self.device).eval()
-        import time
-
         gen_seed = derive_seed("map", seed)
         seed_everything(gen_seed)
         model = self.build_model(dropout=0.0).to(self.device)
         loader = TensorLoader(self.train_x, self.train_y, self.train_cfg.batch_size, shuffle=True,
                               seed=gen_seed, device=self.device, augment=self.augment)
-        t0 = time.perf_counter()
         usage = ThreadUsage()
         try:
             stats = validation_curve(model, self.task, self.val, self.train_cfg.batch_size)
@@ -180,13 +177,14 @@ class MapCache:
             atomic_write_json(failed, {"seed": seed, "error": str(exc), "key": self.key, "data_hash": self.data_hash()})
             raise
         failed.unlink(missing_ok=True)
-        self.in_process_s[seed] = time.perf_counter() - t0  # inside a fit's timer: not the fit's time
+        used = usage.usage()
+        self.in_process_s[seed] = used["wall_s"]  # inside a fit's timer: not the fit's time
         elapsed = self.in_process_s[seed] + earlier[0]
         self.logs[seed] = {**training_curve(trained), "network_sha": network_digest(model.state_dict()),
                            "torch_threads": torch.get_num_threads(), "cpu": cpu_model(),
                            "allocator": allocator_settings(),
                            # what the training did with its time: stops, waits for a core (resumed pieces included)
-                           "usage": add_usage(usage.usage(), earlier[1])}
+                           "usage": add_usage(used, earlier[1])}
         save_torch({"model": model.state_dict(), "key": self.key, "seed": seed, "train_time_s": elapsed,
                     "train_log": self.logs[seed], **worker_identity()}, path)
         log_event(self.events_path, "map_trained", model=self.key.get("model"), seed=seed, seconds=elapsed,

@@ -164,12 +164,31 @@ def usage_fractions(usage: dict | None, prefix: str) -> dict:
     return out
 
 
+def _known(v) -> bool:
+    return v is not None and v == v  # None or NaN: the record does not say
+
+
+def stopped_too_long(paused_fraction) -> bool:
+    """A timing that counts a stop of its process (above :data:`PAUSED_LIMIT`; unknown: no)."""
+    return _known(paused_fraction) and paused_fraction > PAUSED_LIMIT
+
+
+def waited_too_long(run_delay_fraction) -> bool:
+    """A timing whose thread waited for a core above :data:`RUN_DELAY_LIMIT` (unknown: no)."""
+    return _known(run_delay_fraction) and run_delay_fraction > RUN_DELAY_LIMIT
+
+
+def loaded_machine(load_1m, threads) -> bool:
+    """A 1-minute load average :data:`SHARED_LOAD` or more above the timed work's threads (unknown: no)."""
+    return _known(load_1m) and _known(threads) and load_1m - threads >= SHARED_LOAD
+
+
 def timing_caveat(fractions: dict) -> str:
     """What a progress line says after a fit time that counts a stop or waiting for cores
     (:func:`usage_fractions` with prefix ``fit``), else ''."""
     paused, delay = fractions.get("fit_paused_fraction"), fractions.get("fit_run_delay_fraction")
-    why = ([f"stopped {paused:.0%} of it"] if paused is not None and paused > PAUSED_LIMIT else []) + \
-          ([f"waited {delay:.0%} of it for a core"] if delay is not None and delay > RUN_DELAY_LIMIT else [])
+    why = ([f"stopped {paused:.0%} of it"] if stopped_too_long(paused) else []) + \
+          ([f"waited {delay:.0%} of it for a core"] if waited_too_long(delay) else [])
     return f" (an upper bound: {', '.join(why)})" if why else ""
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+
+import pandas as pd
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -30,7 +32,7 @@ def _ran(df, part: str):
     stopped; 1 where they do not say."""
     col = f"cost.{part}_paused_fraction"
     if col not in df.columns:
-        return df["seed"] * 0 + 1.0
+        return pd.Series(1.0, index=df.index)
     return 1.0 - df[col].astype(float).fillna(0.0)
 
 

@@ -21,17 +21,17 @@ def conditions(r: dict) -> str:
     """What the machine did while the row's case ran (bench.perf records it since 2026-12-03): empty
     when it ran alone; named when it waited for a core, ran beside other work or was stopped (the
     limits of bench.measurement, as the leaderboard's), and when the row does not say."""
-    from bench.measurement import PAUSED_LIMIT, RUN_DELAY_LIMIT, SHARED_LOAD
+    from bench.measurement import loaded_machine, stopped_too_long, waited_too_long
 
     if "case_run_delay_fraction" not in r and "case_paused_fraction" not in r:
         return "; load not recorded"
     out = []
     paused, delay, load = r.get("case_paused_fraction"), r.get("case_run_delay_fraction"), r.get("host_load_1m")
-    if paused is not None and paused > PAUSED_LIMIT:
+    if stopped_too_long(paused):
         out.append(f"**stopped {paused:.0%} of the time**")
-    if delay is not None and delay > RUN_DELAY_LIMIT:
+    if waited_too_long(delay):
         out.append(f"**waited {delay:.0%} of the time for a core**")
-    if load is not None and load - float(r.get("threads") or 1) >= SHARED_LOAD:
+    if loaded_machine(load, float(r.get("threads") or 1)):
         out.append(f"**load average {load:.1f}**")
     return "; " + ", ".join(out) + " (beside other work: not a clean ratio)" if out else ""
 

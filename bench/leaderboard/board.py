@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from bench.errors import BenchError
-from bench.measurement import LEGACY_CPU_PROBE, PAUSED_LIMIT, RUN_DELAY_LIMIT, SHARED_LOAD
+from bench.measurement import (LEGACY_CPU_PROBE, PAUSED_LIMIT, RUN_DELAY_LIMIT, SHARED_LOAD, loaded_machine,
+                               stopped_too_long, waited_too_long)
 from bench.validity import board_num_classes, reference_row, row_validity
 from bench.reporting.data import (distinct, metric_columns, model_identities, natural_key,
                                   per_run_first, per_seed_mean, run_map_networks, same_map_network, unique_labels)
@@ -417,7 +418,7 @@ def timing_flags(df: pd.DataFrame) -> dict[str, set]:
         lab = str(lab)
         parts = ["fit"] + (["upstream"] if (number(r, "cost.upstream_train_time_s") or 0.0) > 0 else [])
         stops = [number(r, f"cost.{p}_paused_fraction") for p in parts]
-        if any(v is not None and v > PAUSED_LIMIT for v in stops):
+        if any(stopped_too_long(v) for v in stops):
             paused.add(lab)
         if not str(r.get("device", "cpu")).startswith("cpu"):
             continue  # a GPU fit's speed is not the CPU's: its load is not judged
@@ -425,8 +426,7 @@ def timing_flags(df: pd.DataFrame) -> dict[str, set]:
         delay = [number(r, f"cost.{p}_run_delay_fraction") for p in parts]
         if load is None or threads is None or any(v is None for v in stops):
             unknown.add(lab)
-        if ((load is not None and threads is not None and load - threads >= SHARED_LOAD)
-                or any(v is not None and v > RUN_DELAY_LIMIT for v in delay)):
+        if loaded_machine(load, threads) or any(waited_too_long(v) for v in delay):
             shared.add(lab)
 
     return flags
@@ -468,8 +468,7 @@ def predict_timing_notes(df: pd.DataFrame) -> list[str]:
     for (lab, _), r in runs.iterrows():
         paused, delay = r.get("cost.predict_paused_fraction"), r.get("cost.predict_run_delay_fraction")
         on_cpu = str(r.get("device", "cpu")).startswith("cpu")
-        if (paused == paused and paused is not None and paused > PAUSED_LIMIT) or \
-                (on_cpu and delay == delay and delay is not None and delay > RUN_DELAY_LIMIT):
+        if stopped_too_long(paused) or (on_cpu and waited_too_long(delay)):
             flagged.add(str(lab))
     if not flagged:
         return []
