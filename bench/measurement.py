@@ -192,6 +192,58 @@ def timing_caveat(fractions: dict) -> str:
     return f" (an upper bound: {', '.join(why)})" if why else ""
 
 
+#: a side-by-side ratio (``bench perf``) during which processes other than the timing one and its
+#: children kept more than this many of its cores busy on average was taken beside other work. The
+#: load average cannot say so for a case that starts processes of its own (a busy neighbour, a Dask
+#: cluster, ``bench run`` children): it counts them, and their load lingers into the next case
+OTHER_CORES_LIMIT = 0.25
+
+
+def _allowed_cpus_busy_seconds() -> float | None:
+    """CPU seconds the cores this process may run on have spent busy since boot (``/proc/stat``:
+    user, nice, system, irq, softirq, steal of each such core), or None where the system does not say."""
+    try:
+        allowed = os.sched_getaffinity(0)
+        ticks = os.sysconf("SC_CLK_TCK")
+        busy = 0
+        with open("/proc/stat") as f:
+            for line in f:
+                name, *fields = line.split()
+                if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in allowed:
+                    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+                    busy += user + nice + system + irq + softirq + steal
+        return busy / ticks
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _own_cpu_seconds() -> float:
+    """CPU seconds of this process and of the children it has waited for (theirs and their own)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class OtherWork:
+    """The cores that processes other than this one and its children kept busy, on average, from
+    construction to :meth:`cores` (the machine's busy time on this process's cores less this process
+    tree's CPU time; children still running at the end count as others). None where the system does
+    not say."""
+
+    def __init__(self):
+        self.t0, self.busy0, self.own0 = time.perf_counter(), _allowed_cpus_busy_seconds(), _own_cpu_seconds()
+
+    def cores(self) -> float | None:
+        busy, wall = _allowed_cpus_busy_seconds(), time.perf_counter() - self.t0
+        if busy is None or self.busy0 is None or wall <= 0:
+            return None
+        return max(0.0, (busy - self.busy0) - (_own_cpu_seconds() - self.own0)) / wall
+
+
+def beside_other_work(other_cores) -> bool:
+    """A ratio taken while other processes kept above :data:`OTHER_CORES_LIMIT` cores busy (unknown: no)."""
+    return _known(other_cores) and other_cores > OTHER_CORES_LIMIT
+
+
 def host_load() -> float | None:
     """The machine's 1-minute load average (runnable threads), or None where the OS has none."""
     try:

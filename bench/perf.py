@@ -38,7 +38,7 @@ import torch
 from bench.checkpoints import MapCache
 from bench.cost import synchronize
 from bench.harness import predict_all, score_set
-from bench.measurement import ThreadUsage, host_load, usage_fractions
+from bench.measurement import OtherWork, ThreadUsage, host_load, usage_fractions
 from bench.models import build_model
 from bench.perf_cases import MODELS, REGISTERED, case
 from bench.provenance import resolve_device
@@ -567,16 +567,13 @@ def _run_peak_rss_mb(args: list[str]) -> float:
     import subprocess
     import sys
 
-    # VmHWM: the high-water mark of this process image only. ru_maxrss would not do: Linux carries
-    # the parent's resident size over fork + exec into it (a perf process at 8 GB read 8 GB here)
-    code = ("import resource, runpy, sys; sys.argv = ['bench'] + sys.argv[1:]\n"
-            "try:\n    runpy.run_module('bench', run_name='__main__')\n"
-            "except SystemExit as e:\n    assert not e.code, e.code\n"
-            "try:\n"
-            "    hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]\n"
-            "except (OSError, IndexError):\n"
-            "    hwm = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-            "print('PEAK_KB', hwm)")
+    from bench.perf_cases import PEAK_KB_CODE
+
+    code = PEAK_KB_CODE + (
+        "import runpy, sys; sys.argv = ['bench'] + sys.argv[1:]\n"
+        "try:\n    runpy.run_module('bench', run_name='__main__')\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+        "print('PEAK_KB', peak_kb())")
     res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
     line = [ln for ln in res.stdout.splitlines() if ln.startswith("PEAK_KB")]
     if res.returncode or not line:
@@ -615,9 +612,16 @@ def eval_memory_many_cells_vs_one(model_name, in_shape, device, repeats, tmp, pe
             "resnet_small")
 
 
-def _save(path, rows: list[dict], meta: dict) -> None:
+def _unmeasured(row: dict) -> bool:
+    """A row that measured nothing: its peer is not installed (op ``skip``, no ratio)."""
+    return row["op"] == "skip" and row["ratio"] != row["ratio"]
+
+
+def _save(path, rows: list[dict], meta: dict) -> list[tuple[str, str]]:
     """Merge ``rows`` into the JSON file at ``path``: a later run of a case replaces every row that
-    case stored before (also rows whose measure it no longer reports)."""
+    case stored before (also rows whose measure it no longer reports), except that a run which
+    measured nothing for a (case, network) (its peer not installed here) leaves the
+    measured rows stored for it in place; each keeps its own date and commit. Returns those kept."""
     import json
     from pathlib import Path
 
@@ -625,8 +629,16 @@ def _save(path, rows: list[dict], meta: dict) -> None:
 
     path = Path(path)
     old = json.loads(path.read_text()).get("rows", []) if path.exists() else []
+    key = lambda r: (r["case"], r["model"])  # noqa: E731
+    new_keys = {key(r) for r in rows}
+    keep_old = {k for k in new_keys
+                if all(_unmeasured(r) for r in rows if key(r) == k)
+                and any(not _unmeasured(o) for o in old if key(o) == k)}
     new_cases = {r["case"] for r in rows}
-    atomic_write_json(path, {"rows": [r for r in old if r["case"] not in new_cases] + rows})
+    merged = ([r for r in old if r["case"] not in new_cases or key(r) in keep_old]
+              + [r for r in rows if key(r) not in keep_old])
+    atomic_write_json(path, {"rows": merged})
+    return sorted(keep_old)
 
 
 def main(repeats: int = 5, device: str = "auto", cases: list[str] | None = None, save: str | None = None) -> int:
@@ -651,12 +663,15 @@ def main(repeats: int = 5, device: str = "auto", cases: list[str] | None = None,
     with tempfile.TemporaryDirectory() as tmp:
         for model_name, shape in MODELS:
             for fn in [f for f in _registered if not cases or f.__name__ in cases]:
-                load0, usage = host_load(), ThreadUsage()
+                load0, usage, others = host_load(), ThreadUsage(), OtherWork()
                 rows = fn(model_name, shape, dev, repeats, tmp)
-                # the conditions of the case (this process's thread; children's pauses are not seen):
-                # a ratio taken beside other work or across a stop is named so in the table
+                # the conditions of the case (this process's thread; children's pauses are not seen, the
+                # work of other processes is): a ratio taken beside other work or across a stop is named
+                # so in the table
                 loads = [v for v in (load0, host_load()) if v is not None]
-                conditions = {**usage_fractions(usage.usage(), "case"), "host_load_1m": max(loads) if loads else None}
+                other = others.cores()
+                conditions = {**usage_fractions(usage.usage(), "case"), "host_load_1m": max(loads) if loads else None,
+                              "case_other_cores": None if other is None else round(other, 3)}
                 for row in (rows if isinstance(rows, list) else [rows]):
                     label, ratio, op, target, detail = row[:5]
                     model = row[5] if len(row) > 5 else model_name  # a case may measure its own network
@@ -668,5 +683,6 @@ def main(repeats: int = 5, device: str = "auto", cases: list[str] | None = None,
                                   "op": op, "target": target, "ok": bool(ok), "detail": detail, **meta,
                                   **conditions})
     if save:
-        _save(save, saved, meta)
+        for case, model in _save(save, saved, meta):
+            print(f"{save}: kept the measured rows of {case} on {model} (nothing measured this time)")
     return 1 if missed else 0

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.perf_cases import MODELS, case
+from bench.perf_cases import MODELS, PEAK_KB_CODE, case
 
 _STEP_CODE = r"""
 import os, sys, time, torch
@@ -157,7 +157,7 @@ if where == "thread":  # as a Dask worker trains: in a thread that is not the ma
     t = threading.Thread(target=measure); t.start(); t.join()
 else:
     measure()
-print("ALLOC", out["step"], out["sys"], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+print("ALLOC", out["step"], out["sys"], peak_kb() / 1024)
 """
 
 
@@ -168,7 +168,7 @@ def _alloc_step(tuned: bool, where: str, repeats: int) -> tuple[float, float, fl
     from bench.allocator import child_environment
 
     env = child_environment(os.environ, tuned)
-    res = subprocess.run([sys.executable, "-c", _ALLOC_CODE, "2", str(max(3, repeats)), where],
+    res = subprocess.run([sys.executable, "-c", PEAK_KB_CODE + _ALLOC_CODE, "2", str(max(3, repeats)), where],
                          capture_output=True, text=True, env=env, timeout=900)
     line = [ln for ln in res.stdout.splitlines() if ln.startswith("ALLOC")]
     if res.returncode or not line:

@@ -21,7 +21,7 @@ def conditions(r: dict) -> str:
     """What the machine did while the row's case ran (bench.perf records it since 2026-12-03): empty
     when it ran alone; named when it waited for a core, ran beside other work or was stopped (the
     limits of bench.measurement, as the leaderboard's), and when the row does not say."""
-    from bench.measurement import loaded_machine, stopped_too_long, waited_too_long
+    from bench.measurement import beside_other_work, loaded_machine, stopped_too_long, waited_too_long
 
     if "case_run_delay_fraction" not in r and "case_paused_fraction" not in r:
         return "; load not recorded"
@@ -31,7 +31,11 @@ def conditions(r: dict) -> str:
         out.append(f"**stopped {paused:.0%} of the time**")
     if waited_too_long(delay):
         out.append(f"**waited {delay:.0%} of the time for a core**")
-    if loaded_machine(load, float(r.get("threads") or 1)):
+    if r.get("case_other_cores") is not None:  # since the other processes' work is measured, the load
+        # average (which counts the case's own processes, and the last case's) is not the test
+        if beside_other_work(r["case_other_cores"]):
+            out.append(f"**other processes kept {r['case_other_cores']:.2f} cores busy**")
+    elif loaded_machine(load, float(r.get("threads") or 1)):
         out.append(f"**load average {load:.1f}**")
     return "; " + ", ".join(out) + " (beside other work: not a clean ratio)" if out else ""
 

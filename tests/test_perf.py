@@ -30,6 +30,29 @@ def test_perf_save_stores_each_row_once_with_its_machine_and_renders(tmp_path, c
     assert all(0 <= r["case_paused_fraction"] < 1 and r["case_run_delay_fraction"] is not None for r in rows)
 
 
+def test_a_run_without_the_peer_installed_keeps_the_peers_measured_rows(tmp_path):
+    """Saving a case whose peer is not installed here (a skip row, no ratio) must not replace the
+    ratio an earlier run measured with the peer; a measured rerun replaces it, a case measured
+    for the first time is added."""
+    from bench.perf import _save
+
+    def row(case, model, ratio, op=">="):
+        return {"case": case, "model": model, "measure": "m", "ratio": ratio, "op": op, "target": 1.0,
+                "ok": True, "detail": "", "at": f"t{ratio}"}
+
+    out = tmp_path / "perf.json"
+    _save(out, [row("peer", "a", 2.0), row("peer", "b", 3.0), row("other", "a", 1.5)], {})
+    kept = _save(out, [row("peer", "a", float("nan"), "skip"), row("peer", "b", float("nan"), "skip"),
+                       row("other", "a", 1.7), row("new", "a", float("nan"), "skip")], {})
+    rows = {(r["case"], r["model"]): r["ratio"] for r in json.loads(out.read_text())["rows"]}
+    assert kept == [("peer", "a"), ("peer", "b")]
+    assert rows[("peer", "a")] == 2.0 and rows[("peer", "b")] == 3.0 and rows[("other", "a")] == 1.7
+    assert ("new", "a") in rows
+    _save(out, [row("peer", "a", 2.5)], {})
+    rows = [(r["case"], r["model"], r["ratio"]) for r in json.loads(out.read_text())["rows"]]
+    assert ("peer", "a", 2.5) in rows and ("peer", "a", 2.0) not in rows and ("peer", "b", 3.0) not in rows
+
+
 def test_the_speed_table_names_rows_taken_beside_other_work_or_across_a_stop():
     """A stored row whose case waited for a core, ran at a high load average or was stopped is named
     so in its "measured on" cell; a row from before the conditions were recorded says that."""
@@ -53,3 +76,33 @@ def test_the_speed_table_names_rows_taken_beside_other_work_or_across_a_stop():
 def test_unknown_perf_case_is_a_clear_error(tmp_path):
     assert main(["perf", "--case", "no_such_case", "--save", str(tmp_path / "p.json")]) == 2
     assert not (tmp_path / "p.json").exists()
+
+
+def test_a_childs_peak_memory_is_its_own_not_the_parents():
+    """The memory rows (the allocator's peak RSS, a whole run's peak) read a child process's peak;
+    Linux carries the parent's resident size into a child's ru_maxrss over fork + exec, which is
+    how the allocator rows once read the perf process's 8 GB for both settings."""
+    import subprocess
+
+    import torch
+
+    from bench.perf_cases import PEAK_KB_CODE
+
+    held = torch.ones(200_000_000)  # 800 MB resident in this process
+    res = subprocess.run([sys.executable, "-c", PEAK_KB_CODE + "print(peak_kb())"], capture_output=True,
+                         text=True, check=True)
+    assert int(res.stdout) / 1024 < 200, res.stdout
+    del held
+
+
+def test_the_speed_table_judges_other_processes_work_not_the_load_average():
+    """Rows that measured the other processes' work (bench.measurement.OtherWork) are judged by it:
+    a case's own busy neighbour or children raise the load average and are not other work."""
+    import perf_table
+
+    base = {"case": "c", "model": "m", "measure": "x / y", "ratio": 1.0, "op": "<=", "target": 1.1, "ok": True,
+            "detail": "", "device": "cpu", "threads": 1, "repeats": 3, "at": "2026-12-03T00:00", "git_commit": "abc1234",
+            "case_paused_fraction": 0.0, "case_run_delay_fraction": 0.0, "host_load_1m": 2.6}
+    lines = perf_table.render([{**base, "case_other_cores": 0.02}, {**base, "case_other_cores": 0.6}]).splitlines()[2:]
+    assert "beside other work" not in lines[0] and "load average" not in lines[0]
+    assert "other processes kept 0.60 cores busy" in lines[1] and "load average" not in lines[1]

@@ -116,3 +116,43 @@ def test_the_progress_line_says_when_a_fit_time_is_an_upper_bound():
     assert timing_caveat({"fit_paused_fraction": None, "fit_run_delay_fraction": None}) == ""
     assert timing_caveat({"fit_paused_fraction": 0.3, "fit_run_delay_fraction": 0.2}) == \
         " (an upper bound: stopped 30% of it, waited 20% of it for a core)"
+
+
+BUSY = "import time, sys\nend = time.process_time() + float(sys.argv[1])\nwhile time.process_time() < end: pass\n"
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="the machine's busy time comes from /proc/stat")
+def test_other_processes_work_is_seen_and_the_timing_process_trees_is_not():
+    """bench.measurement.OtherWork (the perf table's "beside other work"): a busy process that is not
+    this process's finished child reads as other work; a child that this process waited for, busy for
+    the same CPU time, is this process tree's own work (as the busy neighbours, Dask workers and
+    `bench run` children of perf's own cases are), whatever else the machine does meanwhile."""
+    from bench.measurement import OtherWork
+
+    # a neighbour still running at the end of the block: another process's work
+    neighbour = subprocess.Popen([sys.executable, "-c", BUSY, "60"])
+    try:
+        time.sleep(0.5)  # started
+        w = OtherWork()
+        time.sleep(2.0)
+        beside = w.cores()
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+    assert beside is not None and beside >= 0.3, beside  # a core, less what the rest of the machine took
+
+    # a child waited for inside the block is this process tree's: other work is the machine's busy time
+    # less the child's CPU time (as the child itself reports it) and this process's, whatever else runs
+    def machine_busy():  # all cores, from the aggregate line (the tested code reads the per-core lines)
+        fields = [int(v) for v in open("/proc/stat").readline().split()[1:9]]
+        return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+    if len(os.sched_getaffinity(0)) != os.cpu_count():
+        pytest.skip("the aggregate line counts cores this process may not use")
+    busy0, self0, w = machine_busy(), time.process_time(), OtherWork()
+    t0 = time.perf_counter()
+    child = subprocess.run([sys.executable, "-c", BUSY + "print(time.process_time())", "1.5"], check=True,
+                           capture_output=True, text=True)
+    other = w.cores() * (time.perf_counter() - t0)
+    expected = machine_busy() - busy0 - float(child.stdout) - (time.process_time() - self0)
+    assert abs(other - expected) < 0.4, (other, expected)  # counting the child as other work: 1.5 s more
