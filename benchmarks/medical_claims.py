@@ -473,7 +473,9 @@ def row_text(r: RowRuns) -> str:
     what = f"`{marked_label(r.label, r.status)}`" + ("" if r.exact else f", not {wanted}") \
         + (f" (the one with the most seeds of {r.configs} that match)" if r.configs > 1 else "")
     seeds = f"seeds {_seeds(r.values)}" if r.values is not None and len(r.values) else "no value"
-    return f"{r.row.name}: {what}, {seeds}"
+    # the network the records stand on, where the suite's records name one (a backbone file): a choice
+    # bench tune made on another file of the same recipe reads beside it
+    return f"{r.row.name}: {what}, {seeds}" + (f", on {r.network}" if r.network else "")
 
 
 def cost_text(df_ref, spec: SuiteSpec, rows: list[Row]) -> str:

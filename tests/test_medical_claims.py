@@ -364,6 +364,8 @@ def test_two_rows_on_different_networks_are_never_a_verdict(tmp_path, capsys):
     _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
     m2 = line(out, "M2")
     assert m2.endswith("| verdict: supported |") and "deterministic +0.405" in m2 and "different identity" not in m2
+    # each row names the network its records stand on (a choice made on another file reads beside it)
+    assert "seeds 0, 1, 2, on backbone_sha256_16=aaaa" in m2 and "seeds 0, 1, on backbone_sha256_16=aaaa" in m2
 
 
 def test_a_tuned_choice_among_candidates_on_two_networks_is_not_the_protocols(tmp_path, capsys):
