@@ -106,3 +106,30 @@ def test_the_speed_table_judges_other_processes_work_not_the_load_average():
     lines = perf_table.render([{**base, "case_other_cores": 0.02}, {**base, "case_other_cores": 0.6}]).splitlines()[2:]
     assert "beside other work" not in lines[0] and "load average" not in lines[0]
     assert "other processes kept 0.60 cores busy" in lines[1] and "load average" not in lines[1]
+
+
+def test_the_harness_loop_is_timed_on_the_same_work_as_the_bare_loop(tmp_path, monkeypatch):
+    """The bare loop only predicts; so must the harness side of the ratio. Scoring (the same job
+    in either loop) is timed apart and named in the detail: made 200 ms slow here, it must show
+    there and leave the ratio alone (with scoring inside the harness's timed loop the ratio falls
+    to a fraction)."""
+    import time
+
+    import torch
+
+    from bench import perf
+
+    real = perf.score_set
+
+    def slow_score(*a, **k):
+        time.sleep(0.2)
+        return real(*a, **k)
+
+    monkeypatch.setattr(perf, "score_set", slow_score)
+    measure, ratio, op, target, detail = perf.harness_vs_bare_loop("lenet_300_100", (1, 28, 28), torch.device("cpu"),
+                                                                   3, tmp_path, n=400, batch=100)
+    assert measure == "harness predict throughput / bare loop" and (op, target) == (">=", 0.95)
+    assert "same probs: True" in detail
+    scoring_ms = float(detail.split("scoring them (the same in either loop) ")[1].split(" ms")[0].replace(",", ""))
+    assert scoring_ms >= 200
+    assert ratio > 0.5, detail  # the loops predict 400 inputs in 5-30 ms: 200 ms inside one reads < 0.15
