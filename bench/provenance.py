@@ -13,16 +13,24 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 
 
+#: tracked paths whose changes do not make a run's code dirty: the prose and the kept records,
+#: which bench itself writes into (``bench perf --save docs/records/perf/cpu.json``,
+#: ``scripts/keep_records.py save``), so a second run after a first one's save is not "+dirty"
+NOT_CODE = ("docs", "README.md")
+
+
 @functools.lru_cache(maxsize=1)
 def git_commit() -> str:
-    """``git rev-parse HEAD`` (``+dirty`` when tracked files differ), or ``$BENCH_GIT_COMMIT`` when set
-    (bench.device_session sets it from the commit carried to a device, where git may be stale)."""
+    """``git rev-parse HEAD`` (``+dirty`` when tracked files other than :data:`NOT_CODE` differ), or
+    ``$BENCH_GIT_COMMIT`` when set (bench.device_session sets it from the commit carried to a device,
+    where git may be stale)."""
     if os.environ.get("BENCH_GIT_COMMIT"):
         return os.environ["BENCH_GIT_COMMIT"]
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
                                 timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                *(f":(exclude){p}" for p in NOT_CODE)], cwd=REPO,
                                capture_output=True, text=True, timeout=10).stdout.strip()
         return (commit or "unknown") + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):

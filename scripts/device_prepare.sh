@@ -115,7 +115,8 @@ if parts:
     (dest / "parts.json").write_text(json.dumps(parts, indent=1) + "\n")
 PY
 commit=$(git rev-parse HEAD)
-[ -z "$(git status --porcelain --untracked-files=no)" ] || commit="$commit+dirty"
+# "+dirty" where the code differs, not the prose or the kept records (bench.provenance.NOT_CODE)
+[ -z "$(git status --porcelain --untracked-files=no -- . ':(exclude)docs' ':(exclude)README.md')" ] || commit="$commit+dirty"
 echo "$commit" > .device/commit.txt
 
 # what each call carries: the tree (tracked + untracked-not-ignored files) and its folders
