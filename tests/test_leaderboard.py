@@ -39,7 +39,7 @@ TRAINED = {"map_training": {"val_nll": [1.0 + 1.0 / (e + 1) ** 3 for e in range(
 
 
 def _write(root, method, seed, profile="quick", finished="2026-01-01T00:10:00+00:00", skip=(), bump=0.0,
-           probe=None, identity=None, map_sha=None, cost=None):
+           probe=None, identity=None, map_sha=None, cost=None, map_fit=None):
     label, cfg = CONFIGS[method]
     store = ResultsStore(root)
     chash = config_hash({**cfg, "model_identity": identity} if identity else cfg)  # the network is in the identity
@@ -55,7 +55,7 @@ def _write(root, method, seed, profile="quick", finished="2026-01-01T00:10:00+00
             **({"model_identity": identity} if identity else {})}
     store.write(run, {**base, "kind": "id", "shift": "clean", "severity": 0, "n": 100,
                       "metrics": {"accuracy": 0.9, "nll": 0.3, "brier": 0.15, "ece": 0.03},
-                      "diagnostics": _with_map_sha(CONVERGED_VI if method == "pbn" else TRAINED, map_sha)})
+                      "diagnostics": _with_map_sha(CONVERGED_VI if method == "pbn" else TRAINED, map_sha, map_fit)})
     for fam, sev in SHIFTS:
         if (fam, sev) in skip:
             continue
@@ -67,9 +67,10 @@ def _write(root, method, seed, profile="quick", finished="2026-01-01T00:10:00+00
                       "metrics": {"auroc": 0.8 + 0.01 * seed, "aupr": 0.7}})
 
 
-def _with_map_sha(diag: dict, sha: str | None) -> dict:
-    """``diag`` with the MAP network's weights' digest (``map_training.network_sha``) when given."""
-    return diag if sha is None else {**diag, "map_training": {**diag["map_training"], "network_sha": sha}}
+def _with_map_sha(diag: dict, sha: str | None, fit: dict | None = None) -> dict:
+    """``diag`` with the MAP network's weights' digest (``map_training.network_sha``) when given,
+    and where it was trained (``fit``: ``torch_threads``, ``cpu``)."""
+    return diag if sha is None else {**diag, "map_training": {**diag["map_training"], "network_sha": sha, **(fit or {})}}
 
 
 @pytest.fixture(scope="module")
@@ -344,6 +345,26 @@ def test_rows_on_two_networks_of_one_name_get_a_board_each(tmp_path):
     assert one.delta.loc["pbn[lr=0.05]", "n"] == 0 and one.delta.loc["mc_dropout", "n"] == 3
     assert "pbn[lr=0.05]" not in one.marks["shift.nll"][0] | one.marks["shift.nll"][1]
     assert any("another network than the MAP row's" in n and "bbbb" in n for n in one.notes)
+
+
+def test_the_another_fit_note_says_where_each_fit_was_trained(tmp_path):
+    """Two fits of one seed's MAP network differ because they were trained at another thread count or
+    on another CPU: the note names each side's, from the networks' training logs in the records, and
+    says so where a record does not carry it."""
+    from bench.leaderboard import build_boards, load_runs, select_runs
+
+    root = tmp_path / "r"
+    here = {"torch_threads": 2, "cpu": "AMD EPYC (AVX512)"}
+    for seed in SEEDS:
+        _write(root, "deterministic", seed, map_sha=f"map{seed}", map_fit=here)
+        fit = {0: {"torch_threads": 1, "cpu": "Intel Xeon (AVX2)"}, 1: None}.get(seed, here)
+        _write(root, "pbn", seed, map_sha=f"other{seed}" if seed in (0, 1) else f"map{seed}", map_fit=fit)
+    board = build_boards(select_runs(load_runs([root])))[0]
+    note = next(n for n in board.notes if n.startswith("pbn[lr=0.05]: stands on another fit"))
+    assert ("seed 0: network other0 (trained at 1 torch thread(s) on Intel Xeon (AVX2)) vs the MAP row's map0 "
+            "(trained at 2 torch thread(s) on AMD EPYC (AVX512))") in note, note
+    assert "seed 1: network other1 (where trained not recorded) vs the MAP row's map1 (trained at 2" in note, note
+    assert board.delta.loc["pbn[lr=0.05]", "n"] == 3  # the fit's description does not change the pairing
 
 
 def test_seeds_on_another_fit_of_the_map_network_are_not_paired_with_map(tmp_path):

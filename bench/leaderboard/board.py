@@ -285,7 +285,11 @@ def _nets_text(mine: tuple, base: tuple) -> str:
     """How two runs' MAP networks (``map_network``) differ: by digest where both have one, else by
     the last value of their validation curves."""
     if mine[0] and base[0] and mine[0] != base[0]:
-        return f"network {mine[0][:8]} vs the MAP row's {base[0][:8]}"
+        fits = [getattr(n, "fit", None) for n in (mine, base)]
+        if not any(fits):
+            return f"network {mine[0][:8]} vs the MAP row's {base[0][:8]}"
+        mine_fit, base_fit = (f" (trained at {f})" if f else " (where trained not recorded)" for f in fits)
+        return f"network {mine[0][:8]}{mine_fit} vs the MAP row's {base[0][:8]}{base_fit}"
     return f"validation NLL curve ending {mine[1].split(',')[-1]} vs the MAP row's {base[1].split(',')[-1]}"
 
 

@@ -217,18 +217,41 @@ def model_identities(df: pd.DataFrame) -> pd.Series:
     return out
 
 
+class MapNetwork(tuple):
+    """``(digest, curve)`` of :func:`map_network`, compared and paired as that pair; ``fit`` says
+    where the network was trained (torch threads and CPU, from its training log; None where the
+    record does not say), for the notes that tell a reader why two fits of one seed differ."""
+
+    def __new__(cls, sha: str | None, curve: str | None, fit: str | None = None):
+        out = super().__new__(cls, (sha, curve))
+        out.fit = fit
+        return out
+
+    def __reduce__(self):  # pickled (a board in a worker's result) with its fit
+        return MapNetwork, (self[0], self[1], self.fit)
+
+
+def map_fit(log) -> str | None:
+    """Where a MAP network was trained, from its training log: "2 torch thread(s) on <CPU>"."""
+    if not isinstance(log, dict) or not log.get("cpu"):
+        return None
+    threads = log.get("torch_threads")
+    return (f"{threads} torch thread(s) on " if threads else "") + str(log["cpu"])
+
+
 def map_network(diag) -> tuple[str | None, str | None]:
     """The MAP network a run started from, by the two names its records give it (``diag``: the run's
     ``diagnostics``): the weights' digest (``map_training.network_sha``) and its training's
-    validation-NLL curve as text. Records of earlier code lack the digest, those of methods that
-    start elsewhere (a random initialisation) both: None."""
+    validation-NLL curve as text (a :class:`MapNetwork`, which also says where it was trained).
+    Records of earlier code lack the digest, those of methods that start elsewhere (a random
+    initialisation) both: None."""
     log = diag.get("map_training") if isinstance(diag, dict) else None
     if not isinstance(log, dict):
         return None, None
     sha = log.get("network_sha")
     vals = log.get("val_nll")
     curve = ",".join(f"{float(v):.8g}" for v in vals) if isinstance(vals, (list, tuple)) and vals else None
-    return (sha if isinstance(sha, str) and sha else None), curve
+    return MapNetwork(sha if isinstance(sha, str) and sha else None, curve, map_fit(log))
 
 
 def same_map_network(a, b) -> bool:
