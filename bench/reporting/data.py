@@ -227,7 +227,7 @@ class MapNetwork(tuple):
         out.fit = fit
         return out
 
-    def __reduce__(self):  # pickled (a board in a worker's result) with its fit
+    def __reduce__(self):  # pickled (a process pool, a cache) with its fit
         return MapNetwork, (self[0], self[1], self.fit)
 
 
