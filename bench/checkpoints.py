@@ -216,12 +216,10 @@ class MapCache:
         how = (f"trained now ({sha}, {log.get('torch_threads')} torch thread(s) on {log.get('cpu')})" if trained else
                f"loaded from {path} ({sha})")
         theirs = ", ".join(f"{d} ({n} cell(s))" for d, n in sorted(others.items()))
-        ours = (f" ({kept[sha]} cell(s) here stand on this one, and new cells pair with those)" if kept.get(sha)
-                else "")
+        ours = f"; they pair with the {kept[sha]} cell(s) here that stand on this one" if kept.get(sha) else ""
         print(f"warning: the MAP network of {self.key.get('model')} seed {seed} {how} is another fit than the one(s) "
-              f"some cells of this results folder stand on ({theirs}){ours}: new cells on it are not paired with "
-              f"those. To go "
-              f"on from those cells, stop, put their network's checkpoint at {self.path(seed)} (or train it again "
+              f"some cells of this results folder stand on ({theirs}): new cells on it are not paired with "
+              f"those{ours}. To go on from those cells, stop, put their network's checkpoint at {self.path(seed)} (or train it again "
               f"with the thread count and CPU it was trained with) and run again (kept networks: "
               f"scripts/keep_records.py save-maps)", file=sys.stderr, flush=True)
         log_event(self.events_path, "map_another_fit", model=self.key.get("model"), seed=seed, network_sha=sha,

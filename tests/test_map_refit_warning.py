@@ -38,7 +38,7 @@ def test_a_retrained_map_network_that_is_another_fit_than_the_kept_cells_is_said
     err = capsys.readouterr().err
     assert f"trained now ({sha}, 1 torch thread(s) on {cpu_model()}) is another fit" in err, err
     assert "0123456789abcdef (1 cell(s))" in err and str(ckpt) in err
-    assert "(1 cell(s) here stand on this one, and new cells pair with those)" in err, err  # pbn's
+    assert "not paired with those; they pair with the 1 cell(s) here that stand on this one." in err, err  # pbn's
     # a later run that loads the network from the cache says it too
     assert main(RUN + ["--out", str(out), "--methods", "pbn", "--set", "pbn.rho_lr=0.2"]) == 0
     err = capsys.readouterr().err
