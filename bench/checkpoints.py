@@ -219,8 +219,8 @@ class MapCache:
         ours = f"; they pair with the {kept[sha]} cell(s) here that stand on this one" if kept.get(sha) else ""
         print(f"warning: the MAP network of {self.key.get('model')} seed {seed} {how} is another fit than the one(s) "
               f"some cells of this results folder stand on ({theirs}): new cells on it are not paired with "
-              f"those{ours}. To go on from those cells, stop, put their network's checkpoint at {self.path(seed)} (or train it again "
-              f"with the thread count and CPU it was trained with) and run again (kept networks: "
+              f"those{ours}. To go on from those cells, stop, put their network's checkpoint at {self.path(seed)} "
+              f"(or train it again with the thread count and CPU it was trained with) and run again (kept networks: "
               f"scripts/keep_records.py save-maps)", file=sys.stderr, flush=True)
         log_event(self.events_path, "map_another_fit", model=self.key.get("model"), seed=seed, network_sha=sha,
                   trained=trained, kept=others, on_this_one=kept.get(sha, 0), checkpoint=str(path),

@@ -100,7 +100,8 @@ def _scoring(pred, eset, device, repeats: int, harness_s: float) -> str:
     in the row's detail, with its share of the harness's whole evaluation."""
     s = statistics.median(timed(lambda: score_set("classification", pred, eset), device)
                           for _ in range(max(1, repeats)))
-    return f"scoring them (the same in either loop) {s * 1e3:,.1f} ms, {s / (harness_s + s):.0%} of the harness's evaluation"
+    return (f"scoring them (the same in either loop) {s * 1e3:,.1f} ms, {s / (harness_s + s):.0%} of the harness's "
+            f"evaluation")
 
 
 @case
@@ -129,7 +130,8 @@ def harness_vs_bare_loop(model_name, in_shape, device, repeats, tmp, n=10_000, b
     c, r = side_by_side(harness, bare, repeats, device)
     same = torch.allclose(out["harness"].probs, out["bare"], atol=1e-6)
     return ("harness predict throughput / bare loop", r / c, ">=", 0.95,
-            f"{n / c:,.0f} vs {n / r:,.0f} img/s, same probs: {same}; {_scoring(out['harness'], eset, device, repeats, c)}")
+            f"{n / c:,.0f} vs {n / r:,.0f} img/s, same probs: {same}; "
+            f"{_scoring(out['harness'], eset, device, repeats, c)}")
 
 
 @case
