@@ -810,8 +810,31 @@ def check_datasets_package() -> None:
                          "not this project's datasets/; run from the repository root or install the project")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill PID``, a batch system's cancel or time limit) taken as Ctrl-C is: the run
+    stops through the same path, its locks and half-written files cleaned up on the way out."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+def _stop_on_sigterm():
+    """Install :func:`_on_sigterm` for the command's duration (the main thread only, where Python
+    delivers signals); returns the handler to put back, or None where none was installed."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _on_sigterm)
+
+
 def main(argv=None) -> int:
+    import signal
+
     args = build_parser().parse_args(argv)
+    previous = _stop_on_sigterm()
     try:
         check_datasets_package()
         if hasattr(args, "plugins"):  # run, tune, list: entry-point plugins and --plugin files
@@ -825,6 +848,10 @@ def main(argv=None) -> int:
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted: finished records are kept; run the same command again to resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"{how}: finished records are kept; run the same command again to resume", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)

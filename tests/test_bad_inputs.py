@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -181,6 +182,34 @@ def test_ctrl_c_in_a_method_still_stops_the_run(tmp_path, monkeypatch):
     out = tmp_path / "out"
     assert main(_toy(tmp_path)) == 130
     assert not list(out.rglob("records/**/*.json"))  # no failure recorded: the user stopped it
+
+
+def test_sigterm_stops_a_run_as_ctrl_c_does_and_the_rerun_resumes(tmp_path):
+    """``kill PID`` (a batch system's cancel or time limit): the run stops through Ctrl-C's path (its
+    message, exit 143, no failure recorded), and the same command then
+    finishes the grid. Run in a child process: without the handler SIGTERM kills the process."""
+    import subprocess
+
+    out = tmp_path / "out"
+    args = TOY + ["--methods", "deterministic,mc_dropout", "--out", str(out)]
+    code = (
+        "import os, signal, sys\n"
+        "from bench.cli import main\n"
+        "from methods.mc_dropout import MCDropout\n"
+        "def fit(self, *a, **k):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    raise AssertionError('SIGTERM did not stop the run')\n"
+        "MCDropout.fit = fit\n"
+        f"sys.exit(main({args!r}))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 143, (proc.returncode, proc.stderr[-2000:])
+    assert "terminated (SIGTERM): finished records are kept" in proc.stderr
+    df = load_records(out)
+    assert set(df["method"]) == {"deterministic"} and (df["status"] == "ok").all()  # mc_dropout: nothing recorded
+    assert main(args) == 0
+    df = load_records(out)
+    assert set(df["method"]) == {"deterministic", "mc_dropout"} and (df["status"] == "ok").all()
 
 
 MALFORMED_CURVES = {
