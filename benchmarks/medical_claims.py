@@ -471,7 +471,7 @@ def row_text(r: RowRuns) -> str:
         return f"{r.row.name}: no records"
     wanted = "the options bench tune chose" if r.row.tuned else "the profile's options"
     what = f"`{marked_label(r.label, r.status)}`" + ("" if r.exact else f", not {wanted}") \
-        + (f" (the one with the most seeds of {r.configs} that match)" if r.configs > 1 else "")
+        + (f" (of the {r.configs} configurations that match, the one with the most seeds)" if r.configs > 1 else "")
     seeds = f"seeds {_seeds(r.values)}" if r.values is not None and len(r.values) else "no value"
     # the network the records stand on, where the suite's records name one (a backbone file): a choice
     # bench tune made on another file of the same recipe reads beside it
