@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from bench.errors import BenchError
@@ -819,32 +822,33 @@ def _on_sigterm(signum, frame):
     raise Terminated()
 
 
-def _stop_on_sigterm():
-    """Install :func:`_on_sigterm` for the command's duration (the main thread only, where Python
-    delivers signals); returns the handler to put back, or None where none was installed."""
-    import signal
-    import threading
-
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """:func:`_on_sigterm` installed for the command's duration, the earlier handler put back after
+    it; only in the main thread, where Python delivers signals (elsewhere nothing changes)."""
     if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, _on_sigterm)
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv=None) -> int:
-    import signal
-
     args = build_parser().parse_args(argv)
-    previous = _stop_on_sigterm()
     try:
-        check_datasets_package()
-        if hasattr(args, "plugins"):  # run, tune, list: entry-point plugins and --plugin files
-            from bench.plugins import load_plugins
+        with _sigterm_as_interrupt():
+            check_datasets_package()
+            if hasattr(args, "plugins"):  # run, tune, list: entry-point plugins and --plugin files
+                from bench.plugins import load_plugins
 
-            load_plugins(args.plugins)
-        return {"run": cmd_run, "report": cmd_report, "list": cmd_list, "perf": cmd_perf,
-                "select": cmd_select, "tune": cmd_tune, "leaderboard": cmd_leaderboard,
-                "rescore": cmd_rescore, "check-plugin": cmd_check_plugin,
-                "worker-env": cmd_worker_env}[args.command](args)
+                load_plugins(args.plugins)
+            return {"run": cmd_run, "report": cmd_report, "list": cmd_list, "perf": cmd_perf,
+                    "select": cmd_select, "tune": cmd_tune, "leaderboard": cmd_leaderboard,
+                    "rescore": cmd_rescore, "check-plugin": cmd_check_plugin,
+                    "worker-env": cmd_worker_env}[args.command](args)
     except BenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -852,6 +856,3 @@ def main(argv=None) -> int:
         how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
         print(f"{how}: finished records are kept; run the same command again to resume", file=sys.stderr)
         return 143 if isinstance(exc, Terminated) else 130
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
