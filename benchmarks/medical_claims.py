@@ -318,6 +318,7 @@ class RowRuns:
     reasons: list = field(default_factory=list)
     network: str = ""             # the records' network identity beyond the model name ("" for none)
     networks: tuple = ()          # every identity the row has records on (at the configuration's options)
+    network_choice: str = ""      # why this network, where both rows of the claim stand on several (said once, after the second row)
     map_networks: "pd.Series | None" = None  # seed -> the MAP network the run started from (built_on_map_network)
 
 
@@ -389,13 +390,40 @@ def select(df, suite: str, profile: str, claim: Claim, row: Row, network: str | 
 def pair(df, suite: str, profile: str, claim: Claim) -> tuple[RowRuns, RowRuns]:
     """The two rows of ``claim``, on one network where they share one: the first row's records
     (:func:`select`), then the second's on its network; where the second has none there, the
-    second's own choice and the first's on that network. Two rows on different networks (e.g. a
-    backbone file trained twice) stay so, and :func:`verdict_text` says so."""
+    second's own choice and the first's on that network. Where both rows have records on several
+    networks, the one on which they pair the most seeds (:func:`paired_seeds`; a tie keeps the first
+    row's choice). Two rows on different networks (e.g. a backbone file trained twice) stay so, and
+    :func:`verdict_text` says so."""
     a = select(df, suite, profile, claim, claim.a)
     b = select(df, suite, profile, claim, claim.b, network=a.network if a.label is not None else None)
     if a.label is not None and b.label is not None and a.network != b.network and b.network in a.networks:
         a = select(df, suite, profile, claim, claim.a, network=b.network)
+    if a.label is None or b.label is None:
+        return a, b
+    # both rows on several networks (a backbone file trained twice, each with its rows): the one on which
+    # they pair the most seeds, whatever their values; a tie keeps the first row's own choice
+    shared = sorted(set(a.networks) & set(b.networks))
+    if len(shared) > 1:
+        for net in shared:
+            if net != a.network:
+                an = select(df, suite, profile, claim, claim.a, network=net)
+                bn = select(df, suite, profile, claim, claim.b, network=net)
+                if paired_seeds(an, bn) > paired_seeds(a, b):
+                    a, b = an, bn
+        b.network_choice = f"of the {len(shared)} networks both rows stand on, the one on which they pair the most seeds"
     return a, b
+
+
+def paired_seeds(a: RowRuns, b: RowRuns) -> int:
+    """How many seeds the comparison of ``a`` and ``b`` pairs: those both have a value for, started
+    from one fit of the seed's MAP network (as :func:`interval` pairs them)."""
+    from bench.reporting.data import same_map_network
+
+    if a.values is None or b.values is None:
+        return 0
+    na, nb = a.map_networks, b.map_networks
+    return sum(1 for s in set(a.values.index) & set(b.values.index)
+               if na is None or nb is None or same_map_network(na.get(s), nb.get(s)))
 
 
 # -- the comparison -------------------------------------------------------------------------------------
@@ -475,7 +503,8 @@ def row_text(r: RowRuns) -> str:
     seeds = f"seeds {_seeds(r.values)}" if r.values is not None and len(r.values) else "no value"
     # the network the records stand on, where the suite's records name one (a backbone file): a choice
     # bench tune made on another file of the same recipe reads beside it
-    return f"{r.row.name}: {what}, {seeds}" + (f", on {r.network}" if r.network else "")
+    return (f"{r.row.name}: {what}, {seeds}" + (f", on {r.network}" if r.network else "")
+            + (f" ({r.network_choice})" if r.network and r.network_choice else ""))
 
 
 def cost_text(df_ref, spec: SuiteSpec, rows: list[Row]) -> str:

@@ -368,6 +368,27 @@ def test_two_rows_on_different_networks_are_never_a_verdict(tmp_path, capsys):
     assert "seeds 0, 1, 2, on backbone_sha256_16=aaaa" in m2 and "seeds 0, 1, on backbone_sha256_16=aaaa" in m2
 
 
+def test_rows_on_two_networks_are_compared_on_the_one_where_they_pair_the_most_seeds(tmp_path, capsys):
+    """PBN has three seeds on one backbone file and two on another, the deterministic network one seed on
+    the first and three on the second: the claim reads the second (two paired seeds), not PBN's own
+    choice (one paired seed, no verdict), and says why; with as many seeds on each, PBN's choice stays."""
+    write(tmp_path, "pbn", network="aaaa")
+    write(tmp_path, "pbn", network="bbbb", seeds=(0, 1))
+    write(tmp_path, "deterministic", network="aaaa", seeds=(0,))
+    write(tmp_path, "deterministic", network="bbbb")
+    tune_at_the_profile(tmp_path, methods=("pbn",))
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    m2 = line(out, "M2")
+    assert m2.endswith("| verdict: supported |") and "paired over seeds 0, 1" in m2, m2
+    why = "(of the 2 networks both rows stand on, the one on which they pair the most seeds)"
+    assert "seeds 0, 1, on backbone_sha256_16=bbbb;" in m2 and "aaaa" not in m2
+    assert f"deterministic: `deterministic`, seeds 0, 1, 2, on backbone_sha256_16=bbbb {why} |" in m2
+    write(tmp_path, "deterministic", network="aaaa", seeds=(1,))  # two paired seeds on each: PBN's choice
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    m2 = line(out, "M2")
+    assert f"seeds 0, 1, on backbone_sha256_16=aaaa {why} |" in m2 and "bbbb" not in m2 and m2.count(why) == 1, m2
+
+
 def test_a_tuned_choice_among_candidates_on_two_networks_is_not_the_protocols(tmp_path, capsys):
     """A stored choice whose candidates' records stand on two networks compared them by network as well
     as by option: a row at that choice is not chosen by the protocol, so not a verdict."""
