@@ -417,13 +417,18 @@ def pair(df, suite: str, profile: str, claim: Claim) -> tuple[RowRuns, RowRuns]:
 def paired_seeds(a: RowRuns, b: RowRuns) -> int:
     """How many seeds the comparison of ``a`` and ``b`` pairs: those both have a value for, started
     from one fit of the seed's MAP network (as :func:`interval` pairs them)."""
-    from bench.reporting.data import same_map_network
-
     if a.values is None or b.values is None:
         return 0
-    na, nb = a.map_networks, b.map_networks
-    return sum(1 for s in set(a.values.index) & set(b.values.index)
-               if na is None or nb is None or same_map_network(na.get(s), nb.get(s)))
+    return len(pairable(a.values.index, b.values.index, a.map_networks, b.map_networks))
+
+
+def pairable(seeds_a, seeds_b, nets_a=None, nets_b=None) -> list:
+    """The seeds both sides have, sorted, that started from one fit of the seed's MAP network (with
+    ``nets_a`` / ``nets_b``, seed -> ``map_network``; without them, every shared seed)."""
+    from bench.reporting.data import same_map_network
+
+    return [s for s in sorted(set(seeds_a) & set(seeds_b))
+            if nets_a is None or nets_b is None or same_map_network(nets_a.get(s), nets_b.get(s))]
 
 
 # -- the comparison -------------------------------------------------------------------------------------
@@ -435,12 +440,9 @@ def interval(a, b, higher_is_better: bool, nets_a=None, nets_b=None):
     import numpy as np
     from scipy.stats import t
 
-    from bench.reporting.data import same_map_network
-
     sign = 1.0 if higher_is_better else -1.0
     common = sorted(set(a.index) & set(b.index))
-    shared = [s for s in common if nets_a is None or nets_b is None
-              or same_map_network(nets_a.get(s), nets_b.get(s))]
+    shared = pairable(a.index, b.index, nets_a, nets_b)
     apart = (f"; seed{'s' if len(common) - len(shared) > 1 else ''} "
              f"{', '.join(str(s) for s in common if s not in shared)} not paired: the rows stand on "
              f"different fits of that seed's MAP network") if len(shared) < len(common) else ""
