@@ -416,8 +416,9 @@ def pair(df, suite: str, profile: str, claim: Claim) -> tuple[RowRuns, RowRuns]:
 
 def paired_seeds(a: RowRuns, b: RowRuns) -> int:
     """How many seeds the comparison of ``a`` and ``b`` pairs: those both have a value for, started
-    from one fit of the seed's MAP network (as :func:`interval` pairs them)."""
-    if a.values is None or b.values is None:
+    from one fit of the seed's MAP network (as :func:`interval` pairs them); none for rows on different
+    networks (no verdict compares them)."""
+    if a.values is None or b.values is None or a.network != b.network:
         return 0
     return len(pairable(a.values.index, b.values.index, a.map_networks, b.map_networks))
 

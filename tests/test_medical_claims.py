@@ -389,6 +389,22 @@ def test_rows_on_two_networks_are_compared_on_the_one_where_they_pair_the_most_s
     assert f"seeds 0, 1, on backbone_sha256_16=aaaa {why} |" in m2 and "bbbb" not in m2 and m2.count(why) == 1, m2
 
 
+def test_rows_each_on_a_network_of_its_own_move_to_a_network_they_share(tmp_path, capsys):
+    """PBN's most seeds stand on one file, the deterministic network's on another, and they share two
+    more: the claim reads the shared file with the most paired seeds, not the two files apart (whose
+    common seed numbers pair nothing)."""
+    write(tmp_path, "pbn", network="aaaa")
+    write(tmp_path, "deterministic", network="bbbb")
+    for method in ("pbn", "deterministic"):
+        write(tmp_path, method, network="cccc", seeds=(0, 1))
+        write(tmp_path, method, network="dddd", seeds=(0,))
+    tune_at_the_profile(tmp_path, methods=("pbn",))
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    m2 = line(out, "M2")
+    assert m2.endswith("| verdict: supported |") and "paired over seeds 0, 1" in m2, m2
+    assert "on backbone_sha256_16=cccc;" in m2 and "different identity" not in m2
+
+
 def test_a_tuned_choice_among_candidates_on_two_networks_is_not_the_protocols(tmp_path, capsys):
     """A stored choice whose candidates' records stand on two networks compared them by network as well
     as by option: a row at that choice is not chosen by the protocol, so not a verdict."""
