@@ -110,9 +110,11 @@ def test_the_speed_table_judges_other_processes_work_not_the_load_average():
 
 def test_the_harness_loop_is_timed_on_the_same_work_as_the_bare_loop(tmp_path, monkeypatch):
     """The bare loop only predicts; so must the harness side of the ratio. Scoring (the same job
-    in either loop) is timed apart and named in the detail: made 200 ms slow here, it must show
-    there and leave the ratio alone (with scoring inside the harness's timed loop the ratio falls
-    to a fraction)."""
+    in either loop) is timed apart and named in the detail: made 500 ms slow here, it must show
+    there and stay out of the harness's timed loop, which then predicts 400 inputs in well under
+    those 500 ms (with scoring inside, every timed pass lasts at least 500 ms). A bound on the
+    harness's own time, not on the ratio: the ratio of two loops of a few ms each moves with
+    whatever else the cores run (0.27 once beside a training job)."""
     import time
 
     import torch
@@ -120,16 +122,19 @@ def test_the_harness_loop_is_timed_on_the_same_work_as_the_bare_loop(tmp_path, m
     from bench import perf
 
     real = perf.score_set
+    delay_s, n = 0.5, 400
 
     def slow_score(*a, **k):
-        time.sleep(0.2)
+        time.sleep(delay_s)
         return real(*a, **k)
 
     monkeypatch.setattr(perf, "score_set", slow_score)
     measure, ratio, op, target, detail = perf.harness_vs_bare_loop("lenet_300_100", (1, 28, 28), torch.device("cpu"),
-                                                                   3, tmp_path, n=400, batch=100)
+                                                                   3, tmp_path, n=n, batch=100)
     assert measure == "harness predict throughput / bare loop" and (op, target) == (">=", 0.95)
     assert "same probs: True" in detail
     scoring_ms = float(detail.split("scoring them (the same in either loop) ")[1].split(" ms")[0].replace(",", ""))
-    assert scoring_ms >= 200
-    assert ratio > 0.5, detail  # the loops predict 400 inputs in 5-30 ms: 200 ms inside one reads < 0.15
+    assert scoring_ms >= delay_s * 1e3
+    harness_rate = float(detail.split(" vs ")[0].replace(",", ""))
+    # 400 inputs take 3-30 ms to predict (11 ms beside a training job); scoring inside the loop: >= 500 ms
+    assert n / harness_rate < delay_s / 2, detail
