@@ -230,9 +230,9 @@ SUITE_SPECS: dict[str, SuiteSpec] = {
     "camvid_multilabel": SuiteSpec(
         "camvid_multilabel", "quick",
         cost_note="the MAP network ~7 min per seed (6 epochs of the pooled UNet, as docs/ablations' unet_presence "
-                  "records took on 2 shared cores) after the camvid MAP UNet it starts from; no records of this "
-                  "profile measure the ensemble's or mean-field VI's cost yet (PBN's: its train s and predict ms / ex "
-                  "on the unet_presence board, docs/results/medical.md)"),
+                  "records took on 2 shared cores) after the camvid MAP UNet it starts from; each method's fit and "
+                  "prediction: its train s and predict ms / ex on the unet_presence boards, docs/results/medical.md "
+                  "(most fitted beside other jobs: upper bounds, as the boards' notes say)"),
     "chestmnist": SuiteSpec(
         "chestmnist", "quick",
         cost_note="~3.5 min per network on one core (docs/medical.md)",
