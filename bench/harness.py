@@ -18,7 +18,7 @@ import torch
 
 from bench import metrics as M
 from bench import validity
-from bench.checkpoints import MapCache, load_or_set_aside, save_torch
+from bench.checkpoints import MapCache, fit_key, load_or_set_aside, one_fit, record_fit_key, save_torch, state_digest
 from bench.config import RunPlan, method_label
 from bench.cost import PeakMemory, Timer, flops_per_example, host_context, memory_probe
 from bench.data import EvalSet, SuiteData, TensorLoader, batches, data_digest
@@ -322,6 +322,15 @@ class CellState:
     pending: list
     stale: int
     unkept: int = 0  # of the pending sets, those whose record lacks the predictions a run keeps (--keep-predictions)
+    # of the pending sets, those whose record stands on an earlier fit than the cell's newest record
+    # (a --force-method refit stopped during its evaluation): a cell's records come from one fit
+    mixed: int = 0
+    kept_fits: dict = field(default_factory=dict)  # eval set's (kind, shift, severity) -> fit_key, of the records kept
+
+def _set_key(e: EvalSet) -> tuple:
+    """An evaluation set's name in a cell: (kind, shift, severity), as its record's file is named."""
+    return (e.kind, e.shift, e.severity)
+
 
 def cell_identity(suite, plan: RunPlan, store: ResultsStore, registry, model_name: str, method_name: str, cfg: dict,
                   seed: int, device: torch.device, pretrained: dict | None = None) -> CellIdentity:
@@ -509,7 +518,7 @@ class Harness:
             self.say(f"{tag}: {state.why}, skipped")
             self.summary.skipped += 1
             return
-        failure, pending, stale = state.failure, state.pending, state.stale
+        failure, pending, stale, kept_fits = state.failure, state.pending, state.stale, state.kept_fits
         if failure is not None and not failure.get("executor_failure"):
             # made from other data (or by code that did not record which): the data may have been fixed
             self.say(f"{tag}: recorded as failed on other data (data_hash {failure.get('data_hash')}, now "
@@ -520,6 +529,10 @@ class Harness:
         if state.unkept:
             self.say(f"{tag}: {state.unkept} record(s) lack kept predictions (--keep-predictions); they are "
                      f"re-evaluated to add them (from the fitted checkpoint when there is one)")
+        if state.mixed:
+            self.say(f"{tag}: {state.mixed} record(s) stand on an earlier fit than the cell's newest record (e.g. "
+                     f"a --force-method refit stopped during its evaluation); they are redone, so that the cell's "
+                     f"records come from one fit")
         started = now()
         ctx_cls = sys.modules["methods.base"].MethodContext
         # options that only change prediction (cls.PREDICT_OPTIONS) do not change the fit: the fit's
@@ -549,7 +562,7 @@ class Harness:
             if ckpt.exists() and not self.forced(method_name):
                 state = load_or_set_aside(ckpt, lambda st: method.load_state_dict(st["method"]))
             if state is not None:
-                fit_cost = state["fit_cost"]
+                fit_cost, fit_digest = state["fit_cost"], state.get("fit_digest")  # None: a checkpoint of older code
                 self.summary.loaded += 1
                 self.say(f"{tag}: loaded fitted checkpoint")
             else:
@@ -577,7 +590,9 @@ class Harness:
                 fit_cost = {"fit_time_s": timer.seconds - map_in_fit + earlier[0], "fit_resumed_s": earlier[0],
                             "fit_peak_memory_mb": mem.peak_mb, "memory_probe": memory_probe(self.device),
                             "upstream_seeds": sorted(set(map_cache.requested[n_requested:])), **host}
-                save_torch({"method": method.state_dict(), "fit_cost": fit_cost}, ckpt)
+                fitted_state = method.state_dict()
+                fit_digest = state_digest(fitted_state)
+                save_torch({"method": fitted_state, "fit_cost": fit_cost, "fit_digest": fit_digest}, ckpt)
                 self.summary.fitted += 1
                 log_event(map_cache.events_path, "fitted", model=model_name, method=method_name, config_hash=fhash,
                           seed=seed, seconds=timer.seconds + earlier[0], resumed_seconds=earlier[0],
@@ -590,6 +605,18 @@ class Harness:
             return
         if self.store.remove(run_dir, "fit", "fit", None):  # a retry (--force) succeeded
             self.say(f"{tag}: the earlier failure record is superseded, removed")
+        if fit_digest:
+            base["fit_digest"] = fit_digest  # which fit the records come from (bench.checkpoints.fit_key)
+        # records kept from another fit than this one (its checkpoint was missing or set aside, so the
+        # method was fitted again): redone, so that the cell's records come from one fit
+        this_fit = fit_key(fit_digest, fit_cost.get("fit_time_s"))
+        other = {k for k, key in kept_fits.items() if key is not None and key != this_fit}
+        if other:
+            todo = {_set_key(e) for e in pending} | other
+            pending = [e for e in self.data.eval_sets if _set_key(e) in todo]
+            self.say(f"{tag}: {len(other)} record(s) stand on another fit than the one used now (its checkpoint "
+                     f"was missing, set aside or of another fit); they are re-evaluated, so that the cell's "
+                     f"records come from one fit")
         try:
             cost = self.measure_cost(method, fit_cost, map_cache)
             self.evaluate(method, run_dir, base, cost, pending, started, tag, seed)
@@ -627,7 +654,7 @@ class Harness:
         if (failure is not None and not failure.get("executor_failure")
                 and failure.get("data_hash") == self.data_hash()):
             return CellState("recorded as failed earlier (use --force to retry)", failure, [], 0)
-        pending, stale, unkept = [], 0, 0
+        pending, stale, unkept, kept = [], 0, 0, {}
         for e in self.data.eval_sets:
             rec = self.store.read(cid.run_dir, e.kind, e.shift, e.severity)
             if rec is not None and not self.made_from(rec, e):
@@ -639,8 +666,21 @@ class Harness:
                 pending.append(e)
                 if not complete:
                     break
+            else:
+                kept[_set_key(e)] = rec
+        # the records kept must come from one fit: those of an earlier fit than the newest record's
+        # are redone (from the fitted checkpoint, which holds the newest fit)
+        newest, fits = one_fit(list(kept.values()))
+        mixed = 0
+        if len(fits) > 1:
+            redo = {k for k, rec in kept.items() if record_fit_key(rec) not in (None, newest)}
+            todo = {_set_key(e) for e in pending} | redo
+            pending = [e for e in self.data.eval_sets if _set_key(e) in todo]
+            kept = {k: rec for k, rec in kept.items() if k not in redo}
+            mixed = len(redo)
         why = None if pending else f"all {len(self.data.eval_sets)} evaluation records exist"
-        return CellState(why, failure, pending, stale, unkept)
+        return CellState(why, failure, pending, stale, unkept, mixed,
+                         {k: record_fit_key(rec) for k, rec in kept.items()})
 
     def made_from(self, record: dict, e: EvalSet) -> bool:
         """Whether ``record`` was made from the data ``e`` holds now (same fingerprint)."""

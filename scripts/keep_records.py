@@ -52,6 +52,7 @@ from pathlib import Path, PurePosixPath
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.checkpoints import one_fit  # noqa: E402
 from bench.store import PACK_NAME, atomic_write_bytes, pack_bytes, read_pack, read_record  # noqa: E402
 
 ARCHIVE = ROOT / "docs" / "records"
@@ -101,7 +102,8 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | N
     """Copy the suite's records, less their curves. A cell (a run directory) is kept whole or not
     at all: one with fewer evaluation records than the suite's other cells on the same data is
     still being evaluated, and its fitted checkpoint is not kept, so a later machine refits it
-    and evaluates every set from that one fit (a cell of two fits would mix their records).
+    and evaluates every set from that one fit (a cell of two fits would mix their records); one
+    whose records come from two fits (:func:`bench.checkpoints.one_fit`) is not kept either.
     ``only``: copy just these run directories (a device run's new cells; the others still count
     for completeness)."""
     src = results / suite / "records"
@@ -124,6 +126,12 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | N
         if len(recs) < full[data[cell]] and not failed:
             print(f"keep_records: {cell.relative_to(results)} not kept: {len(recs)} of {full[data[cell]]} "
                   f"records (still being evaluated)", file=sys.stderr)
+            continue
+        fits = one_fit([r for _, r in recs])[1]
+        if len(fits) > 1:
+            print(f"keep_records: {cell.relative_to(results)} not kept: its records come from {len(fits)} fits "
+                  f"({', '.join(f'{n} from {k}' for k, n in sorted(fits.items()))}; e.g. a --force-method run "
+                  f"stopped during its evaluation): run it again to finish it from one fit", file=sys.stderr)
             continue
         complete[cell] = recs
     with_maps = first_seeds(complete)

@@ -618,3 +618,103 @@ def test_readme_main_job_runs_at_smoke_scale(fake_mnist, tmp_path):
     html = (rep / "mnist_rotated" / "index.html").read_text()
     assert "TOUR PROFILE" in html and re.search(r'<table class="leaderboard-', html)
     assert "trained 2 epochs on 300 training images (a subset)" in html    # the banner says the scale
+
+
+def _perturbed_fit(monkeypatch, shift):
+    """Deterministic's fit, its weights moved by ``shift``: a refit that differs from the first fit
+    (as a refit on another machine, or after a change, does)."""
+    import torch
+
+    from methods.deterministic import Deterministic
+
+    fit = Deterministic.fit
+
+    def moved(self, train, val):
+        fit(self, train, val)
+        with torch.no_grad():
+            for p in self.model.parameters():
+                p.add_(shift)
+
+    monkeypatch.setattr(Deterministic, "fit", moved)
+
+
+def _loud(args):
+    return [a for a in args if a != "--quiet"]
+
+
+def _fits(out):
+    """{record file name: fit_digest} of the toy's one cell, and the fitted checkpoint's digest."""
+    import torch
+
+    recs = {p.name: json.loads(p.read_text()) for p in out.rglob("records/**/*.json")}
+    ckpt = torch.load(next(out.rglob("checkpoints/fitted/**/seed0.pt")), weights_only=True)
+    return recs, ckpt["fit_digest"]
+
+
+def test_a_force_method_run_stopped_during_evaluation_is_finished_from_its_own_fit(tmp_path, monkeypatch, capsys):
+    """--force-method refits and re-evaluates; stopped after its first record, the cell holds every
+    record, the rest from the earlier fit. A plain re-run must not take it as done: it re-evaluates
+    those records from the new fit's checkpoint, so that every record comes from one fit."""
+    from bench.store import ResultsStore
+
+    out = tmp_path / "r"
+    assert main(_toy(out)) == 0
+    before, old_digest = _fits(out)
+    assert len(before) == 3 and {r["fit_digest"] for r in before.values()} == {old_digest}
+
+    _perturbed_fit(monkeypatch, 0.05)
+    write, written = ResultsStore.write, []
+
+    def stop_after_one(self, run_dir, record):
+        if written:
+            raise KeyboardInterrupt  # Ctrl-C (or SIGTERM) during the evaluation
+        written.append(record["shift"])
+        return write(self, run_dir, record)
+
+    monkeypatch.setattr(ResultsStore, "write", stop_after_one)
+    assert main(_toy(out, "--force-method", "deterministic")) == 130
+    monkeypatch.setattr(ResultsStore, "write", write)
+    mixed, new_digest = _fits(out)
+    assert new_digest != old_digest and len(mixed) == 3
+    assert sorted(r["fit_digest"] for r in mixed.values()) == sorted([new_digest, old_digest, old_digest])
+
+    capsys.readouterr()
+    assert main(_loud(_toy(out))) == 0  # the same command without --force-method
+    assert "2 record(s) stand on an earlier fit than the cell's newest record" in capsys.readouterr().err
+    after, digest = _fits(out)
+    assert digest == new_digest and {r["fit_digest"] for r in after.values()} == {new_digest}
+    for name, rec in after.items():  # re-evaluated: the moved weights give other numbers
+        assert rec["metrics"]["nll"] != before[name]["metrics"]["nll"], name
+    # and the cell is now done: another run rewrites nothing
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("records/**/*.json")}
+    assert main(_toy(out)) == 0
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("records/**/*.json")} == stamps
+
+
+def test_a_method_fitted_again_re_evaluates_the_records_of_another_fit(tmp_path, monkeypatch, capsys):
+    """A cell with a missing record and no fitted checkpoint (deleted, or set aside as damaged) is
+    fitted again: when the refit repeats the first bit for bit (one machine, one thread count) only
+    the missing set is evaluated; when it differs, every set is, from the one new fit."""
+    out = tmp_path / "r"
+    assert main(_toy(out)) == 0
+    before, first = _fits(out)
+    ckpt = next(out.rglob("checkpoints/fitted/**/seed0.pt"))
+    victim = next(p for p in out.rglob("records/**/*.json") if p.name.startswith("shift"))
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("records/**/*.json") if p != victim}
+
+    victim.unlink()
+    ckpt.unlink()
+    assert main(_toy(out)) == 0  # the same fit again: the same digest, the others left alone
+    again, digest = _fits(out)
+    assert digest == first and victim.exists() and again == before | {victim.name: again[victim.name]}
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())
+
+    victim.unlink()
+    ckpt.unlink()
+    _perturbed_fit(monkeypatch, 0.05)
+    capsys.readouterr()
+    assert main(_loud(_toy(out))) == 0
+    assert "2 record(s) stand on another fit than the one used now" in capsys.readouterr().err
+    after, digest = _fits(out)
+    assert digest != first and {r["fit_digest"] for r in after.values()} == {digest}
+    assert all(after[n]["metrics"]["nll"] != before[n]["metrics"]["nll"] for n in after)

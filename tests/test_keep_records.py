@@ -180,3 +180,48 @@ def test_save_maps_keeps_a_suites_map_networks_and_restore_puts_them_back(tmp_pa
     with pytest.raises(SystemExit, match="not a torch file"):
         keep.save_maps(results, "toy", archive)
     assert not (archive / other).exists()  # every file is checked before any is kept
+
+
+def test_a_cell_whose_records_come_from_two_fits_is_not_kept(tmp_path, capsys):
+    """A --force-method refit stopped during its evaluation leaves a cell with every record, some
+    from the new fit and the rest from the old one: not kept until a re-run finishes it from one fit."""
+    results, archive = tmp_path / "results", tmp_path / "kept"
+    store = ResultsStore(results)
+    mixed, whole = (store.run_dir("toy", "mlp", m, "abc", 0) for m in ("deterministic", "mc_dropout"))
+    store.write(mixed, {**record("noise", 0.5), "fit_digest": "aaaa", "finished_at": "2026-12-05T01:00:00"})
+    store.write(mixed, {**record("blur", 0.25), "cost": {"fit_time_s": 12.5}, "finished_at": "2026-12-04T01:00:00"})
+    store.write(whole, {**record("noise", 0.5, "mc_dropout"), "fit_digest": "bbbb"})
+    store.write(whole, {**record("blur", 0.25, "mc_dropout"), "fit_digest": "bbbb"})
+    assert keep.save(results, "toy", archive) == 2
+    assert {Path(rel).parent.parent.name for rel in keep.kept(archive, "toy")} == {"mc_dropout-abc"}
+    err = capsys.readouterr().err
+    assert "deterministic-abc/seed0 not kept: its records come from 2 fits" in err
+    assert "1 from fit_time_s:12.5" in err and "1 from state:aaaa" in err
+
+
+def test_a_fits_identity_is_its_states_bytes():
+    """bench.checkpoints.state_digest names a fit by its fitted state, however nested: equal states
+    (a deterministic refit) name one fit, one changed element (a bf16 tensor's last bit, a nested
+    float) another; fit_key falls back to the recorded fit time for records of older code."""
+    import numpy as np
+    import torch
+
+    from bench.checkpoints import fit_key, one_fit, state_digest
+
+    def state():
+        return {"model": {"w": torch.arange(6, dtype=torch.bfloat16).reshape(2, 3), "mask": torch.tensor([True, False])},
+                "members": [{"b": torch.zeros(2)}, {"b": torch.ones(2)}], "prior": 0.5, "idx": np.array([3, 1])}
+
+    a, b = state(), state()
+    assert state_digest(a) == state_digest(b)
+    b["model"]["w"].view(torch.int16)[1, 2] ^= 1  # one bit of one bf16 weight
+    assert state_digest(b) != state_digest(a)
+    for change in (lambda s: s["members"][1]["b"].add_(1e-7), lambda s: s.update(prior=0.5000001),
+                   lambda s: s["idx"].__setitem__(0, 2), lambda s: s["members"].reverse()):
+        c = state()
+        change(c)
+        assert state_digest(c) != state_digest(a)
+    assert fit_key("ab", 3.0) == "state:ab" and fit_key(None, 3.0) == "fit_time_s:3.0" and fit_key(None, None) is None
+    newest, fits = one_fit([{"fit_digest": "x", "finished_at": "2026-12-05"}, {"cost": {"fit_time_s": 2.0}, "finished_at": "2026-12-01"},
+                            {"kind": "fit", "status": "failed"}])
+    assert newest == "state:x" and fits == {"state:x": 1, "fit_time_s:2.0": 1}
