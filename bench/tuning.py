@@ -425,6 +425,49 @@ def mixed_network_notes(results_dirs, df) -> dict[tuple[str, str, str, str], str
     return out
 
 
+def stale_space_notes(results_dirs) -> dict[tuple[str, str, str, str], str]:
+    """``(suite, profile, model, method) -> why`` for every stored choice of the profile's objective made
+    over another space than the one the suite gives the method now (:func:`space_of`; e.g. a suite that
+    since gave the method its own space): its candidates are not the protocol's, so a row at that
+    choice is not chosen by it until the tune runs again over the space of now."""
+    from bench.suites import SUITES
+
+    out = {}
+    for d in results_dirs:
+        for path in sorted(Path(d).glob("*/tuning/*.json")):
+            doc = read_tuning(path)
+            if doc.get("suite") not in SUITES:
+                continue
+            suite = SUITES.get(doc["suite"])
+            for key, entry in (doc.get("methods") or {}).items():
+                if entry.get("fixed") or not isinstance(entry.get("space"), dict) or not entry["space"]:
+                    continue  # another objective's tune, or one that stored no space
+                method = entry_method(key, entry)
+                now = space_of(method, suite) or {}
+                then = entry["space"]
+                if {k: list(v) for k, v in then.items()} == {k: list(v) for k, v in now.items()}:
+                    continue
+                for c in entry.get("choices", []):
+                    out[(doc["suite"], doc["profile"], c["model"], method)] = (
+                        f"its stored `bench tune` choice was made over another space than the suite gives "
+                        f"{method} now ({_space_text(then)}; now {_space_text(now) or 'none'}): rerun the tune "
+                        f"(`python -m bench tune --suite {doc['suite']} --profile {doc['profile']} --methods {method}`)")
+    return out
+
+
+def _space_text(space: dict) -> str:
+    return "; ".join(f"{k.replace(TIE, ' = ')} {', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in vals)}"
+                     for k, vals in space.items())
+
+
+def protocol_notes(results_dirs, df) -> dict[tuple[str, str, str, str], str]:
+    """``(suite, profile, model, method) -> why`` a stored choice of the profile's objective is not the
+    tuning protocol's: made over another space than the suite's now (:func:`stale_space_notes`) or
+    comparing candidates on more than one network (:func:`mixed_network_notes`); both reasons where both hold."""
+    stale, mixed = stale_space_notes(results_dirs), mixed_network_notes(results_dirs, df)
+    return {k: "; ".join(n for n in (stale.get(k), mixed.get(k)) if n) for k in {**stale, **mixed}}
+
+
 def edge_notes(results_dirs) -> dict[tuple[str, str, str], list[tuple[str, str]]]:
     """``(suite, profile, model) -> [(method, note), ...]`` naming each tuned method whose stored choice
     sits at an end of a swept range (:func:`at_edge`): its row is the best of the space, and a value

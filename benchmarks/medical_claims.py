@@ -577,7 +577,7 @@ def untuned_reason(suite: str, profile: str, row: Row) -> str | None:
 def verdict_text(claim: Claim, spec: SuiteSpec, a: RowRuns, b: RowRuns, df_ref,
                  mixed: dict[str, str] | None = None) -> tuple[str, str]:
     """(measured, verdict) cells of one claim on one suite; ``mixed``: method -> why its stored tuning's
-    choice is not the protocol's (:func:`bench.tuning.mixed_network_notes`)."""
+    choice is not the protocol's (:func:`bench.tuning.protocol_notes`)."""
     from bench.validity import OK
 
     missing = [r.row for r in (a, b) if r.label is None]
@@ -783,10 +783,10 @@ def main(argv=None) -> int:
     refs = sorted({SUITE_SPECS[s].cost_reference for s in suites if SUITE_SPECS[s].cost_reference})
     df = load(a.results, suites)
     df_ref = load(a.results, refs, validity=False) if refs else None
-    from bench.tuning import chosen_options, mixed_network_notes, objective_choices
+    from bench.tuning import chosen_options, objective_choices, protocol_notes
 
     choices, objectives = chosen_options(a.results), objective_choices(a.results)  # every stored tuning, read once
-    mixed = mixed_network_notes(a.results, df)
+    mixed = protocol_notes(a.results, df)
     per_suite = {}
     for s in suites:
         profile = a.profile or SUITE_SPECS[s].profile

@@ -317,7 +317,7 @@ def test_a_row_at_its_defaults_where_the_method_has_a_tuning_space_is_never_a_ve
                     "--suite", SUITE)
     m2, m3 = line(out, "M2"), line(out, "M3")
     assert m2.endswith("| not a verdict: PBN 1 %: at the method's defaults: `bench tune` has not chosen its "
-                       "beta_start, rho_lr on this suite (`python -m bench tune --suite camvid_multilabel --profile "
+                       "beta_start+beta_end on this suite (`python -m bench tune --suite camvid_multilabel --profile "
                        "quick --methods pbn`) |"), m2
     assert "fully Bayesian: at the method's defaults" in m3 and "gain PBN 1 % − fully Bayesian -0.0500," in m3
     assert "verdict: supported" not in out and "verdict: contradicted" not in out
@@ -443,3 +443,30 @@ def test_seeds_on_another_fit_of_the_map_network_are_not_paired(tmp_path, capsys
     m2 = line(out, "M2")
     assert "paired over seeds 0, 2; seed 1 not paired: the rows stand on different fits of that seed's MAP network" in m2
     assert "gain PBN 1 % − deterministic +0.0195," in m2 and m2.endswith("| verdict: supported |")
+
+
+def test_a_choice_stored_over_another_space_than_the_suites_is_not_the_protocols(tmp_path, capsys):
+    """A suite that gives a method a space of its own after a tune stored a choice over the method's
+    earlier space: the stored candidates are not the protocol's, so a row at that choice is not a
+    verdict until the tune runs again over the space of now (the claim says why and names the tune)."""
+    import json
+
+    from bench.suites import SUITES
+    from bench.tuning import space_of, stale_space_notes
+
+    write(tmp_path, "pbn")
+    write(tmp_path, "deterministic")
+    tune_at_the_profile(tmp_path, methods=("pbn",))
+    doc = tmp_path / SUITE / "tuning" / f"{PROFILE}.json"
+    stored = json.loads(doc.read_text())
+    stored["methods"]["pbn"]["space"] = space_of("pbn", SUITES.get(SUITE)())  # the space of now
+    doc.write_text(json.dumps(stored))
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    assert line(out, "M2").endswith("| verdict: supported |") and not stale_space_notes([tmp_path])
+    stored["methods"]["pbn"]["space"] = {"beta_start": [0.01, 0.2], "rho_lr": [0.05, 0.1]}  # an earlier space
+    doc.write_text(json.dumps(stored))
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    m2 = line(out, "M2")
+    assert "not a verdict" in m2 and "PBN 1 %: its stored `bench tune` choice was made over another space" in m2
+    assert ("(beta_start 0.01, 0.2; rho_lr 0.05, 0.1; now beta_start = beta_end 1e-05, 0.0001, 0.001, 0.01): "
+            "rerun the tune (`python -m bench tune --suite camvid_multilabel --profile quick --methods pbn`)") in m2
