@@ -198,6 +198,7 @@ class LaplaceMethod(Method):
 
     def make_laplace(self, model: nn.Module, backend: str):
         from bench.laplace import import_laplace
+        from bench.laplace.precision import float64_posterior
 
         import_laplace()  # first, without its dependencies' torch.jit FutureWarnings
         from laplace import Laplace
@@ -213,10 +214,13 @@ class LaplaceMethod(Method):
         # multilabel: laplace-torch's "classification" approximation with the Bernoulli GGN backend
         # (bench.laplace.subnet_jacobians; the likelihood string only sets sigma_noise 1 and the log
         # likelihood -loss there); the predictive is this class's own (_predict_chunk)
-        return Laplace(net, "classification", subset_of_weights=self.subset_of_weights,
-                       hessian_structure=self.hessian_structure,
-                       backend=backend_class(backend, self.ctx.task.kind),
-                       prior_precision=float(self.config["prior_precision"]), **kw)
+        la = Laplace(net, "classification", subset_of_weights=self.subset_of_weights,
+                     hessian_structure=self.hessian_structure,
+                     backend=backend_class(backend, self.ctx.task.kind),
+                     prior_precision=float(self.config["prior_precision"]), **kw)
+        # a full subnetwork covariance in float64: float32 cannot factor H + tau I at the small prior
+        # precisions the validation search asks for (bench/laplace/precision.py)
+        return float64_posterior(la)
 
     def _val_chunks(self, val):
         """The validation split (or a fixed, seeded subset of ``val_examples``) in chunks."""

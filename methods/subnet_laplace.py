@@ -43,7 +43,7 @@ from torch import nn
 
 from bench.errors import BenchError
 from bench.network import check_stochastic_layers
-from bench.laplace.memory import FLOAT_BYTES, activation_numel, check_memory, default_memory_limit
+from bench.laplace.memory import COVARIANCE_BYTES, FLOAT_BYTES, activation_numel, check_memory, default_memory_limit
 from methods._laplace_base import LaplaceMethod
 from bench.laplace.subnet_jacobians import MULTILABEL_BACKENDS, SUBNET_BACKENDS, subnet_jacobian_backend
 from bench.seeding import derive_seed
@@ -302,8 +302,8 @@ class SubnetLaplace(LaplaceMethod):
     def extra_cost(self):
         out = super().extra_cost()
         s = self.num_stochastic_params()
-        out.update({"subnet_size": s, "covariance_bytes": s * s * FLOAT_BYTES,
-                    "posterior_state_bytes": s * s * FLOAT_BYTES + s * 8})
+        out.update({"subnet_size": s, "covariance_bytes": s * s * COVARIANCE_BYTES,
+                    "posterior_state_bytes": s * s * COVARIANCE_BYTES + s * 8})
         est = self.meta.get("memory_estimate_bytes")
         if est:
             out["memory_estimate_mb"] = est["total"] / 2**20

@@ -98,7 +98,7 @@ def posterior_offsets(la, n_samples: int, generator: torch.Generator):
     index = la.backend.subnetwork_indices.to(mean.device) if isinstance(la, SubnetLaplace) else None
     for _ in range(int(n_samples)):
         eps = torch.randn(size, generator=generator, device=generator.device, dtype=mean.dtype).to(mean.device)
-        d = eps * scale if diagonal else scale @ eps
+        d = eps * scale if diagonal else (scale @ eps.to(scale.dtype)).to(mean.dtype)  # a float64 scale: precision.py
         if index is not None:
             d = torch.zeros_like(mean).index_copy_(0, index, d)
         yield d

@@ -15,6 +15,8 @@ from bench.errors import BenchError
 from bench.laplace.subnet_jacobians import OUTPUT_CHUNK_FLOATS, forward_one
 
 FLOAT_BYTES = 4
+#: an entry of the subnetwork posterior's s x s matrices: float64 (bench/laplace/precision.py)
+COVARIANCE_BYTES = 8
 
 
 class MemoryGuardError(BenchError):
@@ -49,14 +51,15 @@ def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batc
     measured peaks, docs/segmentation.md). laplace-torch's backends materialise per-example gradients of all
     P weights and slice: BackPACK / ASDL per output (B x P, x3 / x3.5 for gradient,
     concatenation and slice), the torch.func path (Curvlinops; ASDL's predictive falls back to it) all K
-    outputs at once (B x K x P, x3). SubnetJacobianGGN needs ~6 B x K x s plus activations, plus
+    outputs at once (B x K x P, x3). SubnetJacobianGGN needs ~8 B x K x s plus activations, plus
     the gradients at its hooked layer outputs for a chunk of the K outputs (at most
     ``OUTPUT_CHUNK_FLOATS`` floats, or one output's, and their stacked copy), plus the layer inputs'
     entries the subnet multiplies, gathered once per batch (``gathered`` floats per example:
     :func:`bench.laplace.subnet_jacobians.gathered_floats`, once the subnet is known; before, at most
     ``s x positions_per_weight``).
     The s x s terms: the GGN H, the posterior precision, its Cholesky factor / scale and
-    the covariance (4 s^2). The linearised predictive drawn by Jacobian-vector products
+    the covariance (4 s^2), in float64 (8 bytes each: :mod:`bench.laplace.precision`), and the
+    subnet backend's float64 copy of a batch's Jacobians for its GGN (2 B x K x s floats more). The linearised predictive drawn by Jacobian-vector products
     (``glm_sampler="jvp"``, :mod:`bench.laplace.jvp_glm`) forms no Jacobian whatever the backend:
     one JVP at a time (primal and tangent activations, ~3 per layer output at the peak) plus
     the ``n_samples`` logit draws; the fit still builds the backend's Jacobians for the GGN.
@@ -69,7 +72,7 @@ def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batc
             return 2 * P + b * s + act if phase == "fit" else 3 * b * act
         if backend == "subnet":  # J, the gathered g and a entries, their product, GGN intermediates,
             # and the gradients at the hooked layer outputs for a chunk of outputs, stacked per layer
-            return (6 * b * K * s + b * act + 2 * min(K * b * activations, max(b * activations, OUTPUT_CHUNK_FLOATS))
+            return (8 * b * K * s + b * act + 2 * min(K * b * activations, max(b * activations, OUTPUT_CHUNK_FLOATS))
                     + b * (int(gathered) if gathered is not None else s * int(positions_per_weight)))
         if backend == "backpack":
             return 3 * b * P + 2 * b * K * s + b * act
@@ -86,7 +89,7 @@ def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batc
         predict = jac(Bp, "predict")
     cov = 4 * s * s
     terms = {"jacobian_fit": fit * dtype_bytes, "jacobian_predict": predict * dtype_bytes,
-             "covariance": cov * dtype_bytes, "params": 3 * P * dtype_bytes}
+             "covariance": cov * COVARIANCE_BYTES, "params": 3 * P * dtype_bytes}
     terms["total"] = max(terms["jacobian_fit"], terms["jacobian_predict"]) + terms["covariance"] + terms["params"]
     return terms
 

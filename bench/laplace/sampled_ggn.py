@@ -83,6 +83,7 @@ def _build_backend():
 
         def full(self, x, y, N=None, **kwargs):
             loss, G = self._rows(x, y)
+            G = G.double()  # the batch's GGN in float64 (bench/laplace/precision.py)
             return loss.detach(), (G.T @ G).detach()
 
         def jacobians(self, x, enable_backprop=False):

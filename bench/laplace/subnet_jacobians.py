@@ -336,6 +336,19 @@ def _build_subnet_jacobian_backend():
                 per_k = g = None  # this chunk's gradients go before the next chunk's come
             return (J, f) if enable_backprop else (J.detach(), f.detach())
 
+        def full(self, x, y, **kwargs):
+            """``(loss, H)``: laplace-torch's GGN ``sum_n J_n^T (diag(p_n) - p_n p_n^T) J_n`` of the
+            softmax, formed in float64 from the float32 Jacobians (bench/laplace/precision.py)."""
+            if self.stochastic:
+                return super().full(x, y, **kwargs)
+            Js, f = self.jacobians(x)
+            p = torch.softmax(f.detach().double(), dim=-1)
+            J = Js.double()
+            # the likelihood's Hessian per example first (small K x K entries kept, as laplace-torch does)
+            H_lik = torch.diag_embed(p) - torch.einsum("bk,bc->bkc", p, p)
+            H = torch.einsum("bcp,bck,bkq->pq", J, H_lik, J)
+            return (self.factor * self.lossfunc(f, y)).detach(), H.detach()
+
         def gradients(self, x, y):  # the empirical Fisher is not offered for subnetworks here
             raise NotImplementedError("SubnetJacobianGGN provides the GGN only")
 
@@ -383,8 +396,9 @@ def _build_bernoulli_subnet_backend():
 
         def _loss_and_ggn(self, x, y, contraction: str):
             Js, f = self.jacobians(x)
-            p = torch.sigmoid(f)
-            H = torch.einsum(contraction, Js, p * (1 - p), Js)
+            p = torch.sigmoid(f.detach().double())
+            J = Js.double()  # the batch's GGN in float64 (bench/laplace/precision.py)
+            H = torch.einsum(contraction, J, p * (1 - p), J)
             return (self.factor * self.lossfunc(f, y)).detach(), H.detach()
 
     return BernoulliSubnetJacobianGGN
