@@ -327,6 +327,7 @@ class CellState:
     mixed: int = 0
     kept_fits: dict = field(default_factory=dict)  # eval set's (kind, shift, severity) -> fit_key, of the records kept
 
+
 def _set_key(e: EvalSet) -> tuple:
     """An evaluation set's name in a cell: (kind, shift, severity), as its record's file is named."""
     return (e.kind, e.shift, e.severity)
