@@ -334,20 +334,27 @@ def budget_difference(results: str | Path, suite: str, profile: str, method: str
     return "; ".join(diff) or None
 
 
+def _stored_entries(results_dirs):
+    """``(doc, key, entry)`` of every method entry (``key``: the method, or ``method[objective]``) of
+    every stored tuning (``<results>/<suite>/tuning/<profile>.json``) under ``results_dirs``, in order."""
+    for d in results_dirs:
+        for path in sorted(Path(d).glob("*/tuning/*.json")):
+            doc = read_tuning(path)
+            for key, entry in (doc.get("methods") or {}).items():
+                yield doc, key, entry
+
+
 def _stored_choices(results_dirs, objectives: bool = False):
     """``((suite, profile, model, method), choice, fixed)`` of every choice a stored tuning
     (``<results>/<suite>/tuning/<profile>.json``) made for the profile's objective (``fixed`` empty), or,
     with ``objectives``, for every objective (``fixed``: the options its tune held away from the
     profile's, :func:`fixed_options`); a later directory's choice replaces an earlier's."""
-    for d in results_dirs:
-        for path in sorted(Path(d).glob("*/tuning/*.json")):
-            doc = read_tuning(path)
-            for key, entry in (doc.get("methods") or {}).items():
-                fixed = dict(entry.get("fixed") or {})
-                if fixed and not objectives:
-                    continue
-                for c in entry.get("choices", []):
-                    yield (doc["suite"], doc["profile"], c["model"], entry_method(key, entry)), c, fixed
+    for doc, key, entry in _stored_entries(results_dirs):
+        fixed = dict(entry.get("fixed") or {})
+        if fixed and not objectives:
+            continue
+        for c in entry.get("choices", []):
+            yield (doc["suite"], doc["profile"], c["model"], entry_method(key, entry)), c, fixed
 
 
 def _latest_per_objective(results_dirs) -> dict:
@@ -433,25 +440,19 @@ def stale_space_notes(results_dirs) -> dict[tuple[str, str, str, str], str]:
     from bench.suites import SUITES
 
     out = {}
-    for d in results_dirs:
-        for path in sorted(Path(d).glob("*/tuning/*.json")):
-            doc = read_tuning(path)
-            if doc.get("suite") not in SUITES:
-                continue
-            suite = SUITES.get(doc["suite"])
-            for key, entry in (doc.get("methods") or {}).items():
-                if entry.get("fixed") or not isinstance(entry.get("space"), dict) or not entry["space"]:
-                    continue  # another objective's tune, or one that stored no space
-                method = entry_method(key, entry)
-                now = space_of(method, suite) or {}
-                then = entry["space"]
-                if {k: list(v) for k, v in then.items()} == {k: list(v) for k, v in now.items()}:
-                    continue
-                for c in entry.get("choices", []):
-                    out[(doc["suite"], doc["profile"], c["model"], method)] = (
-                        f"its stored `bench tune` choice was made over another space than the suite gives "
-                        f"{method} now ({_space_text(then)}; now {_space_text(now) or 'none'}): rerun the tune "
-                        f"(`python -m bench tune --suite {doc['suite']} --profile {doc['profile']} --methods {method}`)")
+    for doc, key, entry in _stored_entries(results_dirs):
+        then = entry.get("space")
+        if doc.get("suite") not in SUITES or entry.get("fixed") or not isinstance(then, dict) or not then:
+            continue  # a suite not registered here, another objective's tune, or one that stored no space
+        method = entry_method(key, entry)
+        now = space_of(method, SUITES.get(doc["suite"])) or {}
+        if {k: list(v) for k, v in then.items()} == {k: list(v) for k, v in now.items()}:
+            continue
+        for c in entry.get("choices", []):
+            out[(doc["suite"], doc["profile"], c["model"], method)] = (
+                f"its stored `bench tune` choice was made over another space than the suite gives "
+                f"{method} now ({_space_text(then)}; now {_space_text(now) or 'none'}): rerun the tune "
+                f"(`python -m bench tune --suite {doc['suite']} --profile {doc['profile']} --methods {method}`)")
     return out
 
 
