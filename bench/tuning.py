@@ -461,12 +461,50 @@ def _space_text(space: dict) -> str:
                      for k, vals in space.items())
 
 
-def protocol_notes(results_dirs, df) -> dict[tuple[str, str, str, str], str]:
-    """``(suite, profile, model, method) -> why`` a stored choice of the profile's objective is not the
-    tuning protocol's: made over another space than the suite's now (:func:`stale_space_notes`) or
-    comparing candidates on more than one network (:func:`mixed_network_notes`); both reasons where both hold."""
-    stale, mixed = stale_space_notes(results_dirs), mixed_network_notes(results_dirs, df)
-    return {k: "; ".join(n for n in (stale.get(k), mixed.get(k)) if n) for k in {**stale, **mixed}}
+def edge_choice_notes(results_dirs) -> dict[tuple[str, str, str, str], str]:
+    """``(suite, profile, model, method) -> why`` for every stored choice of the profile's objective at an
+    end of a swept range (:func:`at_edge`; a later directory's choice replaces an earlier's): the protocol
+    chose it, but a value beyond the space may do better, so a row at it is the best of this space only,
+    not the method's (as a Laplace prior at the edge of its grid)."""
+    out = {}
+    for doc, key, entry in _stored_entries(results_dirs):
+        if entry.get("fixed"):
+            continue  # another objective's tune
+        method = entry_method(key, entry)
+        for c in entry.get("choices", []):
+            k, edge = (doc["suite"], doc["profile"], c["model"], method), _edge_text(entry.get("space") or {}, c)
+            out.pop(k, None)
+            if edge:
+                out[k] = (f"its stored `bench tune` choice is at the edge of the swept range ({edge}): a value "
+                          f"beyond it may do better, so the row is the best of this space, not the method's; "
+                          f"move {method}'s space past that end (the suite's `tuning_spaces`) and rerun the tune "
+                          f"(`python -m bench tune --suite {doc['suite']} --profile {doc['profile']} --methods "
+                          f"{method}`)")
+    return out
+
+
+def verdict_notes(results_dirs, df) -> dict[tuple[str, str, str, str], str]:
+    """``(suite, profile, model, method) -> why`` a row at a stored choice of the profile's objective is no
+    verdict on the method: the choice is not the tuning protocol's, made over another space than the
+    suite's now (:func:`stale_space_notes`) or comparing candidates on more than one network
+    (:func:`mixed_network_notes`), or it sits at the edge of its space (:func:`edge_choice_notes`; not
+    named for a stale choice, whose space is no longer the suite's); every reason that holds."""
+    stale, mixed, edges = (stale_space_notes(results_dirs), mixed_network_notes(results_dirs, df),
+                           edge_choice_notes(results_dirs))
+    edges = {k: n for k, n in edges.items() if k not in stale}
+    return {k: "; ".join(n for n in (stale.get(k), mixed.get(k), edges.get(k)) if n) for k in {**stale, **mixed, **edges}}
+
+
+def _edge_text(space: dict, choice: dict) -> str:
+    """Which end of which swept range ``choice`` (a stored choice with its ``at_edge`` keys) sits at,
+    e.g. "kl_weight = 0.0001, the smallest of 0.0001, 0.001, 0.01, 0.1"; "" when none."""
+    parts = []
+    for k in choice.get("at_edge") or []:
+        vals = sorted(v for v in space.get(k, []) if isinstance(v, (int, float)))
+        value = choice["chosen"].get(options_of(k)[0])
+        end = "smallest" if value == vals[0] else "largest"
+        parts.append(f"{k.replace(TIE, ' = ')} = {value:g}, the {end} of {', '.join(f'{v:g}' for v in vals)}")
+    return "; ".join(parts)
 
 
 def edge_notes(results_dirs) -> dict[tuple[str, str, str], list[tuple[str, str]]]:
@@ -479,19 +517,12 @@ def edge_notes(results_dirs) -> dict[tuple[str, str, str], list[tuple[str, str]]
         for path in sorted(Path(d).glob("*/tuning/*.json")):
             doc = read_tuning(path)
             for entry_name, entry in sorted((doc.get("methods") or {}).items()):  # method, or method[objective]
-                space = entry.get("space") or {}
                 for c in entry.get("choices", []):
-                    parts = []
-                    for k in c.get("at_edge") or []:
-                        vals = sorted(v for v in space.get(k, []) if isinstance(v, (int, float)))
-                        value = c["chosen"].get(options_of(k)[0])
-                        end = "smallest" if value == vals[0] else "largest"
-                        parts.append(f"{k.replace(TIE, ' = ')} = {value:g}, the {end} of "
-                                     f"{', '.join(f'{v:g}' for v in vals)}")
-                    if parts:
+                    edge = _edge_text(entry.get("space") or {}, c)
+                    if edge:
                         out.setdefault((doc["suite"], doc["profile"], c["model"]), []).append((
                             entry_method(entry_name, entry),
-                            f"{entry_name}: its tuning chose the edge of the swept range ({'; '.join(parts)}): "
+                            f"{entry_name}: its tuning chose the edge of the swept range ({edge}): "
                             "a value beyond it may do better; the row is the best of this space"))
     return out
 

@@ -577,7 +577,8 @@ def untuned_reason(suite: str, profile: str, row: Row) -> str | None:
 def verdict_text(claim: Claim, spec: SuiteSpec, a: RowRuns, b: RowRuns, df_ref,
                  mixed: dict[str, str] | None = None) -> tuple[str, str]:
     """(measured, verdict) cells of one claim on one suite; ``mixed``: method -> why its stored tuning's
-    choice is not the protocol's (:func:`bench.tuning.protocol_notes`)."""
+    choice is no verdict on the method (:func:`bench.tuning.verdict_notes`: not the protocol's, or at the
+    edge of its space)."""
     from bench.validity import OK
 
     missing = [r.row for r in (a, b) if r.label is None]
@@ -691,7 +692,7 @@ def table(df, suite: str, profile: str, df_ref=None, tuned: dict | None = None,
     """``tuned``: method -> the options bench tune chose (:func:`tuned_choices`); every row of a tuned
     method is read, and its missing records are asked for, at that choice. ``objectives``: the choices
     of tunes of other objectives (:func:`tuned_objectives`), for the rows that set their fixed options.
-    ``mixed``: method -> why its choice compared candidates on different networks (not a verdict).
+    ``mixed``: method -> why a row at its stored choice is no verdict (:func:`bench.tuning.verdict_notes`).
     ``claims``: :func:`claim_lines` of these arguments, when already computed."""
     spec = replace(SUITE_SPECS[suite], profile=profile)
     tuned, objectives = tuned or {}, objectives or {}
@@ -733,7 +734,9 @@ def legend(suites) -> list[str]:
     lines += [f"- {METRIC_TITLES[k]} (`{k}`): {v}." for k, v in METRIC_NOTES.items()]
     lines += ["", "A verdict only where every record of both rows passes its validity checks (bench.validity), "
               "each row has two seeds or more, and a row of a method with a tuning space stands at the options a "
-              "stored `bench tune` chose (or sets them itself); "
+              "stored `bench tune` chose over the suite's space of now, on one network, inside the space (a "
+              "choice at an end of a swept range is the best of the space, not the method's) (or sets them "
+              "itself); "
               "`✗` marks a row that fails them, `?` one that could not be checked. Records reach docs/records "
               "with `.venv/bin/python scripts/keep_records.py save <suite>` after the run."]
     return lines
@@ -783,10 +786,10 @@ def main(argv=None) -> int:
     refs = sorted({SUITE_SPECS[s].cost_reference for s in suites if SUITE_SPECS[s].cost_reference})
     df = load(a.results, suites)
     df_ref = load(a.results, refs, validity=False) if refs else None
-    from bench.tuning import chosen_options, objective_choices, protocol_notes
+    from bench.tuning import chosen_options, objective_choices, verdict_notes
 
     choices, objectives = chosen_options(a.results), objective_choices(a.results)  # every stored tuning, read once
-    mixed = protocol_notes(a.results, df)
+    mixed = verdict_notes(a.results, df)
     per_suite = {}
     for s in suites:
         profile = a.profile or SUITE_SPECS[s].profile

@@ -38,7 +38,7 @@ DEFAULT_SUITES = ("camvid_multilabel", "camvid_binary", "chestmnist")
 def method_line(df, s, profile: str, method: str, tuned: dict, df_ref=None, mixed: str = "") -> list[str]:
     """The cells of one method's line on suite ``s`` (an instance): method, in the default grid, the
     profile's row, its checks, other kept configurations, status. ``mixed``: why the stored tuning's
-    choice is not the protocol's (:func:`bench.tuning.protocol_notes`), or ""."""
+    choice is no verdict on the method (:func:`bench.tuning.verdict_notes`), or ""."""
     from bench.tuning import space_of
     from bench.validity import OK, marked_label, runs_validity
     from methods import METHODS
@@ -134,9 +134,9 @@ def main(argv=None) -> int:
     df = mc.load(a.results, suites)
     refs = sorted({sp.cost_reference for s in suites if (sp := mc.SUITE_SPECS.get(s)) and sp.cost_reference})
     df_ref = mc.load(a.results, refs, validity=False) if refs else None
-    from bench.tuning import chosen_options, protocol_notes
+    from bench.tuning import chosen_options, verdict_notes
 
-    choices, mixed = chosen_options(a.results), protocol_notes(a.results, df)
+    choices, mixed = chosen_options(a.results), verdict_notes(a.results, df)
     out = []
     for s in suites:
         out += table(df, s, a.profile, mc.tuned_choices(choices, s, a.profile), df_ref,

@@ -468,5 +468,41 @@ def test_a_choice_stored_over_another_space_than_the_suites_is_not_the_protocols
     _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
     m2 = line(out, "M2")
     assert "not a verdict" in m2 and "PBN 1 %: its stored `bench tune` choice was made over another space" in m2
-    assert ("(beta_start 0.01, 0.2; rho_lr 0.05, 0.1; now beta_start = beta_end 1e-05, 0.0001, 0.001, 0.01): "
+    assert ("(beta_start 0.01, 0.2; rho_lr 0.05, 0.1; now beta_start = beta_end 0.0001, 0.001, 0.01, 0.1): "
             "rerun the tune (`python -m bench tune --suite camvid_multilabel --profile quick --methods pbn`)") in m2
+
+
+def test_a_choice_at_the_edge_of_its_space_is_not_a_verdict(tmp_path, capsys):
+    """The fully Bayesian network's stored choice is the largest KL weight of its space (the profile's
+    0.01 of 1e-5 .. 1e-2): a larger one may do better, so M3 (PBN against it) is not a verdict and says
+    where the edge is; PBN's choice inside its space leaves M2 a verdict. The same edge in a space the
+    suite no longer gives is named only as a stale choice (rerun the tune), not twice."""
+    import json
+
+    from bench.suites import SUITES
+    from bench.tuning import at_edge, edge_choice_notes, space_of
+
+    for method in ("pbn", "deterministic", "mfvi"):
+        write(tmp_path, method)
+    tune_at_the_profile(tmp_path, methods=("pbn", "mfvi"))
+    doc = tmp_path / SUITE / "tuning" / f"{PROFILE}.json"
+    stored = json.loads(doc.read_text())
+    for method in ("pbn", "mfvi"):
+        entry = stored["methods"][method]
+        entry["space"] = space_of(method, SUITES.get(SUITE)())
+        entry["choices"][0]["at_edge"] = at_edge(entry["space"], entry["choices"][0]["chosen"])
+    assert stored["methods"]["mfvi"]["choices"][0]["at_edge"] == ["beta_start+beta_end"]
+    assert stored["methods"]["pbn"]["choices"][0]["at_edge"] == []
+    doc.write_text(json.dumps(stored))
+    assert list(edge_choice_notes([tmp_path])) == [(SUITE, PROFILE, MODEL, "mfvi")]
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    assert line(out, "M2").endswith("| verdict: supported |")
+    m3 = line(out, "M3")
+    assert ("| not a verdict: fully Bayesian: its stored `bench tune` choice is at the edge of the swept range "
+            "(beta_start = beta_end = 0.01, the largest of 1e-05, 0.0001, 0.001, 0.01): a value beyond it may do "
+            "better") in m3, m3
+    stored["methods"]["mfvi"]["space"] = {"beta_start+beta_end": [1e-4, 1e-3, 0.01]}  # an earlier space
+    doc.write_text(json.dumps(stored))
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    m3 = line(out, "M3")
+    assert "was made over another space" in m3 and "at the edge" not in m3, m3
