@@ -492,7 +492,8 @@ def verdict_notes(results_dirs, df) -> dict[tuple[str, str, str, str], str]:
     stale, mixed, edges = (stale_space_notes(results_dirs), mixed_network_notes(results_dirs, df),
                            edge_choice_notes(results_dirs))
     edges = {k: n for k, n in edges.items() if k not in stale}
-    return {k: "; ".join(n for n in (stale.get(k), mixed.get(k), edges.get(k)) if n) for k in {**stale, **mixed, **edges}}
+    return {k: "; ".join(n for n in (stale.get(k), mixed.get(k), edges.get(k)) if n)
+            for k in {**stale, **mixed, **edges}}
 
 
 def _edge_text(space: dict, choice: dict) -> str:
