@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from bench.errors import BenchError
-from bench.laplace.subnet_jacobians import OUTPUT_CHUNK_FLOATS, forward_one
+from bench.laplace.subnet_jacobians import DENSE_PAIRS_FACTOR, DENSE_PRODUCT_FLOATS, OUTPUT_CHUNK_FLOATS, forward_one
 
 FLOAT_BYTES = 4
 #: an entry of the subnetwork posterior's s x s matrices: float64 (bench/laplace/precision.py)
@@ -56,7 +56,8 @@ def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batc
     ``OUTPUT_CHUNK_FLOATS`` floats, or one output's, and their stacked copy), plus the layer inputs'
     entries the subnet multiplies, gathered once per batch (``gathered`` floats per example:
     :func:`bench.laplace.subnet_jacobians.gathered_floats`, once the subnet is known; before, at most
-    ``s x positions_per_weight``).
+    ``s x positions_per_weight``), plus its batched (rows x columns) product, at most
+    ``DENSE_PAIRS_FACTOR`` x B x K x s floats and taken in chunks of ``DENSE_PRODUCT_FLOATS``.
     The s x s terms: the GGN H, the posterior precision, its Cholesky factor / scale and
     the covariance (4 s^2), in float64 (8 bytes each: :mod:`bench.laplace.precision`), and the
     subnet backend's float64 copy of a batch's Jacobians for its GGN (2 B x K x s floats more). The linearised predictive drawn by Jacobian-vector products
@@ -73,7 +74,8 @@ def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batc
         if backend == "subnet":  # J, the gathered g and a entries, their product, GGN intermediates,
             # and the gradients at the hooked layer outputs for a chunk of outputs, stacked per layer
             return (8 * b * K * s + b * act + 2 * min(K * b * activations, max(b * activations, OUTPUT_CHUNK_FLOATS))
-                    + b * (int(gathered) if gathered is not None else s * int(positions_per_weight)))
+                    + b * (int(gathered) if gathered is not None else s * int(positions_per_weight))
+                    + min(DENSE_PAIRS_FACTOR * b * K * s, DENSE_PRODUCT_FLOATS))
         if backend == "backpack":
             return 3 * b * P + 2 * b * K * s + b * act
         if backend == "asdl" and phase == "fit":

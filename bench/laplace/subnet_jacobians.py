@@ -32,6 +32,12 @@ SUBNET_BACKENDS = ("auto", "subnet", "backpack", "asdl", "curvlinops", "sampled"
 #: ~10x faster than the pairwise gather on LeNet-5's concentrated subnets), else pairwise
 DENSE_PAIRS_FACTOR = 64
 
+#: the batched (rows x columns) product is taken a chunk of the touched rows at a time, at most this
+#: many floats (a random subnet of 5,000 on LeNet-300-100 touches 300 x ~780 pairs of its first layer:
+#: in one product, 600 MB for batches of 64, twice the memory guard's estimate,
+#: benchmarks/laplace_memory.py, 2026-12-05)
+DENSE_PRODUCT_FLOATS = 2**24
+
 #: the gradients at the hooked layers' outputs are kept for a chunk of the K outputs at a time,
 #: at most this many floats (K x B x the hooked outputs at once was 7.6 GB for resnet_small at
 #: 64 x 64 with 200 classes and batches of 128; benchmarks/laplace_memory.py --fit-cases)
@@ -89,6 +95,19 @@ class _LayerPlan:
         cols = (self.col_v * dw)[:, None, None] + (torch.arange(Wo, device=a.device) * sw)[None, None, :]
         return ap[:, self.col_c[:, None, None], rows, cols].reshape(a.shape[0], -1, Ho * Wo)
 
+    def row_chunks(self, floats_per_row: int):
+        """``(r0, r1, sel)`` over the touched rows ``rows_u[r0:r1]``, as many at a time as keep the
+        batched product within :data:`DENSE_PRODUCT_FLOATS` (``floats_per_row``: B x K x C), at least
+        one; ``sel`` picks the subnet weights of those rows (every weight in one chunk: a slice)."""
+        R = self.rows_u.numel()
+        step = max(1, DENSE_PRODUCT_FLOATS // max(1, floats_per_row))
+        if step >= R:
+            yield 0, R, slice(None)
+            return
+        for r0 in range(0, R, step):
+            r1 = min(R, r0 + step)
+            yield r0, r1, ((self.row_inv >= r0) & (self.row_inv < r1)).nonzero().squeeze(1)
+
     def accumulate(self, out: torch.Tensor, cols: torch.Tensor | None, g: torch.Tensor) -> None:
         """Add this call's Jacobian columns to ``out`` (B, K, s); ``g`` = (K, B, *z.shape[1:])
         holds df_k/dz for every output k, ``cols`` the layer input's entries :meth:`columns` gives.
@@ -97,9 +116,10 @@ class _LayerPlan:
         example where the layer sees several rows per example, e.g. a UNet's pixel rows pooled into
         per-image outputs: ``(B T, n)``, each example's T rows contiguous);
         Conv2d: df_k/dW[o, c, u, v] = sum_l g_k[o, l] unfold(a)[(c, u, v), l]; biases: sum of g.
-        Where the subnet touches few enough (row, column) pairs (:data:`DENSE_PAIRS_FACTOR`), one
-        batched product over rows (positions) gives every pair, and the subnet's are picked out;
-        else the pairs are multiplied one by one, in chunks.
+        Where the subnet touches few enough (row, column) pairs (:data:`DENSE_PAIRS_FACTOR`), a
+        batched product over rows (positions) gives every pair, a chunk of rows at a time
+        (:data:`DENSE_PRODUCT_FLOATS`), and the subnet's are picked out; else the pairs are multiplied
+        one by one, in chunks.
         """
         m, K, B = self.module, g.shape[0], out.shape[0]  # B: the network's examples (out: (B, K, s))
         if isinstance(m, nn.Linear):
@@ -107,10 +127,11 @@ class _LayerPlan:
             if self.w_pos.numel():
                 n, T = self.w_pos.numel(), g.shape[2]
                 R, C = self.rows_u.numel(), self.cols_u.numel()
-                if R * C <= DENSE_PAIRS_FACTOR * n:  # (B, K R, T) @ (B, T, C)
-                    gr = g[..., self.rows_u].permute(1, 0, 3, 2).reshape(B, K * R, T)
-                    prod = torch.bmm(gr, cols).view(B, K, R, C)
-                    out[:, :, self.w_pos] += prod[:, :, self.row_inv, self.col_inv]
+                if R * C <= DENSE_PAIRS_FACTOR * n:  # (B, K r, T) @ (B, T, C), r rows at a time
+                    for r0, r1, sel in self.row_chunks(B * K * C):
+                        gr = g[..., self.rows_u[r0:r1]].permute(1, 0, 3, 2).reshape(B, K * (r1 - r0), T)
+                        prod = torch.bmm(gr, cols).view(B, K, r1 - r0, C)
+                        out[:, :, self.w_pos[sel]] += prod[:, :, self.row_inv[sel] - r0, self.col_inv[sel]]
                 else:
                     a = cols[..., self.col_inv].unsqueeze(0)  # (1, B, T, n)
                     out[:, :, self.w_pos] += (g[..., self.w_row] * a).sum(2).transpose(0, 1)
@@ -121,10 +142,11 @@ class _LayerPlan:
             if self.w_pos.numel():
                 n, L = self.w_pos.numel(), g.shape[-1]
                 R, C = self.rows_u.numel(), self.cols_u.numel()
-                if R * C <= DENSE_PAIRS_FACTOR * n:  # (B, K R, L) @ (B, L, C)
-                    gr = g[:, :, self.rows_u, :].transpose(0, 1).reshape(B, K * R, L)
-                    prod = torch.bmm(gr, cols.transpose(1, 2)).view(B, K, R, C)
-                    out[:, :, self.w_pos] += prod[:, :, self.row_inv, self.col_inv]
+                if R * C <= DENSE_PAIRS_FACTOR * n:  # (B, K r, L) @ (B, L, C), r rows at a time
+                    for r0, r1, sel in self.row_chunks(B * K * C):
+                        gr = g[:, :, self.rows_u[r0:r1], :].transpose(0, 1).reshape(B, K * (r1 - r0), L)
+                        prod = torch.bmm(gr, cols.transpose(1, 2)).view(B, K, r1 - r0, C)
+                        out[:, :, self.w_pos[sel]] += prod[:, :, self.row_inv[sel] - r0, self.col_inv[sel]]
                 else:  # scattered over many rows and columns: pairwise, in chunks of <= 2^24 floats
                     step = max(1, (1 << 24) // max(1, K * B * L))
                     for i in range(0, n, step):
