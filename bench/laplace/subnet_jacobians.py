@@ -65,6 +65,7 @@ class _LayerPlan:
         t = lambda v: torch.as_tensor(v, dtype=torch.long, device=device)  # noqa: E731
         self.w_pos, self.w_row, self.w_col = t(self.w_pos), t(self.w_row), t(self.w_col)
         self.b_pos, self.b_row = t(self.b_pos), t(self.b_row)
+        self.row_chunk_cache: dict[int, list] = {}  # row_chunks' selections per chunk size
         # the distinct rows (output channels) and columns (input channel x tap) the subnet touches:
         # a Conv2d's columns come from one (rows x columns) batched product over positions
         self.rows_u, self.row_inv = torch.unique(self.w_row, return_inverse=True)
@@ -98,15 +99,17 @@ class _LayerPlan:
     def row_chunks(self, floats_per_row: int):
         """``(r0, r1, sel)`` over the touched rows ``rows_u[r0:r1]``, as many at a time as keep the
         batched product within :data:`DENSE_PRODUCT_FLOATS` (``floats_per_row``: B x K x C), at least
-        one; ``sel`` picks the subnet weights of those rows (every weight in one chunk: a slice)."""
+        one; ``sel`` picks the subnet weights of those rows (every weight in one chunk: a slice). The
+        selections are made once per chunk size (``nonzero`` reads the device once, not every batch)."""
         R = self.rows_u.numel()
         step = max(1, DENSE_PRODUCT_FLOATS // max(1, floats_per_row))
         if step >= R:
             yield 0, R, slice(None)
             return
-        for r0 in range(0, R, step):
-            r1 = min(R, r0 + step)
-            yield r0, r1, ((self.row_inv >= r0) & (self.row_inv < r1)).nonzero().squeeze(1)
+        if step not in self.row_chunk_cache:
+            self.row_chunk_cache[step] = [(r0, min(R, r0 + step), ((self.row_inv >= r0) & (self.row_inv < r0 + step))
+                                           .nonzero().squeeze(1)) for r0 in range(0, R, step)]
+        yield from self.row_chunk_cache[step]
 
     def accumulate(self, out: torch.Tensor, cols: torch.Tensor | None, g: torch.Tensor) -> None:
         """Add this call's Jacobian columns to ``out`` (B, K, s); ``g`` = (K, B, *z.shape[1:])
