@@ -65,7 +65,7 @@ class _LayerPlan:
         t = lambda v: torch.as_tensor(v, dtype=torch.long, device=device)  # noqa: E731
         self.w_pos, self.w_row, self.w_col = t(self.w_pos), t(self.w_row), t(self.w_col)
         self.b_pos, self.b_row = t(self.b_pos), t(self.b_row)
-        self.row_chunk_cache: dict[int, list] = {}  # row_chunks' selections per chunk size
+        self.row_chunk_cache: dict[int, list] = {}  # row_chunks' index chunks per chunk size
         # the distinct rows (output channels) and columns (input channel x tap) the subnet touches:
         # a Conv2d's columns come from one (rows x columns) batched product over positions
         self.rows_u, self.row_inv = torch.unique(self.w_row, return_inverse=True)
@@ -96,20 +96,23 @@ class _LayerPlan:
         cols = (self.col_v * dw)[:, None, None] + (torch.arange(Wo, device=a.device) * sw)[None, None, :]
         return ap[:, self.col_c[:, None, None], rows, cols].reshape(a.shape[0], -1, Ho * Wo)
 
-    def row_chunks(self, floats_per_row: int):
-        """``(r0, r1, sel)`` over the touched rows ``rows_u[r0:r1]``, as many at a time as keep the
-        batched product within :data:`DENSE_PRODUCT_FLOATS` (``floats_per_row``: B x K x C), at least
-        one; ``sel`` picks the subnet weights of those rows (every weight in one chunk: a slice). The
-        selections are made once per chunk size (``nonzero`` reads the device once, not every batch)."""
+    def row_chunks(self, floats_per_row: int) -> list[tuple]:
+        """``(r0, r1, pos, row, col)`` over the touched rows ``rows_u[r0:r1]``, as many at a time as keep
+        the batched product within :data:`DENSE_PRODUCT_FLOATS` (``floats_per_row``: B x K x C), at least
+        one: ``pos`` the Jacobian columns of those rows' subnet weights, ``row`` their row within the
+        chunk, ``col`` their column among ``cols_u``. Made once per chunk size and kept, so a batch does
+        no index arithmetic (and on CUDA reads nothing back from the device)."""
         R = self.rows_u.numel()
-        step = max(1, DENSE_PRODUCT_FLOATS // max(1, floats_per_row))
-        if step >= R:
-            yield 0, R, slice(None)
-            return
+        step = min(R, max(1, DENSE_PRODUCT_FLOATS // max(1, floats_per_row)))
         if step not in self.row_chunk_cache:
-            self.row_chunk_cache[step] = [(r0, min(R, r0 + step), ((self.row_inv >= r0) & (self.row_inv < r0 + step))
-                                           .nonzero().squeeze(1)) for r0 in range(0, R, step)]
-        yield from self.row_chunk_cache[step]
+            chunks = [(0, R, self.w_pos, self.row_inv, self.col_inv)]  # every row at once
+            if step < R:
+                chunks = []
+                for r0 in range(0, R, step):
+                    sel = ((self.row_inv >= r0) & (self.row_inv < r0 + step)).nonzero().squeeze(1)
+                    chunks.append((r0, min(R, r0 + step), self.w_pos[sel], self.row_inv[sel] - r0, self.col_inv[sel]))
+            self.row_chunk_cache[step] = chunks
+        return self.row_chunk_cache[step]
 
     def accumulate(self, out: torch.Tensor, cols: torch.Tensor | None, g: torch.Tensor) -> None:
         """Add this call's Jacobian columns to ``out`` (B, K, s); ``g`` = (K, B, *z.shape[1:])
@@ -131,10 +134,9 @@ class _LayerPlan:
                 n, T = self.w_pos.numel(), g.shape[2]
                 R, C = self.rows_u.numel(), self.cols_u.numel()
                 if R * C <= DENSE_PAIRS_FACTOR * n:  # (B, K r, T) @ (B, T, C), r rows at a time
-                    for r0, r1, sel in self.row_chunks(B * K * C):
+                    for r0, r1, pos, row, col in self.row_chunks(B * K * C):
                         gr = g[..., self.rows_u[r0:r1]].permute(1, 0, 3, 2).reshape(B, K * (r1 - r0), T)
-                        prod = torch.bmm(gr, cols).view(B, K, r1 - r0, C)
-                        out[:, :, self.w_pos[sel]] += prod[:, :, self.row_inv[sel] - r0, self.col_inv[sel]]
+                        out[:, :, pos] += torch.bmm(gr, cols).view(B, K, r1 - r0, C)[:, :, row, col]
                 else:
                     a = cols[..., self.col_inv].unsqueeze(0)  # (1, B, T, n)
                     out[:, :, self.w_pos] += (g[..., self.w_row] * a).sum(2).transpose(0, 1)
@@ -146,10 +148,9 @@ class _LayerPlan:
                 n, L = self.w_pos.numel(), g.shape[-1]
                 R, C = self.rows_u.numel(), self.cols_u.numel()
                 if R * C <= DENSE_PAIRS_FACTOR * n:  # (B, K r, L) @ (B, L, C), r rows at a time
-                    for r0, r1, sel in self.row_chunks(B * K * C):
+                    for r0, r1, pos, row, col in self.row_chunks(B * K * C):
                         gr = g[:, :, self.rows_u[r0:r1], :].transpose(0, 1).reshape(B, K * (r1 - r0), L)
-                        prod = torch.bmm(gr, cols.transpose(1, 2)).view(B, K, r1 - r0, C)
-                        out[:, :, self.w_pos[sel]] += prod[:, :, self.row_inv[sel] - r0, self.col_inv[sel]]
+                        out[:, :, pos] += torch.bmm(gr, cols.transpose(1, 2)).view(B, K, r1 - r0, C)[:, :, row, col]
                 else:  # scattered over many rows and columns: pairwise, in chunks of <= 2^24 floats
                     step = max(1, (1 << 24) // max(1, K * B * L))
                     for i in range(0, n, step):
