@@ -336,11 +336,12 @@ def budget_difference(results: str | Path, suite: str, profile: str, method: str
 
 def _stored_entries(results_dirs):
     """``(doc, key, entry)`` of every method entry (``key``: the method, or ``method[objective]``) of
-    every stored tuning (``<results>/<suite>/tuning/<profile>.json``) under ``results_dirs``, in order."""
+    every stored tuning (``<results>/<suite>/tuning/<profile>.json``) under ``results_dirs``, in order
+    (files by path, entries by key, as :func:`write_tuning` stores them)."""
     for d in results_dirs:
         for path in sorted(Path(d).glob("*/tuning/*.json")):
             doc = read_tuning(path)
-            for key, entry in (doc.get("methods") or {}).items():
+            for key, entry in sorted((doc.get("methods") or {}).items()):
                 yield doc, key, entry
 
 
@@ -467,19 +468,18 @@ def edge_choice_notes(results_dirs) -> dict[tuple[str, str, str, str], str]:
     chose it, but a value beyond the space may do better, so a row at it is the best of this space only,
     not the method's (as a Laplace prior at the edge of its grid)."""
     out = {}
-    for doc, key, entry in _stored_entries(results_dirs):
+    for doc, key, entry, c, edge in _choice_edges(results_dirs):
         if entry.get("fixed"):
             continue  # another objective's tune
         method = entry_method(key, entry)
-        for c in entry.get("choices", []):
-            k, edge = (doc["suite"], doc["profile"], c["model"], method), _edge_text(entry.get("space") or {}, c)
-            out.pop(k, None)
-            if edge:
-                out[k] = (f"its stored `bench tune` choice is at the edge of the swept range ({edge}): a value "
-                          f"beyond it may do better, so the row is the best of this space, not the method's; "
-                          f"move {method}'s space past that end (the suite's `tuning_spaces`) and rerun the tune "
-                          f"(`python -m bench tune --suite {doc['suite']} --profile {doc['profile']} --methods "
-                          f"{method}`)")
+        k = (doc["suite"], doc["profile"], c["model"], method)
+        out.pop(k, None)
+        if edge:
+            out[k] = (f"its stored `bench tune` choice is at the edge of the swept range ({edge}): a value "
+                      f"beyond it may do better, so the row is the best of this space, not the method's; "
+                      f"move {method}'s space past that end (the suite's `tuning_spaces`) and rerun the tune "
+                      f"(`python -m bench tune --suite {doc['suite']} --profile {doc['profile']} --methods "
+                      f"{method}`)")
     return out
 
 
@@ -494,6 +494,14 @@ def verdict_notes(results_dirs, df) -> dict[tuple[str, str, str, str], str]:
     edges = {k: n for k, n in edges.items() if k not in stale}
     return {k: "; ".join(n for n in (stale.get(k), mixed.get(k), edges.get(k)) if n)
             for k in {**stale, **mixed, **edges}}
+
+
+def _choice_edges(results_dirs):
+    """``(doc, key, entry, choice, edge)`` of every choice of every stored tuning (:func:`_stored_entries`),
+    ``edge`` the ends of swept ranges it sits at (:func:`_edge_text`; "" when none)."""
+    for doc, key, entry in _stored_entries(results_dirs):
+        for c in entry.get("choices", []):
+            yield doc, key, entry, c, _edge_text(entry.get("space") or {}, c)
 
 
 def _edge_text(space: dict, choice: dict) -> str:
@@ -514,17 +522,12 @@ def edge_notes(results_dirs) -> dict[tuple[str, str, str], list[tuple[str, str]]
     beyond the space may do better, so the comparison holds for this space only. ``method`` is the
     registered method (an objective's entry, ``pbn[class_weights=...]``, gives ``pbn``)."""
     out: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
-    for d in results_dirs:
-        for path in sorted(Path(d).glob("*/tuning/*.json")):
-            doc = read_tuning(path)
-            for entry_name, entry in sorted((doc.get("methods") or {}).items()):  # method, or method[objective]
-                for c in entry.get("choices", []):
-                    edge = _edge_text(entry.get("space") or {}, c)
-                    if edge:
-                        out.setdefault((doc["suite"], doc["profile"], c["model"]), []).append((
-                            entry_method(entry_name, entry),
-                            f"{entry_name}: its tuning chose the edge of the swept range ({edge}): "
-                            "a value beyond it may do better; the row is the best of this space"))
+    for doc, entry_name, entry, c, edge in _choice_edges(results_dirs):  # entry_name: method, or method[objective]
+        if edge:
+            out.setdefault((doc["suite"], doc["profile"], c["model"]), []).append((
+                entry_method(entry_name, entry),
+                f"{entry_name}: its tuning chose the edge of the swept range ({edge}): "
+                "a value beyond it may do better; the row is the best of this space"))
     return out
 
 
