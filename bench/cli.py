@@ -590,6 +590,11 @@ def cmd_leaderboard(args) -> int:
     df = select_runs(load_runs(args.results), suites=args.suite, models=args.model, profiles=args.profile,
                      methods=args.method, commits=args.commit, include_smoke=args.include_smoke,
                      exclude_labels=args.exclude_label)
+    from bench.tuning import board_choice_notes, choice_notes
+
+    # a tuned method's choice over a space no longer the suite's, on several networks, or at an end of
+    # its swept range is said on every board its rows are on (read before --chosen-only drops the rest)
+    notes = choice_notes(args.results, df)
     if args.chosen_only:
         from bench.tuning import chosen_configs, control_rows, not_chosen
 
@@ -601,12 +606,8 @@ def cmd_leaderboard(args) -> int:
         controls, control_notes = control_rows(df, kept) if args.with_controls else (kept & False, {})
         df = df[kept | controls]
     boards = build_boards(df, args.metric)
-    from bench.tuning import board_edge_notes, edge_notes
-
-    # a tuned method's choice at an end of its swept range is said on every board its choice is on
-    edges = edge_notes(args.results)
     for b in boards:
-        b.notes += board_edge_notes(edges, b) + (control_notes.get((b.suite, b.profile, b.model), [])
+        b.notes += board_choice_notes(notes, b) + (control_notes.get((b.suite, b.profile, b.model), [])
                                                  if args.chosen_only else [])
     paths = write_leaderboard(boards, args.out, args.results, filters, args.metric)
     if args.pareto_figure:

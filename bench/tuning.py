@@ -249,6 +249,9 @@ def tuning_markdown(doc: dict) -> str:
         e = doc["methods"][m]
         swept = "; ".join(f"{k.replace(TIE, ' = ')} {', '.join(f'{v:g}' if isinstance(v, float) else str(v) for v in vals)}"
                           for k, vals in e["space"].items())
+        now = space_now(doc, m, e)
+        stale = (f"the suite gives {entry_method(m, e)} another space now ({_space_text(now) or 'none'}): not the "
+                 "protocol's choice until the tune runs again" if now is not None else "")
         for c in e["choices"]:
             ok = sum(1 for r in c["candidates"] if r.get("validity", "ok") == "ok")
             chosen = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in c["chosen"].items()) \
@@ -256,8 +259,8 @@ def tuning_markdown(doc: dict) -> str:
             note = "; ".join(filter(None, [
                 "" if c.get("chosen_among_valid", True) else "no candidate passes its validity checks: chosen "
                                                                "among all, not method evidence",
-                f"at the edge: {', '.join(c['at_edge'])}" if c["at_edge"] else "",
-                                           c.get("why", "")]))
+                stale, f"at the edge: {', '.join(c['at_edge'])}" if c["at_edge"] and not stale else "",
+                c.get("why", "")]))
             lines.append(f"| {m} | {c['model']} | {swept} | {chosen} | {','.join(map(str, c['seeds']))} | "
                          f"{ok}/{len(c['candidates'])} | {note} |")
     for m, why in sorted(doc.get("not_chosen", {}).items()):
@@ -438,23 +441,34 @@ def stale_space_notes(results_dirs) -> dict[tuple[str, str, str, str], str]:
     over another space than the one the suite gives the method now (:func:`space_of`; e.g. a suite that
     since gave the method its own space): its candidates are not the protocol's, so a row at that
     choice is not chosen by it until the tune runs again over the space of now."""
-    from bench.suites import SUITES
-
     out = {}
     for doc, key, entry in _stored_entries(results_dirs):
-        then = entry.get("space")
-        if doc.get("suite") not in SUITES or entry.get("fixed") or not isinstance(then, dict) or not then:
-            continue  # a suite not registered here, another objective's tune, or one that stored no space
-        method = entry_method(key, entry)
-        now = space_of(method, SUITES.get(doc["suite"])) or {}
-        if {k: list(v) for k, v in then.items()} == {k: list(v) for k, v in now.items()}:
+        if entry.get("fixed"):
+            continue  # another objective's tune
+        now = space_now(doc, key, entry)
+        if now is None:
             continue
+        method = entry_method(key, entry)
         for c in entry.get("choices", []):
             out[(doc["suite"], doc["profile"], c["model"], method)] = (
                 f"its stored `bench tune` choice was made over another space than the suite gives "
-                f"{method} now ({_space_text(then)}; now {_space_text(now) or 'none'}): rerun the tune "
+                f"{method} now ({_space_text(entry['space'])}; now {_space_text(now) or 'none'}): rerun the tune "
                 f"(`python -m bench tune --suite {doc['suite']} --profile {doc['profile']} --methods {method}`)")
     return out
+
+
+def space_now(doc: dict, key: str, entry: dict) -> dict | None:
+    """The space the suite of stored tuning ``doc`` gives the method of its entry ``key`` now
+    (:func:`space_of`; ``{}`` for none) where that is another than the entry was swept over; None where
+    it is the same, or the suite is not registered here or the entry stored no space."""
+    from bench.suites import SUITES
+
+    then = entry.get("space")
+    if doc.get("suite") not in SUITES or not isinstance(then, dict) or not then:
+        return None
+    now = space_of(entry_method(key, entry), SUITES.get(doc["suite"])) or {}
+    same = {k: list(v) for k, v in then.items()} == {k: list(v) for k, v in now.items()}
+    return None if same else now
 
 
 def _space_text(space: dict) -> str:
@@ -516,25 +530,33 @@ def _edge_text(space: dict, choice: dict) -> str:
     return "; ".join(parts)
 
 
-def edge_notes(results_dirs) -> dict[tuple[str, str, str], list[tuple[str, str]]]:
-    """``(suite, profile, model) -> [(method, note), ...]`` naming each tuned method whose stored choice
-    sits at an end of a swept range (:func:`at_edge`): its row is the best of the space, and a value
-    beyond the space may do better, so the comparison holds for this space only. ``method`` is the
-    registered method (an objective's entry, ``pbn[class_weights=...]``, gives ``pbn``)."""
+def choice_notes(results_dirs, df=None) -> dict[tuple[str, str, str], list[tuple[str, str]]]:
+    """``(suite, profile, model) -> [(method, note), ...]`` naming each tuned method whose stored choice a
+    board's reader must not take as the protocol's last word on it: made over another space than the
+    suite gives the method now (:func:`stale_space_notes`), comparing candidates on more than one network
+    (:func:`mixed_network_notes`; only with ``df``, the records the candidates are among), or sitting at
+    an end of a swept range (:func:`at_edge`: a value beyond the space may do better, so the comparison
+    holds for this space only; not said of a stale choice). ``method`` is the registered method (an
+    objective's entry, ``pbn[class_weights=...]``, gives ``pbn``)."""
+    stale = stale_space_notes(results_dirs)
+    mixed = mixed_network_notes(results_dirs, df) if df is not None else {}
     out: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
+    for (suite, profile, model, method), why in [*stale.items(), *mixed.items()]:
+        out.setdefault((suite, profile, model), []).append((method, f"{method}: {why}"))
     for doc, entry_name, entry, c, edge in _choice_edges(results_dirs):  # entry_name: method, or method[objective]
-        if edge:
-            out.setdefault((doc["suite"], doc["profile"], c["model"]), []).append((
-                entry_method(entry_name, entry),
-                f"{entry_name}: its tuning chose the edge of the swept range ({edge}): "
-                "a value beyond it may do better; the row is the best of this space"))
+        method = entry_method(entry_name, entry)
+        where = (doc["suite"], doc["profile"], c["model"])
+        if edge and not (where + (method,) in stale and not entry.get("fixed")):
+            out.setdefault(where, []).append((
+                method, f"{entry_name}: its tuning chose the edge of the swept range ({edge}): "
+                        "a value beyond it may do better; the row is the best of this space"))
     return out
 
 
-def board_edge_notes(edges, board) -> list[str]:
-    """The notes of :func:`edge_notes` that concern ``board`` (a :class:`bench.leaderboard.board.Board`):
+def board_choice_notes(notes, board) -> list[str]:
+    """The notes of :func:`choice_notes` that concern ``board`` (a :class:`bench.leaderboard.board.Board`):
     its suite, profile and model, and a method with rows on it."""
-    return [note for method, note in edges.get((board.suite, board.profile, board.model), [])
+    return [note for method, note in notes.get((board.suite, board.profile, board.model), [])
             if method in board.methods]
 
 

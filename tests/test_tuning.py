@@ -98,9 +98,11 @@ def df_epochs(out) -> int:
     return epochs
 
 
-def test_tune_sweeps_the_space_and_chooses_the_lowest_validation_nll(tmp_path, capsys):
+def test_tune_sweeps_the_space_and_chooses_the_lowest_validation_nll(tmp_path, capsys, monkeypatch):
     """toy smoke, MC dropout: four fits (p 0.05 .. 0.3); the choice equals the argmin of the mean
-    validation NLL recomputed here from the records (among the candidates whose verdict is ok)."""
+    validation NLL recomputed here from the records (among the candidates whose verdict is ok). Once
+    the suite gives MC dropout another space, the tuning table, the leaderboard and the report say
+    that the stored choice is not the protocol's of now (and no longer call it an edge)."""
     out = tmp_path / "results"
     rc = main(["tune", "--suite", "toy", "--profile", "smoke", "--methods", "mc_dropout", "--out", str(out),
                "--device", "cpu", "--threads", "1", "--quiet"])
@@ -165,6 +167,22 @@ def test_tune_sweeps_the_space_and_chooses_the_lowest_validation_nll(tmp_path, c
     assert len([x for x in first_board.splitlines() if x.startswith("| mc_dropout")]) == 1
     apart_table = apart.split("\n\n#")[0]
     assert len([x for x in apart_table.splitlines() if x.startswith("| mc_dropout")]) == 4
+    # the suite moves MC dropout's space: the stored choice is another space's
+    from bench.suites import SUITES
+
+    monkeypatch.setattr(SUITES.get("toy"), "tuning_spaces", {"mc_dropout": {"p": [0.1, 0.2, 0.3, 0.4]}},
+                        raising=False)
+    stale_note = "mc_dropout: its stored `bench tune` choice was made over another space than the suite gives"
+    assert main(["tune", "--suite", "toy", "--profile", "smoke", "--out", str(out), "--markdown"]) == 0
+    (row,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("| mc_dropout")]
+    assert "the suite gives mc_dropout another space now (p 0.1, 0.2, 0.3, 0.4)" in row and "at the edge" not in row
+    assert main(["leaderboard", "--results", str(out), "--out", str(tmp_path / "lb"), "--include-smoke",
+                 "--chosen-only", "--print-tables"]) == 0
+    board = capsys.readouterr().out
+    assert f"{stale_note} mc_dropout now (p 0.05, 0.1, 0.2, 0.3; now p 0.1, 0.2, 0.3, 0.4)" in board
+    assert edge_note not in board
+    (page,) = build_report(out, tmp_path / "rep")
+    assert stale_note in page.with_name("README.md").read_text().split("What the table shows")[0]
 
 
 def test_a_tune_of_another_objective_keeps_its_own_choice_beside_the_profiles(tmp_path, capsys):
@@ -287,7 +305,7 @@ def test_a_choice_at_an_edge_of_the_space_is_a_note_of_its_board(tmp_path):
                "vdp": tuning.summarize("vdp", [choice({"kl_weight": 0.1}, "b")]),
                "pbn": tuning.summarize("pbn", [choice({"beta_start": 0.01, "rho_lr": 0.05}, "c")])}
     tuning.write_tuning(tmp_path, "toy", "quick", entries, {})
-    notes = tuning.edge_notes([tmp_path])
+    notes = tuning.choice_notes([tmp_path])
     assert list(notes) == [("toy", "quick", "m")]
     ((m1, mc), (m2, vdp)) = notes[("toy", "quick", "m")]
     assert (m1, m2) == ("mc_dropout", "vdp")
@@ -295,16 +313,16 @@ def test_a_choice_at_an_edge_of_the_space_is_a_note_of_its_board(tmp_path):
     assert vdp.startswith("vdp:") and "kl_weight = 0.1, the largest of 0.0001, 0.001, 0.01, 0.1" in vdp
     entries["mc_dropout"] = tuning.summarize("mc_dropout", [choice({"p": 0.2}, "a")])
     tuning.write_tuning(tmp_path, "toy", "quick", entries, {})
-    edges = tuning.edge_notes([tmp_path])
+    edges = tuning.choice_notes([tmp_path])
     assert [m for m, _ in edges[("toy", "quick", "m")]] == ["vdp"]
     # a board says the notes of the methods with rows on it, and only those
     from types import SimpleNamespace
 
     board = SimpleNamespace(suite="toy", profile="quick", model="m", methods={"vdp", "deterministic"})
-    assert tuning.board_edge_notes(edges, board) == [edges[("toy", "quick", "m")][0][1]]
-    assert tuning.board_edge_notes(edges, SimpleNamespace(suite="toy", profile="quick", model="m",
+    assert tuning.board_choice_notes(edges, board) == [edges[("toy", "quick", "m")][0][1]]
+    assert tuning.board_choice_notes(edges, SimpleNamespace(suite="toy", profile="quick", model="m",
                                                           methods={"mc_dropout"})) == []
-    assert tuning.board_edge_notes(edges, SimpleNamespace(suite="toy", profile="quick", model="other",
+    assert tuning.board_choice_notes(edges, SimpleNamespace(suite="toy", profile="quick", model="other",
                                                           methods={"vdp"})) == []
 
 

@@ -115,14 +115,14 @@ def build_report(results_dir, out_dir="reports", suites=None) -> list[Path]:
             raise BenchError(f"no records for suite(s) {', '.join(missing)} under {str(results_dir)!r}; "
                              f"suites with records: {', '.join(available)}")
     generated_at = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
-    from bench.tuning import chosen_configs, edge_notes
+    from bench.tuning import choice_notes, chosen_configs
 
-    tuned, edges = chosen_configs([results_dir]), edge_notes([results_dir])
+    tuned, tuning_notes = chosen_configs([results_dir]), choice_notes([results_dir], df)
     written = []
     for suite in chosen:
         doc = suite_document(df[df["suite"] == suite], suite, generated_at,
                              artifacts_dir=ResultsStore(results_dir).checkpoint_dir(suite).parent / "artifacts",
-                             chosen=tuned, edges=edges)
+                             chosen=tuned, tuning_notes=tuning_notes)
         written.append(write_report(doc, Path(out_dir) / str(suite)))
     return written
 
@@ -131,11 +131,11 @@ def build_report(results_dir, out_dir="reports", suites=None) -> list[Path]:
 
 
 def suite_document(df: pd.DataFrame, suite: str, generated_at: str, artifacts_dir: Path | None = None,
-                   chosen: dict | None = None, edges: dict | None = None) -> Document:
+                   chosen: dict | None = None, tuning_notes: dict | None = None) -> Document:
     """The report of one suite (``df``: its prepared records, ok and failed; ``artifacts_dir``:
     the files the suite wrote at run time, see :func:`_data_section`; ``chosen``: the configuration
     each stored tuning chose, :func:`bench.tuning.chosen_configs`: the other configurations of a
-    tuned method are shown apart from the ranked rows; ``edges``: :func:`bench.tuning.edge_notes`)."""
+    tuned method are shown apart from the ranked rows; ``tuning_notes``: :func:`bench.tuning.choice_notes`)."""
     smoke = "smoke" in distinct(df["profile"])
     doc = Document(title=f"Benchmark report: {suite}" + (" (SMOKE PROFILE: not results)" if smoke else ""))
     doc.sections.append(_overview(df, suite, generated_at))
@@ -143,7 +143,7 @@ def suite_document(df: pd.DataFrame, suite: str, generated_at: str, artifacts_di
     palette = plots.make_palette(labels_in_order(ok_records(df)))  # failed-only labels get no colour
     for sec in sections:
         if not sec.records.empty:
-            doc.sections.append(_model_section(sec, palette, artifacts_dir, chosen or {}, edges or {}))
+            doc.sections.append(_model_section(sec, palette, artifacts_dir, chosen or {}, tuning_notes or {}))
     # the answer first: data description, failures and provenance after the results
     data = _data_section(artifacts_dir, distinct(df["profile"]))
     if data is not None:
@@ -338,13 +338,13 @@ def _unsupported_methods(tasks) -> list[str]:
 
 
 def _model_section(sec: SectionData, palette: dict, artifacts_dir: Path | None = None,
-                   chosen: dict | None = None, edges: dict | None = None) -> Section:
+                   chosen: dict | None = None, tuning_notes: dict | None = None) -> Section:
     df = sec.records
     smoke = " — SMOKE PROFILE, not results" if "smoke" in distinct(df["profile"]) else ""
     s = Section(f"Model: {sec.title}{smoke}", anchor=f"model-{sec.slug}")
     labels = labels_in_order(df)
     pal = {lab: palette[lab] for lab in labels}
-    _glance_block(s, sec, chosen or {}, edges or {})
+    _glance_block(s, sec, chosen or {}, tuning_notes or {})
     if sec.task == "regression":
         _regression_blocks(s, sec, pal)
     else:
@@ -374,7 +374,7 @@ def _model_section(sec: SectionData, palette: dict, artifacts_dir: Path | None =
     return s
 
 
-def _glance_block(parent: Section, sec: SectionData, chosen: dict, edges: dict | None = None) -> None:
+def _glance_block(parent: Section, sec: SectionData, chosen: dict, tuning_notes: dict | None = None) -> None:
     """"At a glance": sentences computed from the numbers (the ranking, ties, MAP comparisons, the
     cheapest of the top), the ranked table with its cost columns (``bench leaderboard``'s, so that
     the report's first screen answers "which method, at what cost"), its validity notes and the
@@ -397,9 +397,9 @@ def _glance_block(parent: Section, sec: SectionData, chosen: dict, edges: dict |
         return
     g = Section("At a glance")
     g.add(board_table(board))
-    from bench.tuning import board_edge_notes
+    from bench.tuning import board_choice_notes
 
-    notes = validity_notes(board) + board.notes + board_edge_notes(edges or {}, board)
+    notes = validity_notes(board) + board.notes + board_choice_notes(tuning_notes or {}, board)
     if notes:
         g.add(Bullets(notes))
     g.add(Paragraph("What the table shows:"))
