@@ -502,12 +502,17 @@ def verdict_notes(results_dirs, df) -> dict[tuple[str, str, str, str], str]:
     verdict on the method: the choice is not the tuning protocol's, made over another space than the
     suite's now (:func:`stale_space_notes`) or comparing candidates on more than one network
     (:func:`mixed_network_notes`), or it sits at the edge of its space (:func:`edge_choice_notes`; not
-    named for a stale choice, whose space is no longer the suite's); every reason that holds."""
+    named for a stale choice, whose space is no longer the suite's); or the method chooses its options
+    on a validation split unlike the test split (:func:`bench.validation_split.split_shift_notes`, from
+    the MAP rows of ``df``, tuned by ``bench tune`` or inside the fit); every reason that holds."""
+    from bench.validation_split import split_shift_notes
+
     stale, mixed, edges = (stale_space_notes(results_dirs), mixed_network_notes(results_dirs, df),
                            edge_choice_notes(results_dirs))
     edges = {k: n for k, n in edges.items() if k not in stale}
-    return {k: "; ".join(n for n in (stale.get(k), mixed.get(k), edges.get(k)) if n)
-            for k in {**stale, **mixed, **edges}}
+    split = split_shift_notes(df)
+    return {k: "; ".join(n for n in (split.get(k), stale.get(k), mixed.get(k), edges.get(k)) if n)
+            for k in {**split, **stale, **mixed, **edges}}
 
 
 def _choice_edges(results_dirs):

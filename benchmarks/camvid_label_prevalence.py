@@ -8,6 +8,13 @@ always present (prevalence in [0.1, 0.9]), ties broken by the larger mean binary
 prevalences. Read at the suite's resolution (``--size 120 160``, the quick profile's) or natively.
 
     .venv/bin/python benchmarks/camvid_label_prevalence.py --data-root data --size 120 160
+
+With ``--splits``, the training, validation and test splits side by side instead: each class's pixel
+share and its prevalence at the ``camvid_multilabel`` suite's threshold, and the NLL of the predictor
+that says the training prevalences for every image, which sees no image (``bench.validation_split``
+reads the same split shift off the MAP networks):
+
+    .venv/bin/python benchmarks/camvid_label_prevalence.py --data-root data --size 120 160 --splits
 """
 from __future__ import annotations
 
@@ -44,7 +51,12 @@ def main(argv=None) -> int:
     ap.add_argument("--split", default="train")
     ap.add_argument("--size", type=int, nargs=2, default=None, metavar=("H", "W"),
                     help="resize the label maps (nearest) as the suite does; default: native")
+    ap.add_argument("--splits", action="store_true",
+                    help="the training, validation and test splits side by side (pixel shares, prevalence at the "
+                         "camvid_multilabel suite's threshold, the training-prevalence predictor's NLL)")
     args = ap.parse_args(argv)
+    if args.splits:
+        return splits_table(Path(args.data_root), tuple(args.size) if args.size else None)
     pairs = camvid_split(Path(args.data_root), args.split)
     labels = LabelFiles([lab for _, lab in pairs], camvid_labels, tuple(args.size) if args.size else None)[:]
     shares = pixel_shares(labels, len(CAMVID_CLASSES), IGNORE)
@@ -61,6 +73,30 @@ def main(argv=None) -> int:
     print("\nmedian share where the class has pixels: " +
           ", ".join(f"{c} {m:.4f}" for c, m in zip(CAMVID_CLASSES, present)))
     print(f"chosen threshold: {choose(prev):g}")
+    return 0
+
+
+def splits_table(root: Path, size) -> int:
+    """Print the per-split table of ``--splits``."""
+    from bench.suites.camvid_multilabel import PRESENCE_THRESHOLD
+
+    shares, present = {}, {}
+    for split in ("train", "val", "test"):
+        labels = LabelFiles([lab for _, lab in camvid_split(root, split)], camvid_labels, size)[:]
+        counts = np.stack([((labels == c) & (labels != IGNORE)).sum().item() for c in range(len(CAMVID_CLASSES))])
+        shares[split] = counts / max(int((labels != IGNORE).sum()), 1)
+        present[split] = prevalence_table(pixel_shares(labels, len(CAMVID_CLASSES), IGNORE), [PRESENCE_THRESHOLD])[0]
+        present[split + "_y"] = pixel_shares(labels, len(CAMVID_CLASSES), IGNORE) > PRESENCE_THRESHOLD
+    q = np.clip(present["train"], 1e-6, 1 - 1e-6)
+    print(f"| class | pixel share: train | val | test | present (share > {PRESENCE_THRESHOLD:g}): train | val | test |")
+    print("| --- " + "| ---: " * 6 + "|")
+    for i, c in enumerate(CAMVID_CLASSES):
+        print(f"| {c} | " + " | ".join(f"{shares[s][i]:.3f}" for s in ("train", "val", "test")) + " | "
+              + " | ".join(f"{present[s][i]:.2f}" for s in ("train", "val", "test")) + " |")
+    nll = {s: float(-(present[s + "_y"] * np.log(q) + (~present[s + "_y"]) * np.log(1 - q)).sum(1).mean())
+           for s in ("train", "val", "test")}
+    print(f"\nThe training-prevalence predictor's NLL (summed over the {len(CAMVID_CLASSES)} labels, mean over "
+          "images): " + ", ".join(f"{s} {v:.2f}" for s, v in nll.items()))
     return 0
 
 

@@ -506,3 +506,39 @@ def test_a_choice_at_the_edge_of_its_space_is_not_a_verdict(tmp_path, capsys):
     _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
     m3 = line(out, "M3")
     assert "was made over another space" in m3 and "at the edge" not in m3, m3
+
+
+def write_val(root, method: str, nll: float, seeds=SEEDS):
+    """The validation records of ``method``'s row (the MAP row's validation NLL is what
+    bench.validation_split compares with its clean test NLL, 2.0 in :func:`write`)."""
+    row = ROWS[method]
+    cfg = mc.profile_config(SUITE, PROFILE, row)
+    chash = config_hash({"method": method, **cfg})
+    store = ResultsStore(root)
+    for seed in seeds:
+        store.write(store.run_dir(SUITE, MODEL, method, chash, seed),
+                    {"status": "ok", "suite": SUITE, "profile": PROFILE, "task": "multilabel", "method": method,
+                     "method_label": method_label(method, cfg, METHODS.get(method).defaults), "method_config": cfg,
+                     "config_hash": chash, "model": MODEL, "seed": seed, "train_config": TRAIN, "num_labels": 11,
+                     "finished_at": "2026-01-01T00:00:00+00:00", "kind": "val", "shift": "val", "severity": 0,
+                     "n": 101, "metrics": {"nll": nll}})
+
+
+def test_a_row_at_options_chosen_on_a_validation_split_unlike_the_test_is_not_a_verdict(tmp_path, capsys):
+    """The MAP network's validation NLL 1.5 x its clean test NLL (as camvid_multilabel's official split
+    gives): PBN's options were chosen on that split, so M2 (PBN against the deterministic network) is
+    not a verdict and says why with the numbers; a validation NLL within x1.2 of the test's leaves it a
+    verdict; the deterministic network itself chooses nothing there and is never named."""
+    for method in ("pbn", "deterministic"):
+        write(tmp_path, method)
+    tune_at_the_profile(tmp_path, methods=("pbn",))
+    write_val(tmp_path, "deterministic", 2.2)                       # x1.1: alike
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    assert line(out, "M2").endswith("| verdict: supported |")
+    write_val(tmp_path, "deterministic", 3.0)                       # x1.5: unlike
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    m2 = line(out, "M2")
+    assert ("| not a verdict: PBN 1 %: the suite's validation split is unlike its test split (the MAP network's "
+            "validation NLL is 1.50 x its clean test NLL: 3 vs 2, seeds 0, 1, 2; held-out sets drawn alike stay "
+            "within x1.2)") in m2, m2
+    assert "deterministic: the suite's validation split" not in m2
