@@ -400,3 +400,55 @@ def test_evaluation_batches_default_to_the_suites_own_size():
     plan = resolve_plan(suite, "quick", ["deterministic"], {}, method_registry=METHODS)
     assert "eval_batch_size" not in plan.data
     assert eval_batch_size(suite, plan) == suite.DEFAULT_DATA["eval_batch_size"] == 8
+
+
+def _named_camvid(root: Path, frames: dict, size=(48, 64)) -> None:
+    """SegNet's layout with frames named by sequence, as SegNet's copy names them
+    (``frames``: split -> [sequence, ...], one frame each)."""
+    rng = np.random.default_rng(0)
+    for split, seqs in frames.items():
+        for i, seq in enumerate(seqs):
+            name = f"{seq}_f{i:05d}.png"
+            _png(root / "CamVid" / split / name, rng.integers(0, 255, (*size, 3)).astype(np.uint8))
+            _png(root / "CamVid" / f"{split}annot" / name, rng.integers(0, 11, size).astype(np.uint8))
+
+
+def test_val_sequences_tune_on_whole_drives_and_train_on_every_other_frame(tmp_path):
+    """data.val_sequences: the named sequences' training and validation frames tune, every other
+    frame of both trains, the test split is untouched; a sequence the pool lacks (or a test-only
+    one) is exit 2 naming the valid ones; camvid_multilabel's camvid backbone is trained on the same
+    split, so it never sees the frames its suite tunes on."""
+    from bench.errors import BenchError
+    from bench.suites import SUITES
+
+    root = tmp_path / "data"
+    _named_camvid(root, {"train": ["0001TP", "0006R0", "0006R0", "0016E5"], "val": ["0016E5", "0016E5"],
+                         "test": ["0001TP", "Seq05VD"]})
+    suite = SUITES.get("camvid")()
+    cfg = suite.data_cfg({"size": [48, 64]})
+    (train, val, test), *_ = suite.split_files(root, cfg)
+    assert [p.name[:6] for p, _ in val] == ["0016E5"] * 2 and len(train) == 4   # the official split
+    (train, val, test), *_ = suite.split_files(root, {**cfg, "val_sequences": ["0006R0"]})
+    assert sorted(p.name[:6] for p, _ in val) == ["0006R0"] * 2
+    assert sorted(p.name[:6] for p, _ in train) == ["0001TP", "0016E5", "0016E5", "0016E5"]
+    assert [p.name.split("_")[0] for p, _ in test] == ["0001TP", "Seq05VD"]
+    assert not {p for p, _ in train} & {p for p, _ in val}
+    for bad in (["Seq05VD"], ["nope"]):
+        with pytest.raises(BenchError, match="they have: 0001TP, 0006R0, 0016E5"):
+            suite.split_files(root, {**cfg, "val_sequences": bad})
+    with pytest.raises(BenchError, match="leaves no training image"):
+        suite.split_files(root, {**cfg, "val_sequences": ["0001TP", "0006R0", "0016E5"]})
+    binary = SUITES.get("camvid_binary")()
+    (_, val, _), *_ = binary.split_files(root, {**binary.data_cfg({"size": [48, 64]}), "val_sequences": ["0006R0"]})
+    assert sorted(p.name[:6] for p, _ in val) == ["0006R0"] * 2
+    multi = SUITES.get("camvid_multilabel")()
+    run = multi.backbone_run({"backbone": "camvid", "val_sequences": ["0006R0"]})
+    assert run["sets"]["data.val_sequences"] == [["0006R0"]]
+    assert "data.val_sequences" not in multi.backbone_run({"backbone": "camvid"})["sets"]
+
+
+def test_val_sequences_that_are_not_a_list_of_names_are_exit_2(tmp_path, capsys):
+    code, text = _run(["run", "--suite", "camvid_binary", "--profile", "smoke", "--data-root", str(tmp_path),
+                       "--out", str(tmp_path / "out"), "--set", "data.val_sequences=3", "--quiet"], capsys)
+    assert code == 2 and "val_sequences" in text and "list of CamVid sequence names" in text, text
+    assert not (tmp_path / "out").exists()

@@ -155,7 +155,7 @@ class CamVidMultilabel(CamVidC):
     DEFAULT_DATA = {"corruptions": "all", "severities": list(CamVidC.DEFAULT_DATA["severities"]), "n_train": None,
                     "n_test": None, "n_per_cell": None, "size": [120, 160], "generator_seed": 0,
                     "presence_threshold": PRESENCE_THRESHOLD, "eval_batch_size": 16, "augment": False,
-                    "backbone": None}
+                    "backbone": None, "val_sequences": None}
     data_constraints = {**CamVidC.data_constraints, "presence_threshold": Range(0, 1, lo_open=True),
                         "augment": OneOf(True, False),
                         "backbone": Check(_file_name, "a state-dict file of a camvid unet_small MAP network, "
@@ -210,6 +210,8 @@ class CamVidMultilabel(CamVidC):
         camvid_size = SUITES.get(BACKBONE_FROM_CAMVID).profiles[profile].get("data", {}).get("size")
         if [int(v) for v in self.input_shape(cfg)[1:]] != [int(v) for v in (camvid_size or CamVidC.in_shape[1:])]:
             sets["data.size"] = [[int(v) for v in self.input_shape(cfg)[1:]]]
+        if cfg["val_sequences"]:  # the backbone never trains on the frames this suite tunes on
+            sets["data.val_sequences"] = [list(cfg["val_sequences"])]
         return {"suite": BACKBONE_FROM_CAMVID, "profile": profile, "methods": ["deterministic"], "seeds": [0],
                 "sets": sets}
 

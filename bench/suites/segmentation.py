@@ -102,6 +102,38 @@ def _size(value) -> bool:
         isinstance(v, int) and not isinstance(v, bool) and v >= 32 for v in value))
 
 
+def _sequences(value) -> None:
+    if value is not None and not (isinstance(value, (list, tuple)) and value
+                                  and all(isinstance(v, str) and v for v in value)):
+        raise ValueError(f"{value!r} is not a list of CamVid sequence names (e.g. [\"0006R0\"]; unset: the official split)")
+
+
+def sequence_of(path: Path) -> str:
+    """The CamVid sequence a frame's file belongs to: its name up to the first underscore
+    (``0006R0_f02340.png`` -> ``0006R0``; SegNet's copy names every frame so)."""
+    return Path(path).name.split("_")[0]
+
+
+def tune_on_sequences(train: list, val: list, test: list, sequences) -> tuple[list, list]:
+    """``(train, val)`` with the validation images drawn from whole sequences: the frames of
+    ``sequences`` (from the official training and validation images) tune, every other training and
+    validation frame trains. A sequence the test images come from, or one not in the pool, is a
+    BenchError naming the valid ones."""
+    pool = sorted(train + val, key=lambda pair: Path(pair[0]).name)
+    have = sorted({sequence_of(p) for p, _ in pool})
+    in_test = sorted({sequence_of(p) for p, _ in test})
+    bad = [s for s in sequences if s not in have]
+    if bad:
+        raise BenchError(f"data.val_sequences: {', '.join(map(repr, bad))} is not a sequence of the training and "
+                         f"validation images; they have: {', '.join(have)}")
+    tuned = [pair for pair in pool if sequence_of(pair[0]) in sequences]
+    kept = [pair for pair in pool if sequence_of(pair[0]) not in sequences]
+    if not kept:
+        raise BenchError(f"data.val_sequences {', '.join(sequences)} leaves no training image (sequences: "
+                         f"{', '.join(have)}; the test images come from {', '.join(in_test)})")
+    return kept, tuned
+
+
 class _CorruptedSegmentation(Suite):
     default_methods = SEGMENTATION_METHODS
     shift_label = "corruption severity"
@@ -294,10 +326,21 @@ class CamVidC(_CorruptedSegmentation):
     }
     EVAL_ONLY_DATA = Suite.EVAL_ONLY_DATA | {"corruptions", "severities", "n_test", "n_per_cell", "generator_seed"}
     DEFAULT_DATA = {"corruptions": "all", "severities": list(SEVERITIES), "n_train": None, "n_test": None, "n_per_cell": None,
-                    "size": None, "generator_seed": 0, "eval_batch_size": 8}
+                    "size": None, "generator_seed": 0, "eval_batch_size": 8, "val_sequences": None}
+    #: data.val_sequences: the official validation split is one stretch of one drive (0016E5), unlike
+    #: the test split (bench.validation_split measures it); naming whole sequences of the training and
+    #: validation frames (e.g. ["0006R0"], a drive the network then never trains on, as the test's
+    #: Seq05VD) tunes on them and trains on every other frame of both
+    data_constraints = {**_CorruptedSegmentation.data_constraints,
+                        "val_sequences": Check(_sequences, "unset (the official validation split) or a list of CamVid "
+                                                           "sequence names of the training and validation frames, "
+                                                           "e.g. [\"0006R0\"]", optional=True)}
 
     def splits(self, root, cfg):
-        return (camvid_split(root, "train"), camvid_split(root, "val"), camvid_split(root, "test")), camvid_labels
+        train, val, test = camvid_split(root, "train"), camvid_split(root, "val"), camvid_split(root, "test")
+        if cfg.get("val_sequences"):
+            train, val = tune_on_sequences(train, val, test, list(cfg["val_sequences"]))
+        return (train, val, test), camvid_labels
 
 
 @register_suite("cityscapes")
