@@ -60,11 +60,12 @@ class SplitShift:
                 f"x{RATIO_LIMIT:g}")
 
 
-def validation_shifts(df: pd.DataFrame) -> dict[tuple[str, str, str], SplitShift]:
-    """``(suite, profile, model) -> SplitShift`` for every group of records with MAP rows (method
+def validation_shifts(df: pd.DataFrame) -> dict[tuple[str, str, str, str], SplitShift]:
+    """``(suite, profile, model, split) -> SplitShift`` for every group of records with MAP rows (method
     ``deterministic`` at the profile's recipe: ``method_label`` ``deterministic`` where recorded) that
     have both a validation and a clean test NLL on some seed; the means over those (configuration,
-    seed) pairs. Only ok records count."""
+    seed) pairs. ``split``: :func:`split_keys` ("" for the suite's own validation split). Only ok
+    records count."""
     need = {"suite", "profile", "model", "method", "kind", "seed", "metrics.nll"}
     if df is None or df.empty or not need <= set(df.columns):
         return {}
@@ -73,9 +74,9 @@ def validation_shifts(df: pd.DataFrame) -> dict[tuple[str, str, str], SplitShift
         m = m[m["method_label"].fillna("deterministic") == "deterministic"]
     m = m[m["kind"].isin(["val", "id"])]
     cfg = m["config_hash"] if "config_hash" in m.columns else pd.Series("", index=m.index)
-    m = m.assign(_cfg=cfg.fillna(""))
+    m = m.assign(_cfg=cfg.fillna(""), _split=split_keys(m))
     out = {}
-    for (suite, profile, model), g in m.groupby(["suite", "profile", "model"], sort=True):
+    for (suite, profile, model, split), g in m.groupby(["suite", "profile", "model", "_split"], sort=True):
         per = g.groupby(["_cfg", "seed", "kind"])["metrics.nll"].mean().unstack("kind")
         if not {"val", "id"} <= set(per.columns):
             continue
@@ -89,10 +90,19 @@ def validation_shifts(df: pd.DataFrame) -> dict[tuple[str, str, str], SplitShift
             if np.isfinite(r.get("val", np.nan)) and np.isfinite(r.get("id", np.nan)):
                 ref = (float(r["val"]), float(r["id"]))
         seeds = tuple(sorted({int(s) for s in per.index.get_level_values("seed")}))
-        out[(str(suite), str(profile), str(model))] = SplitShift(
+        out[(str(suite), str(profile), str(model), str(split))] = SplitShift(
             float(per["val"].mean()), float(per["id"].mean()), seeds,
             per.index.get_level_values("_cfg").nunique(), ref)
     return out
+
+
+def split_keys(df: pd.DataFrame) -> pd.Series:
+    """Per record, the validation split its run chose away from the suite's own (``data.val_sequences``,
+    as text), "" for the suite's own: a run that tunes on other images measures another split."""
+    if "data_config" not in df.columns:
+        return pd.Series("", index=df.index)
+    return df["data_config"].map(lambda c: ",".join(map(str, c.get("val_sequences") or []))
+                                 if isinstance(c, dict) else "")
 
 
 def chooses_on_validation(method: str, suite: str) -> bool:
@@ -104,9 +114,10 @@ def chooses_on_validation(method: str, suite: str) -> bool:
     return method in TUNED_INSIDE or bool(space_of(method, SUITES.get(suite) if suite in SUITES else None))
 
 
-def _why(shift: SplitShift) -> str:
-    return (f"the suite's validation split is unlike its test split ({shift.text()}): the options chosen on it "
-            f"are chosen for another distribution than the test's")
+def _why(shift: SplitShift, split: str = "") -> str:
+    which = f"the validation split data.val_sequences={split}" if split else "the suite's validation split"
+    return (f"{which} is unlike its test split ({shift.text()}): the options chosen on it are chosen for another "
+            "distribution than the test's")
 
 
 def split_shift_notes(df: pd.DataFrame) -> dict[tuple[str, str, str, str], str]:
@@ -114,42 +125,49 @@ def split_shift_notes(df: pd.DataFrame) -> dict[tuple[str, str, str, str], str]:
     options chosen on a validation split unlike the test split (:func:`validation_shifts`,
     :func:`chooses_on_validation`)."""
     out = {}
-    for (suite, profile, model), shift in validation_shifts(df).items():
+    for (suite, profile, model, split), shift in validation_shifts(df).items():
         if not shift.shifted:
             continue
         g = df[(df["suite"] == suite) & (df["profile"] == profile) & (df["model"] == model)]
+        g = g[split_keys(g) == split]
         for method in sorted(set(g["method"].dropna())):
             if chooses_on_validation(method, suite):
                 out[(suite, profile, model, method)] = (
-                    f"{_why(shift)}, so the row compares {method} at options the test may not reward; "
+                    f"{_why(shift, split)}, so the row compares {method} at options the test may not reward; "
                     "a test-like validation split is the remedy")
     return out
 
 
 def board_split_note(df: pd.DataFrame, suite: str, profile: str, model: str) -> list[str]:
-    """The note of a board (the records ``df`` of one suite, profile and model) whose validation split is
-    unlike its test split, naming its methods whose options were chosen there; [] otherwise."""
-    shift = validation_shifts(df).get((suite, profile, model))
-    if shift is None or not shift.shifted:
-        return []
-    methods = [m for m in sorted(set(df["method"].dropna())) if chooses_on_validation(m, suite)]
-    if not methods:
-        return []
-    return [f"{', '.join(methods)}: {_why(shift)} (bench tune's choices, the temperature and the Laplace prior "
-            "precision alike): their rows are no verdict on the methods, which other options may serve better on "
-            "the test; a test-like validation split is the remedy (docs/validity.md)"]
+    """The notes of a board (the records ``df`` of one suite, profile and model) whose validation split
+    (each split its rows tuned on) is unlike its test split, naming its methods whose options were
+    chosen there; [] where none is."""
+    notes = []
+    keys = split_keys(df)
+    for (s, p, m, split), shift in validation_shifts(df).items():
+        if (s, p, m) != (suite, profile, model) or not shift.shifted:
+            continue
+        methods = [x for x in sorted(set(df.loc[keys == split, "method"].dropna())) if chooses_on_validation(x, suite)]
+        if methods:
+            notes.append(f"{', '.join(methods)}: {_why(shift, split)} (bench tune's choices, the temperature and "
+                         "the Laplace prior precision alike): their rows are no verdict on the methods, which other "
+                         "options may serve better on the test; a test-like validation split is the remedy "
+                         "(docs/validity.md)")
+    return notes
 
 
 def split_table(df: pd.DataFrame) -> str:
     """Markdown: per (suite, profile, model) with MAP rows, the MAP network's validation and clean test
     NLL, their ratio, the reference predictor's where recorded, and whether the splits differ."""
-    lines = ["| suite | profile | model | MAP seeds | validation NLL | clean test NLL | ratio | reference predictor "
-             "(validation vs test NLL) | splits |",
-             "| --- | --- | --- | --- | ---: | ---: | ---: | --- | --- |"]
-    for (suite, profile, model), s in validation_shifts(df).items():
+    lines = ["| suite | profile | model | validation split | MAP seeds | validation NLL | clean test NLL | ratio | "
+             "reference predictor (validation vs test NLL) | splits |",
+             "| --- | --- | --- | --- | --- | ---: | ---: | ---: | --- | --- |"]
+    for (suite, profile, model, split), s in validation_shifts(df).items():
         ref = f"{s.reference[0]:.3g} vs {s.reference[1]:.3g}" if s.reference else "–"
         verdict = f"**unlike** (outside x{RATIO_LIMIT:g})" if s.shifted else f"alike (within x{RATIO_LIMIT:g})"
-        lines.append(f"| {suite} | {profile} | {model} | {', '.join(map(str, s.seeds))} | {s.val_nll:.3g} | "
+        which = f"data.val_sequences={split}" if split else "the suite's own"
+        lines.append(f"| {suite} | {profile} | {model} | {which} | "
+                     f"{', '.join(map(str, s.seeds))} | {s.val_nll:.3g} | "
                      f"{s.test_nll:.3g} | {s.ratio:.2f} | {ref} | {verdict} |")
     return "\n".join(lines)
 

@@ -28,7 +28,7 @@ def test_the_ratio_is_the_map_rows_mean_validation_over_mean_clean_test_nll():
     df = records({0: 1.0, 1: 2.0}, {0: 2.0, 1: 2.0}, ref=(6.8, 4.2))
     (key,) = validation_shifts(df)
     s = validation_shifts(df)[key]
-    assert key == ("cifar10c", "quick", "m") and s.seeds == (0, 1)
+    assert key == ("cifar10c", "quick", "m", "") and s.seeds == (0, 1)
     assert s.val_nll == pytest.approx(1.5) and s.test_nll == pytest.approx(2.0) and s.ratio == pytest.approx(0.75)
     assert s.shifted and s.reference == (6.8, 4.2)
     assert "0.75 x its clean test NLL: 1.5 vs 2, seeds 0, 1; the reference predictor, which sees no image: 6.8 vs 4.2" \
@@ -39,7 +39,7 @@ def test_the_ratio_is_the_map_rows_mean_validation_over_mean_clean_test_nll():
                                             (RATIO_LIMIT * 1.01, True), (1 / RATIO_LIMIT * 0.99, True)])
 def test_splits_differ_only_outside_the_band(ratio, shifted):
     df = records({0: ratio, 1: ratio}, {0: 1.0, 1: 1.0})
-    assert validation_shifts(df)[("cifar10c", "quick", "m")].shifted is shifted
+    assert validation_shifts(df)[("cifar10c", "quick", "m", "")].shifted is shifted
     assert bool(split_shift_notes(df)) is shifted
     assert bool(board_split_note(df, "cifar10c", "quick", "m")) is shifted
 
@@ -78,3 +78,25 @@ def test_the_board_says_it():
     assert any(n.startswith("pbn, temperature_scaling: the suite's validation split is unlike") for n in board.notes)
     (board,) = build_boards(prepare(df.assign(**{"metrics.nll": df["metrics.nll"].where(df["kind"] != "val", 2.0)})))
     assert not any("validation split" in n for n in board.notes)
+
+
+def test_a_run_that_tunes_on_other_images_is_measured_apart():
+    """MAP rows of the suite's own split (x1.5) and of a run that tuned on other images
+    (data.val_sequences, x1.0) are two measurements, not one pooled; only the rows on the unlike
+    split are named."""
+    own = records({0: 3.0, 1: 3.0}, {0: 2.0, 1: 2.0}, methods=("deterministic", "pbn"))
+    other = records({0: 2.0, 1: 2.0}, {0: 2.0, 1: 2.0}, methods=("deterministic", "temperature_scaling"))
+    own["data_config"] = [{"size": [1, 1]}] * len(own)
+    other["data_config"] = [{"val_sequences": ["0006R0"]}] * len(other)
+    df = pd.concat([own, other], ignore_index=True)
+    shifts = validation_shifts(df)
+    assert sorted(shifts) == [("cifar10c", "quick", "m", ""), ("cifar10c", "quick", "m", "0006R0")]
+    assert shifts[("cifar10c", "quick", "m", "")].ratio == pytest.approx(1.5)
+    assert shifts[("cifar10c", "quick", "m", "0006R0")].ratio == pytest.approx(1.0)
+    assert list(split_shift_notes(df)) == [("cifar10c", "quick", "m", "pbn")]
+    (note,) = board_split_note(df, "cifar10c", "quick", "m")
+    assert note.startswith("pbn: the suite's validation split is unlike")
+    other["data_config"] = [{"val_sequences": ["0006R0"]}] * len(other)
+    other.loc[(other["method"] == "deterministic") & (other["kind"] == "val"), "metrics.nll"] = 4.0
+    (note,) = board_split_note(other, "cifar10c", "quick", "m")
+    assert note.startswith("temperature_scaling: the validation split data.val_sequences=0006R0 is unlike")
