@@ -115,23 +115,21 @@ def sequence_of(path: Path) -> str:
 
 
 def tune_on_sequences(train: list, val: list, test: list, sequences) -> tuple[list, list]:
-    """``(train, val)`` with the validation images drawn from whole sequences: the frames of
-    ``sequences`` (from the official training and validation images) tune, every other training and
-    validation frame trains. A sequence the test images come from, or one not in the pool, is a
-    BenchError naming the valid ones."""
-    pool = sorted(train + val, key=lambda pair: Path(pair[0]).name)
-    have = sorted({sequence_of(p) for p, _ in pool})
-    in_test = sorted({sequence_of(p) for p, _ in test})
+    """``(train, val)`` with the training frames of whole drives moved to the validation frames: every
+    frame of ``sequences`` tunes, beside the published validation frames, and the other training
+    frames train. A sequence with no training frame is a BenchError naming the valid ones."""
+    have = sorted({sequence_of(p) for p, _ in train})
     bad = [s for s in sequences if s not in have]
     if bad:
-        raise BenchError(f"data.val_sequences: {', '.join(map(repr, bad))} is not a sequence of the training and "
-                         f"validation images; they have: {', '.join(have)}")
-    tuned = [pair for pair in pool if sequence_of(pair[0]) in sequences]
-    kept = [pair for pair in pool if sequence_of(pair[0]) not in sequences]
+        in_test = sorted({sequence_of(p) for p, _ in test})
+        raise BenchError(f"data.val_sequences: {', '.join(map(repr, bad))} is not a sequence of the training images; "
+                         f"they have: {', '.join(have)} (the test images come from {', '.join(in_test)})")
+    kept = [pair for pair in train if sequence_of(pair[0]) not in sequences]
     if not kept:
-        raise BenchError(f"data.val_sequences {', '.join(sequences)} leaves no training image (sequences: "
-                         f"{', '.join(have)}; the test images come from {', '.join(in_test)})")
-    return kept, tuned
+        raise BenchError(f"data.val_sequences {', '.join(sequences)} leaves no training image (the training images' "
+                         f"sequences: {', '.join(have)})")
+    return kept, sorted(val + [pair for pair in train if sequence_of(pair[0]) in sequences],
+                        key=lambda pair: Path(pair[0]).name)
 
 
 class _CorruptedSegmentation(Suite):
@@ -327,14 +325,15 @@ class CamVidC(_CorruptedSegmentation):
     EVAL_ONLY_DATA = Suite.EVAL_ONLY_DATA | {"corruptions", "severities", "n_test", "n_per_cell", "generator_seed"}
     DEFAULT_DATA = {"corruptions": "all", "severities": list(SEVERITIES), "n_train": None, "n_test": None, "n_per_cell": None,
                     "size": None, "generator_seed": 0, "eval_batch_size": 8, "val_sequences": None}
-    #: data.val_sequences: the official validation split is one stretch of one drive (0016E5), unlike
-    #: the test split (bench.validation_split measures it); naming whole sequences of the training and
-    #: validation frames (e.g. ["0006R0"], a drive the network then never trains on, as the test's
-    #: Seq05VD) tunes on them and trains on every other frame of both
+    #: data.val_sequences: the published validation split is one stretch of a drive whose other
+    #: frames train (0016E5), unlike the test split, which is mostly a drive never trained on (Seq05VD)
+    #: beside another stretch of a trained one (0001TP) (bench.validation_split measures it); naming
+    #: training drives (e.g. ["0006R0"]) moves their frames to the validation frames, so that these,
+    #: like the test's, hold a drive the network never trains on beside a stretch of one it does
     data_constraints = {**_CorruptedSegmentation.data_constraints,
-                        "val_sequences": Check(_sequences, "unset (the official validation split) or a list of CamVid "
-                                                           "sequence names of the training and validation frames, "
-                                                           "e.g. [\"0006R0\"]", optional=True)}
+                        "val_sequences": Check(_sequences, "unset (the published validation split) or a list of CamVid "
+                                                           "sequence names of the training frames, moved to the "
+                                                           "validation frames, e.g. [\"0006R0\"]", optional=True)}
 
     def splits(self, root, cfg):
         train, val, test = camvid_split(root, "train"), camvid_split(root, "val"), camvid_split(root, "test")
