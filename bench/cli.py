@@ -731,8 +731,9 @@ def cmd_tune(args) -> int:
             failed[key] = str(exc)
             continue
         # the training budget the choice was made at: a choice made at another budget is not this one's
+        # and the data it was fitted and validated on (the validation split: data.val_sequences)
         entries[key] = {**tuning.summarize(m, choices, spaces[m]), "train": plan.train.to_dict(), "method": m,
-                        **({"fixed": fixed} if fixed else {})}
+                        "data": suite.fit_data(plan.data), **({"fixed": fixed} if fixed else {})}
     path = tuning.write_tuning(args.out, args.suite, args.profile, entries, failed, args.sets)
     print(tuning.tuning_markdown(tuning.read_tuning(path)))
     print(f"tuning: {path}")

@@ -457,6 +457,59 @@ def stale_space_notes(results_dirs) -> dict[tuple[str, str, str, str], str]:
     return out
 
 
+def other_split_notes(results_dirs) -> dict[tuple[str, str, str, str], str]:
+    """``(suite, profile, model, method) -> why`` for every stored choice of the profile's objective made
+    on another validation split than the profile gives now (``data.val_sequences``: the entry's
+    ``data``, or its ``--set`` list for a tune stored before entries kept their data): its validation
+    scores are another split's, so a row at that choice is not chosen by the protocol on this one."""
+    out = {}
+    for doc, key, entry in _stored_entries(results_dirs):
+        if entry.get("fixed"):
+            continue  # another objective's tune
+        then, now = entry_val_split(entry), profile_val_split(doc.get("suite"), doc.get("profile"))
+        if now is None or then == now:
+            continue
+        method = entry_method(key, entry)
+        for c in entry.get("choices", []):
+            out[(doc["suite"], doc["profile"], c["model"], method)] = (
+                f"its stored `bench tune` choice was made on another validation split ({_split_text(then)}) than "
+                f"the profile's now ({_split_text(now)}): rerun the tune (`python -m bench tune --suite "
+                f"{doc['suite']} --profile {doc['profile']} --methods {method}`)")
+    return out
+
+
+def entry_val_split(entry: dict) -> tuple:
+    """The validation split a stored tuning entry's sweeps ran on: its ``data.val_sequences`` (from the
+    entry's ``data``, else from its ``--set`` list), ``()`` for the suite's own."""
+    import json
+
+    data = entry.get("data")
+    if isinstance(data, dict):
+        return tuple(data.get("val_sequences") or ())
+    for item in entry.get("sets") or []:
+        k, _, v = str(item).partition("=")
+        if k.strip() == "data.val_sequences":
+            try:
+                return tuple(json.loads(v))
+            except ValueError:
+                return (v,)
+    return ()
+
+
+def profile_val_split(suite: str | None, profile: str | None) -> tuple | None:
+    """The validation split ``suite``'s ``profile`` gives now (``data.val_sequences``; ``()`` for the
+    suite's own), None for a suite or profile not registered here."""
+    from bench.suites import SUITES
+
+    if suite not in SUITES or profile not in SUITES.get(suite).profiles:
+        return None
+    return tuple(SUITES.get(suite).profiles[profile].get("data", {}).get("val_sequences") or ())
+
+
+def _split_text(split: tuple) -> str:
+    return f"data.val_sequences={list(split)}" if split else "the suite's own"
+
+
 def space_now(doc: dict, key: str, entry: dict) -> dict | None:
     """The space the suite of stored tuning ``doc`` gives the method of its entry ``key`` now
     (:func:`space_of`; ``{}`` for none) where that is another than the entry was swept over; None where
@@ -502,7 +555,8 @@ def verdict_notes(results_dirs, df) -> dict[tuple[str, str, str, str], str]:
     verdict on the method: the choice is not the tuning protocol's, made over another space than the
     suite's now (:func:`stale_space_notes`) or comparing candidates on more than one network
     (:func:`mixed_network_notes`), or it sits at the edge of its space (:func:`edge_choice_notes`; not
-    named for a stale choice, whose space is no longer the suite's); or the method chooses its options
+    named for a stale choice, whose space is no longer the suite's), or was made on another validation
+    split than the profile's now (:func:`other_split_notes`); or the method chooses its options
     on a validation split unlike the test split (:func:`bench.validation_split.split_shift_notes`, from
     the MAP rows of ``df``, tuned by ``bench tune`` or inside the fit); every reason that holds."""
     from bench.validation_split import split_shift_notes
@@ -510,9 +564,9 @@ def verdict_notes(results_dirs, df) -> dict[tuple[str, str, str, str], str]:
     stale, mixed, edges = (stale_space_notes(results_dirs), mixed_network_notes(results_dirs, df),
                            edge_choice_notes(results_dirs))
     edges = {k: n for k, n in edges.items() if k not in stale}
-    split = split_shift_notes(df)
-    return {k: "; ".join(n for n in (split.get(k), stale.get(k), mixed.get(k), edges.get(k)) if n)
-            for k in {**split, **stale, **mixed, **edges}}
+    split, other = split_shift_notes(df), other_split_notes(results_dirs)
+    return {k: "; ".join(n for n in (split.get(k), other.get(k), stale.get(k), mixed.get(k), edges.get(k)) if n)
+            for k in {**split, **other, **stale, **mixed, **edges}}
 
 
 def _choice_edges(results_dirs):
@@ -538,7 +592,8 @@ def _edge_text(space: dict, choice: dict) -> str:
 def choice_notes(results_dirs, df=None) -> dict[tuple[str, str, str], list[tuple[str, str]]]:
     """``(suite, profile, model) -> [(method, note), ...]`` naming each tuned method whose stored choice a
     board's reader must not take as the protocol's last word on it: made over another space than the
-    suite gives the method now (:func:`stale_space_notes`), comparing candidates on more than one network
+    suite gives the method now (:func:`stale_space_notes`) or on another validation split than the
+    profile's (:func:`other_split_notes`), comparing candidates on more than one network
     (:func:`mixed_network_notes`; only with ``df``, the records the candidates are among), or sitting at
     an end of a swept range (:func:`at_edge`: a value beyond the space may do better, so the comparison
     holds for this space only; not said of a stale choice). ``method`` is the registered method (an
@@ -546,7 +601,8 @@ def choice_notes(results_dirs, df=None) -> dict[tuple[str, str, str], list[tuple
     stale = stale_space_notes(results_dirs)
     mixed = mixed_network_notes(results_dirs, df) if df is not None else {}
     out: dict[tuple[str, str, str], list[tuple[str, str]]] = {}
-    for (suite, profile, model, method), why in [*stale.items(), *mixed.items()]:
+    for (suite, profile, model, method), why in [*stale.items(), *other_split_notes(results_dirs).items(),
+                                                 *mixed.items()]:
         out.setdefault((suite, profile, model), []).append((method, f"{method}: {why}"))
     for doc, entry_name, entry, c, edge in _choice_edges(results_dirs):  # entry_name: method, or method[objective]
         method = entry_method(entry_name, entry)

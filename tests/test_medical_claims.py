@@ -542,3 +542,30 @@ def test_a_row_at_options_chosen_on_a_validation_split_unlike_the_test_is_not_a_
             "validation NLL is 1.50 x its clean test NLL: 3 vs 2, seeds 0, 1, 2; held-out sets drawn alike stay "
             "within x1.2)") in m2, m2
     assert "deterministic: the suite's validation split" not in m2
+
+
+def test_a_choice_made_on_another_validation_split_is_not_the_protocols(tmp_path, capsys):
+    """A stored tune whose sweeps ran on another validation split than the profile's (here
+    ``--set data.val_sequences=[...]`` while the profile tunes on the suite's own; a tune stored with
+    its ``data``, or only its ``--set`` list) chose on another split's scores: M2 is not a verdict and
+    names both splits and the tune to rerun; on the profile's own split it stays a verdict."""
+    import json
+
+    from bench.tuning import other_split_notes
+
+    for method in ("pbn", "deterministic"):
+        write(tmp_path, method)
+    tune_at_the_profile(tmp_path, methods=("pbn",))
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    assert line(out, "M2").endswith("| verdict: supported |") and not other_split_notes([tmp_path])
+    doc = tmp_path / SUITE / "tuning" / f"{PROFILE}.json"
+    stored = json.loads(doc.read_text())
+    for how in ({"sets": ['data.val_sequences=["0006R0"]', "seeds=0"]}, {"data": {"val_sequences": ["0006R0"]}}):
+        doc.write_text(json.dumps({**stored, "methods": {"pbn": {**stored["methods"]["pbn"], **how}}}))
+        _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+        m2 = line(out, "M2")
+        assert ("not a verdict: PBN 1 %: its stored `bench tune` choice was made on another validation split "
+                "(data.val_sequences=['0006R0']) than the profile's now (the suite's own): rerun the tune") in m2, m2
+    doc.write_text(json.dumps({**stored, "methods": {"pbn": {**stored["methods"]["pbn"], "data": {"size": [1, 1]}}}}))
+    _, out, _ = run(capsys, "--results", str(tmp_path), "--suite", SUITE)
+    assert line(out, "M2").endswith("| verdict: supported |")

@@ -111,8 +111,10 @@ def test_tune_sweeps_the_space_and_chooses_the_lowest_validation_nll(tmp_path, c
     assert doc["configs_per_method"] == 4 and list(doc["methods"]) == ["mc_dropout"]
     entry = doc["methods"]["mc_dropout"]
     assert entry["space"] == {"p": [0.05, 0.1, 0.2, 0.3]} and len(entry["choices"]) == 1
-    # the training budget the choice was made at (scripts/tuned_options.py refuses it at another)
+    # the training budget the choice was made at (scripts/tuned_options.py refuses it at another), and
+    # the data it was fitted and validated on (bench.tuning.other_split_notes reads its validation split)
     assert entry["train"]["epochs"] == df_epochs(out)
+    assert isinstance(entry["data"], dict) and "eval_batch_size" not in entry["data"]
     choice = entry["choices"][0]
     df = load_records(out, "toy")
     val = df[(df["kind"] == "val") & (df["method"] == "mc_dropout")]
