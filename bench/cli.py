@@ -726,7 +726,8 @@ def cmd_tune(args) -> int:
             choices = select(args.out, args.suite, m, tuning.tuned_options(spaces[m]), configs=swept,
                              profile=args.profile, later=getattr(METHODS.get(m), "LATER_OPTIONS", {}),
                              plugin_sha=identity_fields(METHODS.get(m)).get("plugin_source_sha256"),
-                             objective=key if fixed else "")
+                             objective=key if fixed else "",
+                             val_split=tuple(plan.data.get("val_sequences") or ()))
         except BenchError as exc:
             failed[key] = str(exc)
             continue

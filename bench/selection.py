@@ -52,12 +52,14 @@ def _matches(cfg, configs: list[dict], later: dict | None = None) -> bool:
 def choose_on_validation(df: pd.DataFrame, method: str, tuned: tuple[str, ...] | list[str], *,
                          model: str | None = None, metric: str = SELECTION_METRIC,
                          configs: list[dict] | None = None, profile: str | None = None,
-                         later: dict | None = None, plugin_sha: str | None = None) -> list[dict]:
+                         later: dict | None = None, plugin_sha: str | None = None,
+                         val_split: tuple | None = None) -> list[dict]:
     """One choice per (model, configuration of the untuned options) of ``method``; with ``configs``
     (full method configurations) and ``profile`` only the records of those configurations and that
     profile are candidates (``bench tune``: the space it swept, not an earlier sweep's records;
     ``later``: see :func:`_matches`; ``plugin_sha``: a plugin's records made from this source only,
-    bench.plugins).
+    bench.plugins; ``val_split``: only the records validated on that split, ``data.val_sequences``,
+    ``()`` for the suite's own, so that two splits' scores are never compared).
 
     Each choice: ``{"model", "method", "tuned", "chosen": {option: value}, "chosen_config_hash",
     "metric", "seeds", "candidates": [{"values", "config_hash", "score", "per_seed"}]}``.
@@ -72,6 +74,9 @@ def choose_on_validation(df: pd.DataFrame, method: str, tuned: tuple[str, ...] |
         d = d[d["profile"] == profile]
     if configs is not None:
         d = d[[_matches(c, configs, later) for c in d["method_config"]]]
+    if val_split is not None and "data_config" in d.columns:
+        d = d[[tuple((c or {}).get("val_sequences") or ()) == tuple(val_split) if isinstance(c, dict) or c is None
+               else False for c in d["data_config"]]]
     if plugin_sha is not None:  # an edited plugin's earlier records are other candidates' (another source)
         d = d[d["plugin_source_sha256"] == plugin_sha] if "plugin_source_sha256" in d.columns else d.iloc[:0]
     if d.empty:

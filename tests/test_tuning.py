@@ -390,3 +390,26 @@ def test_with_controls_needs_chosen_only(tmp_path, capsys):
     assert main(["leaderboard", "--results", str(tmp_path), "--with-controls", "--out", str(tmp_path / "lb")]) == 2
     assert "--with-controls goes with --chosen-only" in capsys.readouterr().err
     assert not (tmp_path / "lb").exists()
+
+
+def test_candidates_validated_on_another_split_are_not_compared():
+    """Records of the same configurations validated on another split (data.val_sequences) are not
+    candidates of a tune on this one: their scores are another split's (here far lower)."""
+    import pandas as pd
+
+    from bench.selection import choose_on_validation
+
+    space = [{"p": p} for p in (0.1, 0.2)]
+    rows = []
+    for split, nll in (((), {0.1: 0.3, 0.2: 0.2}), (("0006R0",), {0.1: 0.01, 0.2: 0.5})):
+        for cfg in space:
+            for seed in (0, 1):
+                rows.append({"kind": "val", "status": "ok", "method": "mc_dropout", "model": "m", "profile": "quick",
+                             "config_hash": f"{cfg['p']}-{'-'.join(split)}", "method_config": cfg, "seed": seed,
+                             "metrics.nll": nll[cfg["p"]], "data_config": {"size": [8, 8], "val_sequences": list(split)}
+                             if split else {"size": [8, 8]}})
+    df = pd.DataFrame(rows)
+    (own,) = choose_on_validation(df, "mc_dropout", ("p",), configs=space, profile="quick", val_split=())
+    assert own["chosen"] == {"p": 0.2} and len(own["candidates"]) == 2
+    (other,) = choose_on_validation(df, "mc_dropout", ("p",), configs=space, profile="quick", val_split=("0006R0",))
+    assert other["chosen"] == {"p": 0.1} and {r["config_hash"] for r in other["candidates"]} == {"0.1-0006R0", "0.2-0006R0"}
