@@ -14,8 +14,8 @@ there are chosen for another distribution than the test's (a validation split th
 confidence drives a KL weight down decade after decade), so a row at them compares the methods at
 options the test may not reward: a measurement of the split, not a verdict on the method.
 
-:func:`validation_shifts` measures it per (suite, profile, model) from the MAP rows' validation and
-clean test NLLs; :func:`split_shift_notes` names the methods whose rows stand at options chosen on
+:func:`validation_shifts` measures it per (suite, profile, model, validation split: the suite's own,
+or the one a run chose with ``data.val_sequences``) from the MAP rows' validation and clean test NLLs; :func:`split_shift_notes` names the methods whose rows stand at options chosen on
 such a split (the claims and the coverage table give no verdict on them, through
 :func:`bench.tuning.verdict_notes`); :func:`board_split_note` is the boards' note.
 """
@@ -34,7 +34,7 @@ RATIO_LIMIT = 1.2
 
 @dataclass(frozen=True)
 class SplitShift:
-    """The MAP network's validation and clean test NLL on one (suite, profile, model)."""
+    """The MAP network's validation and clean test NLL on one (suite, profile, model, validation split)."""
 
     val_nll: float
     test_nll: float
