@@ -15,6 +15,7 @@ that says the training prevalences for every image, which sees no image (``bench
 reads the same split shift off the MAP networks):
 
     .venv/bin/python benchmarks/camvid_label_prevalence.py --data-root data --size 120 160 --splits
+    .venv/bin/python benchmarks/camvid_label_prevalence.py --data-root data --size 120 160 --splits --val-sequences 0006R0
 """
 from __future__ import annotations
 
@@ -51,12 +52,15 @@ def main(argv=None) -> int:
     ap.add_argument("--split", default="train")
     ap.add_argument("--size", type=int, nargs=2, default=None, metavar=("H", "W"),
                     help="resize the label maps (nearest) as the suite does; default: native")
+    ap.add_argument("--val-sequences", nargs="+", default=None, metavar="SEQ",
+                    help="with --splits: the splits data.val_sequences gives (these training drives' frames "
+                         "moved beside the published validation frames)")
     ap.add_argument("--splits", action="store_true",
                     help="the training, validation and test splits side by side (pixel shares, prevalence at the "
                          "camvid_multilabel suite's threshold, the training-prevalence predictor's NLL)")
     args = ap.parse_args(argv)
     if args.splits:
-        return splits_table(Path(args.data_root), tuple(args.size) if args.size else None)
+        return splits_table(Path(args.data_root), tuple(args.size) if args.size else None, args.val_sequences)
     pairs = camvid_split(Path(args.data_root), args.split)
     labels = LabelFiles([lab for _, lab in pairs], camvid_labels, tuple(args.size) if args.size else None)[:]
     shares = pixel_shares(labels, len(CAMVID_CLASSES), IGNORE)
@@ -76,13 +80,17 @@ def main(argv=None) -> int:
     return 0
 
 
-def splits_table(root: Path, size) -> int:
-    """Print the per-split table of ``--splits``."""
+def splits_table(root: Path, size, val_sequences=None) -> int:
+    """Print the per-split table of ``--splits`` (``val_sequences``: as ``data.val_sequences`` splits)."""
     from bench.suites.camvid_multilabel import PRESENCE_THRESHOLD
+    from bench.suites.segmentation import tune_on_sequences
 
+    pairs = {split: camvid_split(root, split) for split in ("train", "val", "test")}
+    if val_sequences:
+        pairs["train"], pairs["val"] = tune_on_sequences(pairs["train"], pairs["val"], pairs["test"], val_sequences)
     shares, present = {}, {}
     for split in ("train", "val", "test"):
-        labels = LabelFiles([lab for _, lab in camvid_split(root, split)], camvid_labels, size)[:]
+        labels = LabelFiles([lab for _, lab in pairs[split]], camvid_labels, size)[:]
         counts = np.stack([((labels == c) & (labels != IGNORE)).sum().item() for c in range(len(CAMVID_CLASSES))])
         shares[split] = counts / max(int((labels != IGNORE).sum()), 1)
         present[split] = prevalence_table(pixel_shares(labels, len(CAMVID_CLASSES), IGNORE), [PRESENCE_THRESHOLD])[0]
