@@ -550,6 +550,54 @@ def edge_choice_notes(results_dirs) -> dict[tuple[str, str, str, str], str]:
     return out
 
 
+def chooses_on_validation(method: str, suite: str) -> bool:
+    """Whether ``method``'s rows on ``suite`` stand at options chosen on the validation split: it has a
+    ``bench tune`` space there, or tunes on validation inside its fit."""
+    from bench.suites import SUITES
+
+    return method in TUNED_INSIDE or bool(space_of(method, SUITES.get(suite) if suite in SUITES else None))
+
+
+def split_shift_notes(df) -> dict[tuple[str, str, str, str], str]:
+    """``(suite, profile, model, method) -> why`` for every method with records whose rows stand at
+    options chosen on a validation split unlike the test split
+    (:func:`bench.validation_split.validation_shifts`, :func:`chooses_on_validation`)."""
+    from bench.validation_split import split_keys, validation_shifts, why_text
+
+    out = {}
+    for (suite, profile, model, split), shift in validation_shifts(df).items():
+        if not shift.shifted:
+            continue
+        g = df[(df["suite"] == suite) & (df["profile"] == profile) & (df["model"] == model)]
+        g = g[split_keys(g) == split]
+        for method in sorted(set(g["method"].dropna())):
+            if chooses_on_validation(method, suite):
+                out[(suite, profile, model, method)] = (
+                    f"{why_text(shift, split)}, so the row compares {method} at options the test may not reward; "
+                    "a test-like validation split is the remedy")
+    return out
+
+
+def board_split_note(df, suite: str, profile: str, model: str) -> list[str]:
+    """The notes of a board (the records ``df`` of one suite, profile and model) whose validation split
+    (each split its rows tuned on) is unlike its test split, naming its methods whose options were
+    chosen there; [] where none is."""
+    from bench.validation_split import split_keys, validation_shifts, why_text
+
+    notes = []
+    keys = split_keys(df)
+    for (s, p, m, split), shift in validation_shifts(df).items():
+        if (s, p, m) != (suite, profile, model) or not shift.shifted:
+            continue
+        methods = [x for x in sorted(set(df.loc[keys == split, "method"].dropna())) if chooses_on_validation(x, suite)]
+        if methods:
+            notes.append(f"{', '.join(methods)}: {why_text(shift, split)} (bench tune's choices, the temperature and "
+                         "the Laplace prior precision alike): their rows are no verdict on the methods, which other "
+                         "options may serve better on the test; a test-like validation split is the remedy "
+                         "(docs/validity.md)")
+    return notes
+
+
 def verdict_notes(results_dirs, df) -> dict[tuple[str, str, str, str], str]:
     """``(suite, profile, model, method) -> why`` a row at a stored choice of the profile's objective is no
     verdict on the method: the choice is not the tuning protocol's, made over another space than the
@@ -557,10 +605,8 @@ def verdict_notes(results_dirs, df) -> dict[tuple[str, str, str, str], str]:
     (:func:`mixed_network_notes`), or it sits at the edge of its space (:func:`edge_choice_notes`; not
     named for a stale choice, whose space is no longer the suite's), or was made on another validation
     split than the profile's now (:func:`other_split_notes`); or the method chooses its options
-    on a validation split unlike the test split (:func:`bench.validation_split.split_shift_notes`, from
+    on a validation split unlike the test split (:func:`split_shift_notes`, from
     the MAP rows of ``df``, tuned by ``bench tune`` or inside the fit); every reason that holds."""
-    from bench.validation_split import split_shift_notes
-
     stale, mixed, edges = (stale_space_notes(results_dirs), mixed_network_notes(results_dirs, df),
                            edge_choice_notes(results_dirs))
     edges = {k: n for k, n in edges.items() if k not in stale}

@@ -105,55 +105,11 @@ def split_keys(df: pd.DataFrame) -> pd.Series:
                                  if isinstance(c, dict) else "")
 
 
-def chooses_on_validation(method: str, suite: str) -> bool:
-    """Whether ``method``'s rows on ``suite`` stand at options chosen on the validation split: it has a
-    ``bench tune`` space there, or tunes on validation inside its fit."""
-    from bench.suites import SUITES
-    from bench.tuning import TUNED_INSIDE, space_of
-
-    return method in TUNED_INSIDE or bool(space_of(method, SUITES.get(suite) if suite in SUITES else None))
-
-
-def _why(shift: SplitShift, split: str = "") -> str:
+def why_text(shift: SplitShift, split: str = "") -> str:
+    """Why options chosen on an unlike split are no verdict (the notes' common text)."""
     which = f"the validation split data.val_sequences={split}" if split else "the suite's validation split"
     return (f"{which} is unlike its test split ({shift.text()}): the options chosen on it are chosen for another "
             "distribution than the test's")
-
-
-def split_shift_notes(df: pd.DataFrame) -> dict[tuple[str, str, str, str], str]:
-    """``(suite, profile, model, method) -> why`` for every method with records whose rows stand at
-    options chosen on a validation split unlike the test split (:func:`validation_shifts`,
-    :func:`chooses_on_validation`)."""
-    out = {}
-    for (suite, profile, model, split), shift in validation_shifts(df).items():
-        if not shift.shifted:
-            continue
-        g = df[(df["suite"] == suite) & (df["profile"] == profile) & (df["model"] == model)]
-        g = g[split_keys(g) == split]
-        for method in sorted(set(g["method"].dropna())):
-            if chooses_on_validation(method, suite):
-                out[(suite, profile, model, method)] = (
-                    f"{_why(shift, split)}, so the row compares {method} at options the test may not reward; "
-                    "a test-like validation split is the remedy")
-    return out
-
-
-def board_split_note(df: pd.DataFrame, suite: str, profile: str, model: str) -> list[str]:
-    """The notes of a board (the records ``df`` of one suite, profile and model) whose validation split
-    (each split its rows tuned on) is unlike its test split, naming its methods whose options were
-    chosen there; [] where none is."""
-    notes = []
-    keys = split_keys(df)
-    for (s, p, m, split), shift in validation_shifts(df).items():
-        if (s, p, m) != (suite, profile, model) or not shift.shifted:
-            continue
-        methods = [x for x in sorted(set(df.loc[keys == split, "method"].dropna())) if chooses_on_validation(x, suite)]
-        if methods:
-            notes.append(f"{', '.join(methods)}: {_why(shift, split)} (bench tune's choices, the temperature and "
-                         "the Laplace prior precision alike): their rows are no verdict on the methods, which other "
-                         "options may serve better on the test; a test-like validation split is the remedy "
-                         "(docs/validity.md)")
-    return notes
 
 
 def split_table(df: pd.DataFrame) -> str:
@@ -170,26 +126,3 @@ def split_table(df: pd.DataFrame) -> str:
                      f"{', '.join(map(str, s.seeds))} | {s.val_nll:.3g} | "
                      f"{s.test_nll:.3g} | {s.ratio:.2f} | {ref} | {verdict} |")
     return "\n".join(lines)
-
-
-def main(argv=None) -> int:
-    import argparse
-
-    from bench.errors import BenchError
-    from bench.leaderboard import load_runs
-
-    ap = argparse.ArgumentParser(prog="python -m bench.validation_split",
-                                 description="Whether each suite's validation split is like its test split, "
-                                             "from the MAP rows of the records (docs/validity.md)")
-    ap.add_argument("--results", action="append", required=True, help="a results directory (repeatable)")
-    a = ap.parse_args(argv)
-    try:
-        print(split_table(load_runs(a.results)))
-    except BenchError as exc:
-        print(f"python -m bench.validation_split: {exc}", file=__import__("sys").stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

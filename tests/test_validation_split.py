@@ -3,8 +3,8 @@ stand at options chosen on a validation split unlike the test split."""
 import pandas as pd
 import pytest
 
-from bench.validation_split import (RATIO_LIMIT, board_split_note, chooses_on_validation, split_shift_notes,
-                                    validation_shifts)
+from bench.tuning import board_split_note, chooses_on_validation, split_shift_notes
+from bench.validation_split import RATIO_LIMIT, validation_shifts
 
 
 def records(val_nll: dict, test_nll: dict, methods=("deterministic", "pbn", "temperature_scaling", "deep_ensemble"),

@@ -18,7 +18,6 @@ from bench.errors import BenchError
 from bench.measurement import (LEGACY_CPU_PROBE, PAUSED_LIMIT, RUN_DELAY_LIMIT, SHARED_LOAD, loaded_machine,
                                stopped_too_long, waited_too_long)
 from bench.validity import board_num_classes, reference_row, row_validity
-from bench.validation_split import board_split_note
 from bench.reporting.data import (distinct, metric_columns, model_identities, natural_key,
                                   per_run_first, per_seed_mean, run_map_networks, same_map_network, unique_labels)
 from bench.reporting.tables import HIGHER_IS_BETTER as HIGHER
@@ -187,6 +186,8 @@ def build_board(df: pd.DataFrame, suite: str, model: str, profile: str, metric: 
     task = (distinct(df["task"]) or ["classification"])[0]
     per_seed, columns, notes = _quality(df, task)
     cost = _cost(df)
+    from bench.tuning import board_split_note
+
     notes += _untrimmed_peak_notes(df) + shared_machine_notes(df) + cpu_model_notes(df) + \
         board_split_note(df, suite, profile, model)
     per_seed = per_seed.join(cost, how="outer") if not cost.empty else per_seed
