@@ -592,8 +592,9 @@ def cmd_leaderboard(args) -> int:
                      exclude_labels=args.exclude_label)
     from bench.tuning import board_choice_notes, choice_notes
 
-    # a tuned method's choice over a space no longer the suite's, on several networks, or at an end of
-    # its swept range is said on every board its rows are on (read before --chosen-only drops the rest)
+    # a tuned method's choice over a space no longer the suite's, on another validation split than the
+    # profile's, on several networks, or at an end of its swept range is said on every board its rows
+    # are on (read before --chosen-only drops the rest)
     notes = choice_notes(args.results, df)
     if args.chosen_only:
         from bench.tuning import chosen_configs, control_rows, not_chosen
