@@ -441,20 +441,29 @@ def stale_space_notes(results_dirs) -> dict[tuple[str, str, str, str], str]:
     over another space than the one the suite gives the method now (:func:`space_of`; e.g. a suite that
     since gave the method its own space): its candidates are not the protocol's, so a row at that
     choice is not chosen by it until the tune runs again over the space of now."""
+    def why(doc, key, entry, method):
+        now = space_now(doc, key, entry)
+        return None if now is None else (
+            f"its stored `bench tune` choice was made over another space than the suite gives {method} now "
+            f"({_space_text(entry['space'])}; now {_space_text(now) or 'none'}): {_rerun(doc, method)}")
+
+    return _profile_choice_notes(results_dirs, why)
+
+
+def _profile_choice_notes(results_dirs, why) -> dict[tuple[str, str, str, str], str]:
+    """``(suite, profile, model, method) -> why(doc, key, entry, method)`` for every choice of a stored
+    tune of the profile's objective (another objective's left out) where ``why`` gives a reason."""
     out = {}
     for doc, key, entry in _stored_entries(results_dirs):
-        if entry.get("fixed"):
-            continue  # another objective's tune
-        now = space_now(doc, key, entry)
-        if now is None:
-            continue
         method = entry_method(key, entry)
-        for c in entry.get("choices", []):
-            out[(doc["suite"], doc["profile"], c["model"], method)] = (
-                f"its stored `bench tune` choice was made over another space than the suite gives "
-                f"{method} now ({_space_text(entry['space'])}; now {_space_text(now) or 'none'}): rerun the tune "
-                f"(`python -m bench tune --suite {doc['suite']} --profile {doc['profile']} --methods {method}`)")
+        reason = None if entry.get("fixed") else why(doc, key, entry, method)
+        for c in entry.get("choices", []) if reason else []:
+            out[(doc["suite"], doc["profile"], c["model"], method)] = reason
     return out
+
+
+def _rerun(doc: dict, method: str) -> str:
+    return f"rerun the tune (`python -m bench tune --suite {doc['suite']} --profile {doc['profile']} --methods {method}`)"
 
 
 def other_split_notes(results_dirs) -> dict[tuple[str, str, str, str], str]:
@@ -462,20 +471,13 @@ def other_split_notes(results_dirs) -> dict[tuple[str, str, str, str], str]:
     on another validation split than the profile gives now (``data.val_sequences``: the entry's
     ``data``, or its ``--set`` list for a tune stored before entries kept their data): its validation
     scores are another split's, so a row at that choice is not chosen by the protocol on this one."""
-    out = {}
-    for doc, key, entry in _stored_entries(results_dirs):
-        if entry.get("fixed"):
-            continue  # another objective's tune
+    def why(doc, key, entry, method):
         then, now = entry_val_split(entry), profile_val_split(doc.get("suite"), doc.get("profile"))
-        if now is None or then == now:
-            continue
-        method = entry_method(key, entry)
-        for c in entry.get("choices", []):
-            out[(doc["suite"], doc["profile"], c["model"], method)] = (
-                f"its stored `bench tune` choice was made on another validation split ({_split_text(then)}) than "
-                f"the profile's now ({_split_text(now)}): rerun the tune (`python -m bench tune --suite "
-                f"{doc['suite']} --profile {doc['profile']} --methods {method}`)")
-    return out
+        return None if now is None or then == now else (
+            f"its stored `bench tune` choice was made on another validation split ({_split_text(then)}) than "
+            f"the profile's now ({_split_text(now)}): {_rerun(doc, method)}")
+
+    return _profile_choice_notes(results_dirs, why)
 
 
 def entry_val_split(entry: dict) -> tuple:
