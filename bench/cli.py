@@ -723,12 +723,13 @@ def cmd_tune(args) -> int:
         key = tuning.entry_key(m, fixed)
         try:
             from bench.plugins import identity_fields
+            from bench.validation_split import val_split_of
 
             choices = select(args.out, args.suite, m, tuning.tuned_options(spaces[m]), configs=swept,
                              profile=args.profile, later=getattr(METHODS.get(m), "LATER_OPTIONS", {}),
                              plugin_sha=identity_fields(METHODS.get(m)).get("plugin_source_sha256"),
                              objective=key if fixed else "",
-                             val_split=tuple(plan.data.get("val_sequences") or ()))
+                             val_split=val_split_of(plan.data))
         except BenchError as exc:
             failed[key] = str(exc)
             continue

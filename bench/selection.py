@@ -75,8 +75,9 @@ def choose_on_validation(df: pd.DataFrame, method: str, tuned: tuple[str, ...] |
     if configs is not None:
         d = d[[_matches(c, configs, later) for c in d["method_config"]]]
     if val_split is not None and "data_config" in d.columns:
-        d = d[[tuple((c or {}).get("val_sequences") or ()) == tuple(val_split) if isinstance(c, dict) or c is None
-               else False for c in d["data_config"]]]
+        from bench.validation_split import val_split_of
+
+        d = d[[val_split_of(c) == tuple(val_split) for c in d["data_config"]]]
     if plugin_sha is not None:  # an edited plugin's earlier records are other candidates' (another source)
         d = d[d["plugin_source_sha256"] == plugin_sha] if "plugin_source_sha256" in d.columns else d.iloc[:0]
     if d.empty:

@@ -485,9 +485,10 @@ def entry_val_split(entry: dict) -> tuple:
     entry's ``data``, else from its ``--set`` list), ``()`` for the suite's own."""
     import json
 
-    data = entry.get("data")
-    if isinstance(data, dict):
-        return tuple(data.get("val_sequences") or ())
+    from bench.validation_split import val_split_of
+
+    if isinstance(entry.get("data"), dict):
+        return val_split_of(entry["data"])
     for item in entry.get("sets") or []:
         k, _, v = str(item).partition("=")
         if k.strip() == "data.val_sequences":
@@ -502,10 +503,11 @@ def profile_val_split(suite: str | None, profile: str | None) -> tuple | None:
     """The validation split ``suite``'s ``profile`` gives now (``data.val_sequences``; ``()`` for the
     suite's own), None for a suite or profile not registered here."""
     from bench.suites import SUITES
+    from bench.validation_split import val_split_of
 
     if suite not in SUITES or profile not in SUITES.get(suite).profiles:
         return None
-    return tuple(SUITES.get(suite).profiles[profile].get("data", {}).get("val_sequences") or ())
+    return val_split_of(SUITES.get(suite).profiles[profile].get("data", {}))
 
 
 def _split_text(split: tuple) -> str:
@@ -546,9 +548,7 @@ def edge_choice_notes(results_dirs) -> dict[tuple[str, str, str, str], str]:
         if edge:
             out[k] = (f"its stored `bench tune` choice is at the edge of the swept range ({edge}): a value "
                       f"beyond it may do better, so the row is the best of this space, not the method's; "
-                      f"move {method}'s space past that end (the suite's `tuning_spaces`) and rerun the tune "
-                      f"(`python -m bench tune --suite {doc['suite']} --profile {doc['profile']} --methods "
-                      f"{method}`)")
+                      f"move {method}'s space past that end (the suite's `tuning_spaces`) and {_rerun(doc, method)}")
     return out
 
 
@@ -560,44 +560,42 @@ def chooses_on_validation(method: str, suite: str) -> bool:
     return method in TUNED_INSIDE or bool(space_of(method, SUITES.get(suite) if suite in SUITES else None))
 
 
-def split_shift_notes(df) -> dict[tuple[str, str, str, str], str]:
-    """``(suite, profile, model, method) -> why`` for every method with records whose rows stand at
-    options chosen on a validation split unlike the test split
-    (:func:`bench.validation_split.validation_shifts`, :func:`chooses_on_validation`)."""
-    from bench.validation_split import split_keys, validation_shifts, why_text
+def _shifted_split_methods(df):
+    """``((suite, profile, model), split, shift, methods)`` for every group of ``df`` whose validation
+    split is unlike its test split (:func:`bench.validation_split.validation_shifts`), ``methods`` those
+    with records on that split that choose options on validation (:func:`chooses_on_validation`)."""
+    from bench.validation_split import split_keys, validation_shifts
 
-    out = {}
+    keys = split_keys(df)
     for (suite, profile, model, split), shift in validation_shifts(df).items():
         if not shift.shifted:
             continue
-        g = df[(df["suite"] == suite) & (df["profile"] == profile) & (df["model"] == model)]
-        g = g[split_keys(g) == split]
-        for method in sorted(set(g["method"].dropna())):
-            if chooses_on_validation(method, suite):
-                out[(suite, profile, model, method)] = (
-                    f"{why_text(shift, split)}, so the row compares {method} at options the test may not reward; "
-                    "a test-like validation split is the remedy")
-    return out
+        mine = (df["suite"] == suite) & (df["profile"] == profile) & (df["model"] == model) & (keys == split)
+        yield (suite, profile, model), split, shift, [m for m in sorted(set(df.loc[mine, "method"].dropna()))
+                                                      if chooses_on_validation(m, suite)]
+
+
+def split_shift_notes(df) -> dict[tuple[str, str, str, str], str]:
+    """``(suite, profile, model, method) -> why`` for every method with records whose rows stand at
+    options chosen on a validation split unlike the test split (:func:`_shifted_split_methods`)."""
+    from bench.validation_split import why_text
+
+    return {(*where, method): (f"{why_text(shift, split)}, so the row compares {method} at options the test may not "
+                               "reward; a test-like validation split is the remedy")
+            for where, split, shift, methods in _shifted_split_methods(df) for method in methods}
 
 
 def board_split_note(df, suite: str, profile: str, model: str) -> list[str]:
     """The notes of a board (the records ``df`` of one suite, profile and model) whose validation split
     (each split its rows tuned on) is unlike its test split, naming its methods whose options were
     chosen there; [] where none is."""
-    from bench.validation_split import split_keys, validation_shifts, why_text
+    from bench.validation_split import why_text
 
-    notes = []
-    keys = split_keys(df)
-    for (s, p, m, split), shift in validation_shifts(df).items():
-        if (s, p, m) != (suite, profile, model) or not shift.shifted:
-            continue
-        methods = [x for x in sorted(set(df.loc[keys == split, "method"].dropna())) if chooses_on_validation(x, suite)]
-        if methods:
-            notes.append(f"{', '.join(methods)}: {why_text(shift, split)} (bench tune's choices, the temperature and "
-                         "the Laplace prior precision alike): their rows are no verdict on the methods, which other "
-                         "options may serve better on the test; a test-like validation split is the remedy "
-                         "(docs/validity.md)")
-    return notes
+    return [f"{', '.join(methods)}: {why_text(shift, split)} (bench tune's choices, the temperature and the Laplace "
+            "prior precision alike): their rows are no verdict on the methods, which other options may serve better "
+            "on the test; a test-like validation split is the remedy (docs/validity.md)"
+            for where, split, shift, methods in _shifted_split_methods(df)
+            if where == (suite, profile, model) and methods]
 
 
 def verdict_notes(results_dirs, df) -> dict[tuple[str, str, str, str], str]:

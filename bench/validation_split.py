@@ -96,13 +96,18 @@ def validation_shifts(df: pd.DataFrame) -> dict[tuple[str, str, str, str], Split
     return out
 
 
+def val_split_of(data) -> tuple:
+    """The validation split a run's data options (a record's ``data_config``, a plan's or profile's
+    ``data``) chose away from the suite's own: its ``data.val_sequences``; ``()`` for the suite's own."""
+    return tuple(data.get("val_sequences") or ()) if isinstance(data, dict) else ()
+
+
 def split_keys(df: pd.DataFrame) -> pd.Series:
-    """Per record, the validation split its run chose away from the suite's own (``data.val_sequences``,
-    as text), "" for the suite's own: a run that tunes on other images measures another split."""
+    """Per record, :func:`val_split_of` its ``data_config`` as text ("" for the suite's own): a run
+    that tunes on other images measures another split."""
     if "data_config" not in df.columns:
         return pd.Series("", index=df.index)
-    return df["data_config"].map(lambda c: ",".join(map(str, c.get("val_sequences") or []))
-                                 if isinstance(c, dict) else "")
+    return df["data_config"].map(lambda c: ",".join(map(str, val_split_of(c))))
 
 
 def why_text(shift: SplitShift, split: str = "") -> str:

@@ -24,10 +24,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from datasets.presence import informative_labels, pixel_shares, prevalence_table  # noqa: E402
+from bench.multilabel_metrics import prevalence_reference  # noqa: E402
+from datasets.presence import class_presence, informative_labels, pixel_shares, prevalence_table  # noqa: E402
 from datasets.segmentation import CAMVID_CLASSES, IGNORE, LabelFiles, camvid_labels, camvid_split  # noqa: E402
 
 CANDIDATES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
@@ -88,21 +90,19 @@ def splits_table(root: Path, size, val_sequences=None) -> int:
     pairs = {split: camvid_split(root, split) for split in ("train", "val", "test")}
     if val_sequences:
         pairs["train"], pairs["val"] = tune_on_sequences(pairs["train"], pairs["val"], pairs["test"], val_sequences)
+    # the suite's own targets (class_presence) and reference predictor (prevalence_reference)
     shares, present = {}, {}
     for split in ("train", "val", "test"):
         labels = LabelFiles([lab for _, lab in pairs[split]], camvid_labels, size)[:]
-        counts = np.stack([((labels == c) & (labels != IGNORE)).sum().item() for c in range(len(CAMVID_CLASSES))])
-        shares[split] = counts / max(int((labels != IGNORE).sum()), 1)
-        present[split] = prevalence_table(pixel_shares(labels, len(CAMVID_CLASSES), IGNORE), [PRESENCE_THRESHOLD])[0]
-        present[split + "_y"] = pixel_shares(labels, len(CAMVID_CLASSES), IGNORE) > PRESENCE_THRESHOLD
-    q = np.clip(present["train"], 1e-6, 1 - 1e-6)
-    print(f"| class | pixel share: train | val | test | present (share > {PRESENCE_THRESHOLD:g}): train | val | test |")
+        counts = torch.bincount(labels[labels != IGNORE].flatten(), minlength=len(CAMVID_CLASSES)).numpy()
+        shares[split] = counts / max(int(counts.sum()), 1)
+        present[split] = class_presence(labels, len(CAMVID_CLASSES), PRESENCE_THRESHOLD, IGNORE)
+    print(f"| class | pixel share: train | val | test | present (share >= {PRESENCE_THRESHOLD:g}): train | val | test |")
     print("| --- " + "| ---: " * 6 + "|")
     for i, c in enumerate(CAMVID_CLASSES):
         print(f"| {c} | " + " | ".join(f"{shares[s][i]:.3f}" for s in ("train", "val", "test")) + " | "
-              + " | ".join(f"{present[s][i]:.2f}" for s in ("train", "val", "test")) + " |")
-    nll = {s: float(-(present[s + "_y"] * np.log(q) + (~present[s + "_y"]) * np.log(1 - q)).sum(1).mean())
-           for s in ("train", "val", "test")}
+              + " | ".join(f"{float(present[s][:, i].mean()):.2f}" for s in ("train", "val", "test")) + " |")
+    nll = {s: prevalence_reference(present["train"], present[s])["nll"] for s in ("train", "val", "test")}
     print(f"\nThe training-prevalence predictor's NLL (summed over the {len(CAMVID_CLASSES)} labels, mean over "
           "images): " + ", ".join(f"{s} {v:.2f}" for s, v in nll.items()))
     return 0
