@@ -4,6 +4,11 @@
 # compare it with (squared saliency, median-frequency class weights, 20 % Bayesian), full VI and
 # the 5-member ensemble, then the multi-label rows (MULTILABEL=0 skips them). Resumable: finished cells are skipped, and every command after the first
 # reuses the MAP networks of the same results folder. OUT (default results) is the results folder.
+# The KL weights of PBN and mean-field VI on camvid_binary's quick profile are bench tune's choices,
+# written into bench/suites/camvid_binary.py (tests/test_camvid_binary.py ties them to the kept tunes):
+# after a change of the suite's space or validation split, run
+#   .venv/bin/python -m bench tune --suite camvid_binary --profile quick --methods pbn,mfvi --set seeds=0
+# first and move the profile's weights to its choices.
 # Keep the records with
 #   .venv/bin/python scripts/keep_records.py save camvid_binary --results $OUT --archive docs/records
 # and the tables then come from .venv/bin/python benchmarks/refresh_tables.py docs/results/medical.md

@@ -88,13 +88,22 @@ def test_binary_board_reference_is_what_the_constant_share_predictor_scores():
     assert reference_row("segmentation", 2, keys, df.drop(columns="metrics.foreground_share"))[0].startswith("uniform")
 
 
+#: the kept archive whose stored ``bench tune`` chose each VI method's KL weight on camvid_binary's quick
+#: profile: PBN's was chosen again on the test-like split the profile validates on since 2026-12-05
+#: (docs/records); mean-field VI's tune has not run on it yet, so its weight is still the choice made on
+#: the published split (docs/records-published-split), which the notes mark (a choice made on another
+#: validation split than the profile's) and no claim reads as a verdict
+KL_WEIGHT_CHOSEN_IN = {"pbn": "records", "mfvi": "records-published-split"}
+
+
 @pytest.mark.parametrize("method", ["pbn", "mfvi"])
 def test_quick_profiles_kl_weight_is_bench_tunes_choice_on_the_kept_records(method):
     """camvid_binary quick: PBN's and mean-field VI's static KL weight (KL per image, sigma rate 0.1) is
     the choice ``bench tune`` stored over the suite's own space (docs/results/medical.md), kept with the
     records; it is chosen among candidates that pass their checks, and the kept record of exactly the
     profile's configuration passes every validity check (for PBN: the paper's annealed weight at the
-    same budget does not)."""
+    same budget, on the published split, does not). A choice kept from another validation split than
+    the profile's is named as such by the notes the claims and boards read."""
     import json
     from pathlib import Path
 
@@ -104,7 +113,8 @@ def test_quick_profiles_kl_weight_is_bench_tunes_choice_on_the_kept_records(meth
     from bench.suites import SUITES
     from methods import METHODS
 
-    kept = Path(__file__).resolve().parents[1] / "docs" / "records"
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    kept = docs / KL_WEIGHT_CHOSEN_IN[method]
     suite = SUITES.get("camvid_binary")()
     (cfg,) = resolve_plan(suite, "quick", [method], {}, method_registry=METHODS).methods[method]
     assert cfg["kl_scale"] == "examples" and cfg["rho_lr"] == 0.1
@@ -127,5 +137,9 @@ def test_quick_profiles_kl_weight_is_bench_tunes_choice_on_the_kept_records(meth
     chosen = ids[ids["method_config"].map(same) & (ids["seed"] == 0)]
     assert len(chosen) == 1 and chosen.iloc[0]["validity"]["status"] == "ok"
     if method == "pbn":
-        paper = ids[ids["method_config"].map(lambda mc: same(mc, beta_start=0.2, beta_end=0.01))]
+        old = load_records(docs / "records-published-split", "camvid_binary")
+        old = old[(old["kind"] == "id") & (old["method"] == method)]
+        paper = old[old["method_config"].map(lambda mc: same(mc, beta_start=0.2, beta_end=0.01))]
         assert len(paper) == 1 and paper.iloc[0]["validity"]["status"] != "ok"
+    other_split = {k[3] for k in tuning.other_split_notes([kept]) if k[:2] == ("camvid_binary", "quick")}
+    assert (method in other_split) == (kept.name != "records")

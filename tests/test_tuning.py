@@ -54,13 +54,13 @@ def test_a_suite_space_replaces_the_global_one_for_that_suite_only():
     from bench.suites import SUITES
 
     binary, toy = SUITES.get("camvid_binary")(), SUITES.get("toy")()
-    assert tuning.space_of("pbn", binary) == {"beta_start+beta_end": [1e-5, 1e-4, 1e-3, 1e-2]}
+    assert tuning.space_of("pbn", binary) == {"beta_start+beta_end": [1e-6, 1e-5, 1e-4, 1e-3]}
     assert tuning.space_of("mfvi", binary) == {"beta_start+beta_end": [1e-6, 1e-5, 1e-4, 1e-3]}
     assert tuning.space_of("pbn", toy) == tuning.space_of("pbn") == tuning.SPACES["pbn"]
     assert tuning.space_of("mc_dropout", binary) == tuning.SPACES["mc_dropout"]  # no own space: the global
     for suite in SUITES.names():
         tuning.check_spaces(getattr(SUITES.get(suite), "tuning_spaces", {}))
-    assert "beta_start = beta_end 1e-05, 0.0001, 0.001, 0.01 (camvid_binary's own space)" in \
+    assert "| pbn | beta_start = beta_end 1e-06, 1e-05, 0.0001, 0.001 (camvid_binary's own space) |" in \
         tuning.spaces_markdown(binary)
     assert "own space" not in tuning.spaces_markdown(toy)
 

@@ -53,14 +53,28 @@ class CamVidBinaryC(CamVidC):
     # is rate-limited. The KL weight of both is static (with the KL per image) and is bench tune's
     # choice on validation over the suite's own space below (seed 0, docs/results/medical.md): the
     # paper's annealed 0.2 -> 0.01 drops the foreground (PBN's optimum: sigma 0.6, Dice 0.02); the
-    # smallest weights leave PBN's sigma where it started, the largest leave the fully Bayesian network
-    # uninformed (test_camvid_binary ties these values to the kept tuning). VDP++ takes the same sigma
+    # smallest weights leave PBN's sigma short of its rest point, the largest leave the fully Bayesian
+    # network uninformed (test_camvid_binary ties these values to the kept tuning). PBN's is the choice
+    # made on the test-like split (1e-5 since 2026-12-05; 1e-4 on the published split), mean-field VI's
+    # still the published split's until its tune runs on the new one (the boards say so). VDP++ takes the same sigma
     # rate since 2026-11-29: at 0.01 both of its fits here (KL weight 1 and 1e-2, seed 0) were
     # rate-limited, log sigma 90 % of Adam's ceiling with the KL still pulling up (bench.validity)
-    QUICK_PBN_KL_WEIGHT = 1e-4
+    QUICK_PBN_KL_WEIGHT = 1e-5
     QUICK_MFVI_KL_WEIGHT = 1e-5
+    # the validation split of quick and paper (since 2026-12-05): drive 0006R0's training frames tune
+    # beside the published validation frames (data.val_sequences). On the published split alone (101
+    # frames of 0016E5, whose other frames train) the MAP network's validation NLL was half its clean
+    # test NLL (0.50, seeds 0-2), so every option chosen there was chosen for another distribution than
+    # the test's; with 0006R0 moved there it is 1.02 (seeds 0-2, every check passed; docs/validity.md,
+    # "The validation split against the test split"). The board of the published split is kept in
+    # docs/records-published-split
+    VAL_SEQUENCES = ["0006R0"]
     profiles = {"smoke": CamVidC.profiles["smoke"],
                 "quick": {**CamVidC.profiles["quick"],
+                          "data": {**CamVidC.profiles["quick"]["data"], "val_sequences": VAL_SEQUENCES},
+                          "note": (CamVidC.profiles["quick"]["note"] + "; validated on the published validation "
+                                   "frames with drive 0006R0's training frames moved beside them "
+                                   "(data.val_sequences), a split like the test split"),
                           "methods": {**CamVidC.profiles["quick"]["methods"],
                                       "pbn": {**CamVidC.profiles["quick"]["methods"]["pbn"], "rho_lr": 0.1,
                                               "beta_start": QUICK_PBN_KL_WEIGHT,
@@ -76,8 +90,10 @@ class CamVidBinaryC(CamVidC):
     # (1e-6 .. 1e-3), since at 1e-4 the fully Bayesian network was already uninformed and at 1e-5,
     # then the space's smallest, it passed every check (a choice at the edge)
     # VDP++'s KL weight (since 2026-12-05) a decade below the global space: over 1e-4 .. 0.1 its tune
-    # chose 1e-4, the smallest (validation NLL falling steeply towards it), a choice at the edge
-    tuning_spaces = {"pbn": {"beta_start+beta_end": [1e-5, 1e-4, 1e-3, 1e-2]},
+    # chose 1e-4, the smallest (validation NLL falling steeply towards it), a choice at the edge.
+    # PBN's (since 2026-12-05) a decade lower than it was (1e-5 .. 1e-2): on the test-like validation
+    # split its tune chose 1e-5, the smallest, where 1e-2 failed its checks on both splits
+    tuning_spaces = {"pbn": {"beta_start+beta_end": [1e-6, 1e-5, 1e-4, 1e-3]},
                      "mfvi": {"beta_start+beta_end": [1e-6, 1e-5, 1e-4, 1e-3]},
                      "vdp": {"kl_weight": [1e-5, 1e-4, 1e-3, 1e-2]}}
     profiles["paper"] = {
@@ -87,13 +103,14 @@ class CamVidBinaryC(CamVidC):
         "models": ["unet_pbn"], "seeds": [0, 1, 2],
         "train": {"epochs": 50, "batch_size": 10, "lr": 0.01, "momentum": 0.9, "weight_decay": 1e-5,
                   "schedule": "constant"},
-        "data": {},
+        "data": {"val_sequences": VAL_SEQUENCES},
         "methods": {"pbn": {"r_bayes": 0.01, "class_weights": "median_frequency"},
                     "mfvi": {"class_weights": "median_frequency"}},
         "note": ("the medical PBN paper's UNet optimiser and budget (SGD lr 0.01 fixed, weight decay 1e-5, batch 10, "
                  "50 epochs; momentum is not stated there: 0.9 here) and its class-weighted ELBO "
                  "(median-frequency weights) on CamVid cars at the native 180 x 240; the MAP network and the "
-                 "other methods train unweighted"),
+                 "other methods train unweighted; validated as quick (drive 0006R0's training frames beside "
+                 "the published validation frames)"),
     }
 
     def splits(self, root, cfg):
