@@ -124,7 +124,7 @@ def test_every_benchmarks_script_says_what_it_does_and_the_list_shows_it():
     assert "vi_tables.py" in res.stdout and "docs/pbn.md" in res.stdout  # a table script names its pages
 
 
-@pytest.mark.parametrize("only", ["--results docs/records", "--results docs/tuning", "--out docs/tuning", "--file docs/records",
+@pytest.mark.parametrize("only", ["--results docs/records", "--results docs/tuning", "--out docs/tuning", "--out docs/records", "--file docs/records",
                                   "--results docs/ablations", "device_table", "--spaces", "-m bench.validity",
                                   "--from-json docs/records"])
 def test_every_table_over_kept_records_is_what_its_command_makes_now(only):
