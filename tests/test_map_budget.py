@@ -1,0 +1,50 @@
+"""benchmarks/map_budget.py: one row per trained network, its map_converged numbers worked by hand."""
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("map_budget", ROOT / "benchmarks" / "map_budget.py")
+map_budget = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(map_budget)
+
+#: 12 epochs: the last fifth is epochs 11-12 (round(9.6) = 10 epochs before it); best before 0.30, best in
+#: it 0.29: 3.3 % better (fails the 2 % limit); after the last epoch 0.31
+STILL_FALLING = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.35, 0.3, 0.3, 0.29, 0.31]
+#: the best (0.20) at epoch 8, then a rise: at rest (overfitting), 0.25 after the last epoch
+OVERFITS = [1.0, 0.8, 0.6, 0.5, 0.4, 0.3, 0.25, 0.2, 0.22, 0.23, 0.24, 0.25]
+
+
+def record(method, seed, logs, finished="2026-12-05T10:00:00", label=None, model="unet_small", kind="id"):
+    return {"kind": kind, "model": model, "method": method, "method_label": label or method, "seed": seed,
+            "finished_at": finished, "data_config": {}, "diagnostics": {"map_training": logs}}
+
+
+def test_one_row_per_network_with_the_checks_numbers_and_the_last_epochs_value():
+    df = pd.DataFrame([
+        record("deterministic", 0, {"val_nll": STILL_FALLING}),
+        record("pbn", 0, {"val_nll": STILL_FALLING}, finished="2026-12-05T11:00:00"),  # the same network: once
+        record("deep_ensemble", 1, [{"val_nll": OVERFITS}, {"val_nll": STILL_FALLING}]),
+        record("deterministic", 2, {"val_nll": OVERFITS[:4]}),                           # too few epochs
+        record("deterministic", 3, {"val_nll": OVERFITS}, model="lenet"),                # another model
+        record("deterministic", 4, {"val_nll": OVERFITS}, kind="val"),                   # not a clean-test record
+    ])
+    rows = map_budget.networks(df, "unet_small", [])
+    assert [(r["network"], r["seed"]) for r in rows] == [
+        ("MAP", 0), ("deep_ensemble member 0", 1), ("deep_ensemble member 1", 1)]
+    falling, overfits = rows[0], rows[1]
+    assert falling["epochs"] == 12 and falling["status"] == "fail"
+    assert falling["before"] == 0.3 and falling["tail"] == 0.29 and falling["last"] == 0.31
+    assert falling["gain"] == pytest.approx(0.01 / 0.3) and falling["gain_at_start"] == pytest.approx(0.01 / 0.3)
+    assert overfits["status"] == "pass" and overfits["last"] == 0.25
+    assert overfits["before"] == 0.2 and overfits["tail"] == 0.24 and overfits["gain"] == pytest.approx(-0.2)
+    assert overfits["gain_at_start"] == pytest.approx((0.23 - 0.24) / 0.23)
+    # the same curve under the ensemble's member 1 is another network's row (who trained it differs)
+    assert rows[2]["status"] == "fail" and rows[2]["last"] == 0.31
+    # --networks keeps only the named kinds
+    assert [r["network"] for r in map_budget.networks(df, "unet_small", ["MAP"])] == ["MAP"]
+    table = map_budget.markdown(rows).splitlines()
+    assert table[0].endswith("| map_converged | val NLL after the last epoch |")
+    assert table[2] == "| MAP | all | 12 | 0 | 2026-12-05 | 0.3000 | 0.2900 | +3.3% | +3.3% | fail | 0.3100 |"
