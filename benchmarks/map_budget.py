@@ -2,8 +2,9 @@
 records (the MAP network of a seed, MC dropout's, a deep ensemble's members): its epochs, the
 best validation NLL before the last fifth of them and in it, and ``map_converged``'s verdict
 (bench.validity); beside them the validation NLL after the last epoch, that of the network every
-method of the seed is built on (whether a longer budget gives a better network is read there). The column "vs the epoch the fifth begins" is the measure the check used before it
-compared with the best so far, kept to show which networks that measure failed on noise.
+method of the seed is built on (whether a longer budget gives a better network is read there). The
+column "vs the epoch the fifth begins" is the measure the check used before it compared with the best
+so far, kept to show which networks that measure failed on noise.
 
     python benchmarks/map_budget.py --results docs/ablations --suite mnist_rotated --model lenet_300_100
 

@@ -56,8 +56,8 @@ class CamVidBinaryC(CamVidC):
     # smallest weights leave PBN's sigma short of its rest point, the largest leave the fully Bayesian
     # network uninformed (test_camvid_binary ties these values to the kept tuning). PBN's is the choice
     # made on the test-like split (1e-5 since 2026-12-05; 1e-4 on the published split), and so is
-    # mean-field VI's (1e-5 on both splits; on the new one the only candidate whose checks pass). VDP++ takes the same sigma
-    # rate since 2026-11-29: at 0.01 both of its fits here (KL weight 1 and 1e-2, seed 0) were
+    # mean-field VI's (1e-5 on both splits; on the new one the only candidate whose checks pass).
+    # VDP++ takes the same sigma rate since 2026-11-29: at 0.01 both of its fits here (KL weight 1 and 1e-2, seed 0) were
     # rate-limited, log sigma 90 % of Adam's ceiling with the KL still pulling up (bench.validity)
     QUICK_PBN_KL_WEIGHT = 1e-5
     QUICK_MFVI_KL_WEIGHT = 1e-5
