@@ -1,8 +1,8 @@
 """Is a training budget enough for the networks a suite trains? One row per trained network of the
 records (the MAP network of a seed, MC dropout's, a deep ensemble's members): its epochs, the
 best validation NLL before the last fifth of them and in it, the curve's noise an epoch over its
-last half and the limit the check allows the gain (2 %, or twice the noise of a difference of two
-epochs on a noisier curve), and ``map_converged``'s verdict (bench.validity); beside them the
+last half and the limit the check allows the gain (2 %, or the noise of a difference of two epochs
+on a noisier curve), and ``map_converged``'s verdict (bench.validity); beside them the
 validation NLL after the last epoch, that of the network every method of the seed is built on
 (whether a longer budget gives a better network is read there). The column "vs the epoch the fifth
 begins" is the measure the check used before it compared with the best so far, kept to show which
@@ -53,6 +53,7 @@ def networks(df, model: str, methods) -> list[dict]:
             rows.append({"network": who + (f" member {i}" if isinstance(logs, list) and len(logs) > 1 else ""),
                          "train": "all" if n_train is None else f"{int(n_train):,}", "epochs": len(curve),
                          "seed": int(r["seed"]), "date": str(r["finished_at"])[:10],
+                         "cpu": (log or {}).get("cpu") or "–",  # where it was trained (older logs lack it)
                          "before": num["val_nll_best_before_tail"], "tail": num["val_nll_tail_best"],
                          "gain": num["tail_improvement"], "last": curve[-1],
                          "noise": num.get("val_nll_noise"), "limit": num["improvement_limit"],
@@ -62,13 +63,14 @@ def networks(df, model: str, methods) -> list[dict]:
 
 
 def markdown(rows: list[dict]) -> str:
-    out = ["| network | training images | epochs | seed | fitted | best val NLL before the last fifth | best in it | "
-           "improvement on the best before | vs the epoch the fifth begins (earlier measure) | "
+    out = ["| network | training images | epochs | seed | fitted | CPU | best val NLL before the last fifth | "
+           "best in it | improvement on the best before | vs the epoch the fifth begins (earlier measure) | "
            "noise an epoch (last half) | limit | map_converged | val NLL after the last epoch |",
-           "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+           "| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
     for r in rows:
         noise = "–" if r["noise"] is None else f"{r['noise']:.1%}"  # too few epochs to estimate: the 2 % limit
-        out.append(f"| {r['network']} | {r['train']} | {r['epochs']} | {r['seed']} | {r['date']} | {r['before']:.4f} "
+        out.append(f"| {r['network']} | {r['train']} | {r['epochs']} | {r['seed']} | {r['date']} | {r['cpu']} "
+                   f"| {r['before']:.4f} "
                    f"| {r['tail']:.4f} | {r['gain']:+.1%} | {r['gain_at_start']:+.1%} | {noise} | {r['limit']:.1%} "
                    f"| {r['status']} | {r['last']:.4f} |")
     return "\n".join(out)
