@@ -397,6 +397,19 @@ def test_map_converged_tells_a_gain_beyond_the_curves_noise_from_the_noise():
         patch.undo()
 
 
+def _map_converged(curve) -> V.CheckResult:
+    return V.CHECKS.get("map_converged").fn({"diagnostics": {"map_training": {"val_nll": curve}}})
+
+
+def _noise_by_hand(curve) -> float:
+    """A 12-epoch curve's noise as the docstrings below work it: its last half (epochs 7-12) has four
+    second differences; the mean of the middle two of their sizes over 0.6745 sqrt 6, relative to the
+    best value before the last fifth (epochs 1-10)."""
+    w = curve[6:]
+    d2 = sorted(abs(w[i + 1] - 2 * w[i] + w[i - 1]) for i in range(1, 5))
+    return (d2[1] + d2[2]) / 2 / (0.6745 * math.sqrt(6)) / min(curve[:10])
+
+
 def test_map_converged_on_a_camvid_network_at_rest_within_its_noise():
     """The network the 2 % limit failed (camvid_binary, a deep-ensemble member of seed 1, the MAP network
     of seed 5, 12 epochs; docs/results/medical.md): its best over epochs 11-12 is 3.9 % below its best
@@ -408,10 +421,7 @@ def test_map_converged_on_a_camvid_network_at_rest_within_its_noise():
     curve = [0.15293321017034067, 0.14313359857090419, 0.12258635922577416, 0.17372649641279259,
              0.11563494150016204, 0.07166718686444672, 0.0825081133802258, 0.08289565439666462,
              0.0790555685938709, 0.08479015877774526, 0.07033730427542378, 0.06887196500054564]
-    res = V.CHECKS.get("map_converged").fn({"diagnostics": {"map_training": {"val_nll": curve}}})
-    w = curve[6:]
-    d2 = sorted(abs(w[i + 1] - 2 * w[i] + w[i - 1]) for i in range(1, 5))
-    noise = (d2[1] + d2[2]) / 2 / (0.6745 * math.sqrt(6)) / curve[5]
+    res, noise = _map_converged(curve), _noise_by_hand(curve)
     assert noise == pytest.approx(0.0952, abs=5e-4)
     assert res.numbers["tail_improvement"] == pytest.approx((curve[5] - curve[11]) / curve[5])
     assert res.numbers["tail_improvement"] == pytest.approx(0.039, abs=5e-4)
@@ -420,7 +430,7 @@ def test_map_converged_on_a_camvid_network_at_rest_within_its_noise():
     assert res.status == V.PASS and "within the limit 13.5%" in res.reason
     # the same gain on a curve as smooth as rotated MNIST's: beyond the 2 % limit
     smooth = curve[:6] + [0.0722, 0.0721, 0.0720, 0.0719, 0.0700, 0.0689]
-    res = V.CHECKS.get("map_converged").fn({"diagnostics": {"map_training": {"val_nll": smooth}}})
+    res = _map_converged(smooth)
     assert res.status == V.FAIL and "beyond the 2 % limit" in res.reason
 
 
@@ -434,10 +444,7 @@ def test_map_converged_on_a_camvid_network_still_improving_beyond_its_noise():
     curve = [0.9949555203966706, 1.3329684731991898, 0.8787157701413286, 0.8994829292014183,
              0.6932009655520449, 0.6565863576560891, 0.8435289691842748, 0.5523094351420866,
              0.5302929757478884, 0.5283330751935589, 0.5121348262074515, 0.5060691917763881]
-    res = V.CHECKS.get("map_converged").fn({"diagnostics": {"map_training": {"val_nll": curve}}})
-    w = curve[6:]
-    d2 = sorted(abs(w[i + 1] - 2 * w[i] + w[i - 1]) for i in range(1, 5))
-    noise = (d2[1] + d2[2]) / 2 / (0.6745 * math.sqrt(6)) / curve[9]
+    res, noise = _map_converged(curve), _noise_by_hand(curve)
     assert noise == pytest.approx(0.0196, abs=5e-4)
     assert res.numbers["val_nll_noise"] == pytest.approx(noise)
     assert res.numbers["improvement_limit"] == pytest.approx(math.sqrt(2) * noise)
