@@ -21,6 +21,7 @@ record they read, so that old records get it and a changed rule applies everywhe
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -218,10 +219,8 @@ def curve_noise(curve) -> float | None:
     window = vals[len(vals) - math.ceil(len(vals) * NOISE_WINDOW):]
     if len(window) < NOISE_MIN_EPOCHS:
         return None
-    d2 = sorted(abs(window[i + 1] - 2 * window[i] + window[i - 1]) for i in range(1, len(window) - 1))
-    mid = len(d2) // 2
-    med = d2[mid] if len(d2) % 2 else (d2[mid - 1] + d2[mid]) / 2
-    return med / (0.6745 * math.sqrt(6))
+    d2 = [abs(window[i + 1] - 2 * window[i] + window[i - 1]) for i in range(1, len(window) - 1)]
+    return statistics.median(d2) / (0.6745 * math.sqrt(6))
 
 
 def plateau_limit(curve, before: float) -> tuple[float, float | None]:
@@ -274,11 +273,11 @@ def map_converged(run: dict) -> CheckResult:
         if len(c) < MIN_EPOCHS_FOR_PLATEAU:
             return _result(name, NOT_MEASURED, f"{len(c)} epochs: too few to tell a plateau")
         t0 = max(1, int(round(len(c) * (1 - PLATEAU_TAIL))))
-        before = min(c[:t0])
-        drop = (before - min(c[t0:])) / max(abs(before), 1e-12)
+        before, after = min(c[:t0]), min(c[t0:])
+        drop = (before - after) / max(abs(before), 1e-12)
         limit, noise = plateau_limit(c, before)
         if worst is None or drop - limit > worst:   # the member nearest its limit (or furthest past it)
-            worst, detail = drop - limit, (i, t0, len(c), before, min(c[t0:]), drop, limit, noise)
+            worst, detail = drop - limit, (i, t0, len(c), before, after, drop, limit, noise)
     i, t0, n, before, after, drop, limit, noise = detail
     who = f"member {i}: " if len(curves) > 1 else ""
     nums = dict(tail_improvement=drop, improvement_limit=limit, val_nll_noise=noise, epochs=n,

@@ -70,9 +70,8 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         noise = "–" if r["noise"] is None else f"{r['noise']:.1%}"  # too few epochs to estimate: the 2 % limit
         out.append(f"| {r['network']} | {r['train']} | {r['epochs']} | {r['seed']} | {r['date']} | {r['cpu']} "
-                   f"| {r['before']:.4f} "
-                   f"| {r['tail']:.4f} | {r['gain']:+.1%} | {r['gain_at_start']:+.1%} | {noise} | {r['limit']:.1%} "
-                   f"| {r['status']} | {r['last']:.4f} |")
+                   f"| {r['before']:.4f} | {r['tail']:.4f} | {r['gain']:+.1%} | {r['gain_at_start']:+.1%} "
+                   f"| {noise} | {r['limit']:.1%} | {r['status']} | {r['last']:.4f} |")
     return "\n".join(out)
 
 

@@ -24,6 +24,7 @@ NOISY_REST = [1.0, 0.8, 0.6, 0.5, 0.4, 0.3, 0.36, 0.3, 0.38, 0.31, 0.29, 0.33]
 #: the best (0.20) at epoch 8, then a rise: at rest (overfitting), 0.25 after the last epoch
 OVERFITS = [1.0, 0.8, 0.6, 0.5, 0.4, 0.3, 0.25, 0.2, 0.22, 0.23, 0.24, 0.25]
 
+
 def record(method, seed, logs, finished="2026-12-05T10:00:00", label=None, model="unet_small", kind="id"):
     return {"kind": kind, "model": model, "method": method, "method_label": label or method, "seed": seed,
             "finished_at": finished, "data_config": {}, "diagnostics": {"map_training": logs}}

@@ -345,11 +345,12 @@ def test_map_converged_on_constructed_curves():
     assert check({"diagnostics": {"map_training": {"val_nll": plateau[:3]}}}).status == V.NOT_MEASURED
 
 
+def _map_converged(curve) -> V.CheckResult:
+    return V.CHECKS.get("map_converged").fn({"diagnostics": {"map_training": {"val_nll": curve}}})
+
 
 def _fail_rate(curves) -> float:
-    check = V.CHECKS.get("map_converged").fn
-    return float(np.mean([check({"diagnostics": {"map_training": {"val_nll": [float(v) for v in c]}}}).status
-                          == V.FAIL for c in curves]))
+    return float(np.mean([_map_converged([float(v) for v in c]).status == V.FAIL for c in curves]))
 
 
 def test_curve_noise_recovers_the_noise_a_simulated_curve_was_made_with():
@@ -395,10 +396,6 @@ def test_map_converged_tells_a_gain_beyond_the_curves_noise_from_the_noise():
         assert _fail_rate(camvid_like) < 0.8
     finally:
         patch.undo()
-
-
-def _map_converged(curve) -> V.CheckResult:
-    return V.CHECKS.get("map_converged").fn({"diagnostics": {"map_training": {"val_nll": curve}}})
 
 
 def _noise_by_hand(curve) -> float:
