@@ -292,6 +292,34 @@ def map_converged(run: dict) -> CheckResult:
                                f"{-drop:+.1%} on the best before, {before:.4g}; within {why})", **nums)
 
 
+@register_check("map_budget", "no longer budget of the same recipe ends, on every seed trained at both (at least "
+                              "two), with a MAP validation NLL lower beyond map_converged's limit")
+def map_budget(run: dict) -> CheckResult:
+    """A budget trial: where the records the table reads hold MAP networks of this run's recipe
+    trained for longer, on the same seeds, and every seed's longer network ends with a validation
+    NLL lower beyond the noise (:mod:`bench.budget`), this run's networks stop short of their
+    training: the row measures the budget, whatever its own curve says; so do the rows built on
+    that network and the networks the same loop trains (:func:`bench.budget.trained_by_the_recipe`).
+    A method that trains its own network another way for the same epochs is not measured by the
+    trial: unverified where the trial finds the budget short (too short for MAP's recipe, it is
+    not shown to suffice for another), else not applicable. Without such records: not applicable
+    (``attach_validity`` adds the check only where a trial is in the records)."""
+    name = "map_budget"
+    trial = run.get("budget_trial")
+    if trial is None:
+        return _result(name, NOT_APPLICABLE, "no MAP network of this recipe trained for longer in these records")
+    nums = dict(epochs=trial.epochs, longer_epochs=trial.longer, gain_min=min(trial.gains),
+                gain_max=max(trial.gains), limit=max(trial.limits), seeds=len(trial.seeds))
+    if run.get("budget_same_recipe") is not False:
+        return _result(name, FAIL if trial.short else PASS, trial.text(), **nums)
+    if trial.short:  # its own network, trained another way for a budget the MAP recipe's trial finds short
+        return _result(name, NOT_MEASURED, f"its own network, trained another way (its own optimiser or options), "
+                                           f"has no budget trial of its own in these records, and {trial.epochs} "
+                                           f"epochs are short for the MAP recipe's (its networks trained for "
+                                           f"{trial.summary()}, beyond the noise)", **nums)
+    return _result(name, NOT_APPLICABLE, "its own network is trained another way than the trial's MAP networks")
+
+
 # -- variational methods: the variances at their ELBO optimum, not where the optimiser left them ----
 def _vi_train(run: dict) -> dict:
     return (run.get("diagnostics") or {}).get("train") or {}
@@ -600,7 +628,9 @@ def run_view(id_record: dict) -> dict:
     return {"method": id_record.get("method"), "task": id_record.get("task"), "num_classes": k,
             "num_labels": id_record.get("num_labels"), "reference": id_record.get("reference"),
             "metrics": id_record.get("metrics") or {}, "diagnostics": id_record.get("diagnostics") or {},
-            "method_config": id_record.get("method_config") or {}, "train_config": id_record.get("train_config") or {}}
+            "method_config": id_record.get("method_config") or {}, "train_config": id_record.get("train_config") or {},
+            "budget_trial": id_record.get("budget_trial"),
+            "budget_same_recipe": id_record.get("budget_same_recipe")}
 
 
 SYMBOLS = {FAILED: "✗", UNVERIFIED: "?"}
@@ -624,7 +654,8 @@ def attach_validity(df):
     """``df`` (flat records, as :func:`bench.store.load_records` gives them) with the verdict of
     each fitted configuration recomputed from its clean-test record, in every one of its rows:
     ``validity`` (the dict of :func:`verdict`) and ``validity.status``. A run without a clean-test
-    record is ``unverified``."""
+    record is ``unverified``. Where ``df`` also holds MAP networks of a run's recipe trained for
+    longer, the run is judged by that budget trial too (``map_budget``, :mod:`bench.budget`)."""
     import pandas as pd
 
     df = df.copy()
@@ -632,18 +663,26 @@ def attach_validity(df):
         for col in ("validity", "validity.status"):
             df[col] = pd.Series(dtype=object)
         return df
+    from bench.budget import budget_trials, epochs_of, recipe_key, trained_by_the_recipe
+
     key = [c for c in RUN_KEY if c in df.columns]
     metric_cols = [c for c in df.columns if c.startswith("metrics.")]
     kind = df["kind"] if "kind" in df.columns else pd.Series("id", index=df.index)
+    trials = budget_trials(df)  # the budget trials these records hold (map_budget)
     by_run = {}
     for _, rec in df[kind == "id"].iterrows():
         metrics = {c.split(".", 1)[1]: rec[c] for c in metric_cols if _num(rec[c]) is not None}
+        trial = trials.get((recipe_key(rec.get("suite"), rec.get("profile"), rec.get("model"), rec.get("train_config"),
+                                       rec.get("data_config")), epochs_of(rec.get("train_config"))))
         view = {"method": rec.get("method"), "task": rec.get("task"), "suite": rec.get("suite"),
                 "num_classes": rec.get("num_classes"), "metrics": metrics, "diagnostics": rec.get("diagnostics"),
                 "num_labels": rec.get("num_labels"), "reference": {"nll": rec.get("reference.nll")},  # multilabel
-                "method_config": rec.get("method_config"), "train_config": rec.get("train_config")}
+                "method_config": rec.get("method_config"), "train_config": rec.get("train_config"),
+                "budget_trial": trial, "budget_same_recipe": trained_by_the_recipe(
+                    rec.get("method"), rec.get("method_label"), rec.get("method_config"), rec.get("diagnostics"))}
         stored = rec.get("validity") if isinstance(rec.get("validity"), dict) else None
-        by_run[tuple(rec[c] for c in key)] = verdict(run_view(view), checks_of(rec.get("method"), stored))
+        checks = checks_of(rec.get("method"), stored) + (["map_budget"] if trial is not None else [])
+        by_run[tuple(rec[c] for c in key)] = verdict(run_view(view), checks)
     missing = unverified("no clean-test record of this run")
     verdicts = [by_run.get(k, missing) for k in zip(*(df[c] for c in key))]
     df["validity"] = verdicts
@@ -798,6 +837,8 @@ def checks_markdown() -> str:
         users = {c: [m for m in METHODS.names() if c in METHODS.get(m).VALIDITY_CHECKS] for c in CHECKS.names()}
     except Exception:  # noqa: BLE001
         users = {}
+    users["map_budget"] = ["every method, where the records a table reads hold a budget trial of its recipe "
+                           "(bench.budget)"]
     for name in CHECKS.names():
         rows.append(f"| `{name}` | {CHECKS.get(name).description} | {', '.join(users.get(name, [])) or '–'} |")
     return "\n".join(rows)

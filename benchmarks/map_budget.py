@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.budget import training_data  # noqa: E402
 from bench.store import load_records  # noqa: E402
 from bench.validity import CHECKS, PLATEAU_TAIL  # noqa: E402
 
@@ -49,9 +50,11 @@ def networks(df, model: str, methods) -> list[dict]:
             if not num:  # too few epochs for the check: nothing to show
                 continue
             t0 = max(1, int(round(len(curve) * (1 - PLATEAU_TAIL))))  # where the tail begins, as the check cuts it
-            n_train = (r["data_config"] or {}).get("n_train") if isinstance(r["data_config"], dict) else None
+            data = training_data(r.get("suite"), r.get("data_config"))  # the data options that shape the network
+            n_train = data.pop("n_train", None)
             rows.append({"network": who + (f" member {i}" if isinstance(logs, list) and len(logs) > 1 else ""),
-                         "train": "all" if n_train is None else f"{int(n_train):,}", "epochs": len(curve),
+                         "train": "all" if n_train is None else f"{int(n_train):,}", "data": data,
+                         "epochs": len(curve),
                          "seed": int(r["seed"]), "date": str(r["finished_at"])[:10],
                          "cpu": (log or {}).get("cpu") or "–",  # where it was trained (older logs lack it)
                          "before": num["val_nll_best_before_tail"], "tail": num["val_nll_tail_best"],
@@ -59,17 +62,21 @@ def networks(df, model: str, methods) -> list[dict]:
                          "noise": num.get("val_nll_noise"), "limit": num["improvement_limit"],
                          "gain_at_start": (curve[t0 - 1] - num["val_nll_tail_best"]) / curve[t0 - 1],
                          "status": res.status})
-    return sorted(rows, key=lambda x: (x["network"], x["train"], x["epochs"], x["seed"], x["date"]))
+    return sorted(rows, key=lambda x: (x["network"], x["train"], repr(sorted(x["data"].items())), x["epochs"], x["seed"],
+                                       x["date"]))
 
 
 def markdown(rows: list[dict]) -> str:
-    out = ["| network | training images | epochs | seed | fitted | CPU | best val NLL before the last fifth | "
+    out = ["| network | training images (and the training data options that differ between rows) | epochs | seed | fitted | CPU | best val NLL before the last fifth | "
            "best in it | improvement on the best before | vs the epoch the fifth begins (earlier measure) | "
            "noise an epoch (last half) | limit | map_converged | val NLL after the last epoch |",
            "| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+    keys = {k for r in rows for k in r["data"]}
+    varying = sorted(k for k in keys if len({repr(r["data"].get(k)) for r in rows}) > 1)  # another recipe's
     for r in rows:
         noise = "–" if r["noise"] is None else f"{r['noise']:.1%}"  # too few epochs to estimate: the 2 % limit
-        out.append(f"| {r['network']} | {r['train']} | {r['epochs']} | {r['seed']} | {r['date']} | {r['cpu']} "
+        train = ", ".join([r["train"]] + [f"{k}={r['data'].get(k)}" for k in varying])
+        out.append(f"| {r['network']} | {train} | {r['epochs']} | {r['seed']} | {r['date']} | {r['cpu']} "
                    f"| {r['before']:.4f} | {r['tail']:.4f} | {r['gain']:+.1%} | {r['gain_at_start']:+.1%} "
                    f"| {noise} | {r['limit']:.1%} | {r['status']} | {r['last']:.4f} |")
     return "\n".join(out)

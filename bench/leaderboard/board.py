@@ -9,6 +9,7 @@ seed's MAP network, only where both stand on the same fit of it (``map_training`
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -310,13 +311,21 @@ def ranking_score(values: pd.Series, delta: pd.DataFrame | None, mlabel: str | N
 
 def map_label(df: pd.DataFrame) -> str | None:
     """The label of the MAP network: the ``deterministic`` configuration at its defaults (label
-    ``deterministic``; when records of several code versions give it several config hashes, the
-    one with the most seeds, then the most recent)."""
+    ``deterministic``; when several configurations have it (records of several code versions, a
+    budget trial's longer trainings), the one trained the way most of the other methods' records
+    were (their ``train_config``: the network they stand on), then the one with the most seeds,
+    then the most recent)."""
     cand = df[(df["method"] == MAP_LABEL) & (df["method_label"] == MAP_LABEL)]
     if cand.empty:
         return None
     stats = cand.groupby("label").agg(seeds=("seed", "nunique"), last=("finished_at", "max"))
-    return str(stats.sort_values(["seeds", "last"], ascending=False).index[0])
+    stats["stood_on"] = 0
+    if "train_config" in df.columns and stats.shape[0] > 1:
+        as_text = lambda c: json.dumps(c, sort_keys=True, default=str) if isinstance(c, dict) else ""  # noqa: E731
+        counts = df.loc[df["method"] != MAP_LABEL, "train_config"].map(as_text).value_counts()
+        first = cand.groupby("label")["train_config"].first().map(as_text)
+        stats["stood_on"] = [int(counts.get(first.get(lab, ""), 0)) if first.get(lab) else 0 for lab in stats.index]
+    return str(stats.sort_values(["stood_on", "seeds", "last"], ascending=False).index[0])
 
 
 def _quality(df: pd.DataFrame, task: str) -> tuple[pd.DataFrame, list[Column], list[str]]:

@@ -1,0 +1,193 @@
+"""Is a profile's training budget long enough? The guard on every row trained at it.
+
+``map_converged`` (:mod:`bench.validity`) reads one network's validation curve; over a tail of two or
+three epochs it has little power against a slow, steady gain, and a decaying rate flattens the
+curve at whatever budget it is given. A budget trial answers the question directly: the same
+recipe trained for longer, seed by seed (``bench run --methods deterministic --set
+train.epochs=E``). Where the records hold MAP networks of one recipe at several budgets, a budget
+is **short** when some longer budget ends, on every seed trained at both (at least
+:data:`MIN_SEEDS`), with a validation NLL after its last epoch lower by more than the limit
+``map_converged`` allows a gain (2 %, or on a noisier curve the noise of a difference of two
+epochs, :func:`bench.validity.plateau_limit`): a longer budget gives a better network, beyond the
+spread the budget itself makes. Then every row trained at the short budget (the same suite,
+profile, model, training recipe and training data) measures a network short of its training, and
+the check ``map_budget`` makes it no verdict in every table that reads those records.
+
+A seed trained twice at one budget (two machines) counts with its best network at the shorter
+budget and its worst at the longer one: the budget must win against the fit-to-fit spread too.
+On CamVid's binary suite no longer budget won beyond that spread; on the multi-class one and on
+CIFAR-10-C the quick profile's 12 epochs lose to every longer budget tried (docs/validity.md).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+#: a budget is judged short only on at least this many seeds trained at both budgets, each beyond
+#: its limit (one seed beyond one standard deviation of the noise happens one time in six by chance)
+MIN_SEEDS = 2
+
+
+@dataclass(frozen=True)
+class BudgetTrial:
+    """One budget of a recipe against a longer one: per common seed, the relative gain of the longer
+    budget's validation NLL after its last epoch, and the limit a gain must pass."""
+
+    epochs: int
+    longer: int
+    seeds: tuple
+    gains: tuple
+    limits: tuple
+
+    @property
+    def short(self) -> bool:
+        return len(self.seeds) >= MIN_SEEDS and all(g > lim for g, lim in zip(self.gains, self.limits))
+
+    def summary(self) -> str:
+        """The gains in a phrase: ``20 epochs end 17.2% to 24.1% lower (seeds 0, 1)``."""
+        lo, hi = min(self.gains), max(self.gains)
+        gains = f"{lo:.1%}" if len(self.gains) == 1 else f"{lo:.1%} to {hi:.1%}"
+        return f"{self.longer} epochs end {gains} lower (seeds {', '.join(map(str, self.seeds))})"
+
+    def text(self) -> str:
+        seeds = ", ".join(map(str, self.seeds))
+        limit = f"{max(self.limits):.1%}"
+        if self.short:
+            lo, hi = min(self.gains), max(self.gains)
+            gains = f"{lo:.1%}" if len(self.gains) == 1 else f"{lo:.1%} to {hi:.1%}"
+            return (f"{self.epochs} epochs are short: the MAP networks of this recipe trained for {self.longer} end "
+                    f"with a validation NLL {gains} lower (seeds {seeds}), beyond the limit {limit} (2 %, or the "
+                    f"curves' noise): a longer budget gives a better network, so every network trained for "
+                    f"{self.epochs} epochs stops short of its training (bench.budget)")
+        changes = ", ".join(f"{-g:+.1%}" for g in self.gains)
+        few = (f"; {len(self.seeds)} seed(s), at least {MIN_SEEDS} needed to judge"
+               if len(self.seeds) < MIN_SEEDS else "")
+        return (f"trained for {self.longer} epochs, the MAP networks of this recipe end with a validation NLL "
+                f"{changes} on {self.epochs} epochs' (seeds {seeds}): not lower beyond the limit {limit} on every "
+                f"seed{few}")
+
+
+def training_data(suite: str, data_config) -> dict:
+    """The data options that shape a trained network: the suite's defaults overridden by the run's
+    (a record keeps the profile's and the command line's), its evaluation-only options left out."""
+    data = dict(data_config) if isinstance(data_config, dict) else {}
+    try:
+        from bench.suites import SUITES
+
+        s = SUITES.get(str(suite))
+        eval_only, defaults = set(s.EVAL_ONLY_DATA), dict(getattr(s, "DEFAULT_DATA", {}) or {})
+    except Exception:  # noqa: BLE001 - a plugin suite that is not installed here
+        eval_only, defaults = set(), {}
+    return {k: v for k, v in {**defaults, **data}.items() if k not in eval_only}
+
+
+def recipe_key(suite, profile, model, train_config, data_config) -> str | None:
+    """What two runs must share for one's budget trial to speak for the other: suite, profile,
+    model, the training options but the epochs, and the training data. None without a training
+    configuration."""
+    if not isinstance(train_config, dict) or "epochs" not in train_config:
+        return None
+    train = {k: v for k, v in train_config.items() if k != "epochs"}
+    return json.dumps([str(suite), str(profile), str(model), train, training_data(suite, data_config)],
+                      sort_keys=True, default=str)
+
+
+def epochs_of(train_config) -> int | None:
+    try:
+        return int(train_config["epochs"])
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def trained_by_the_recipe(method, method_label, method_config, diagnostics) -> bool:
+    """Whether a run's network was trained the way the budget trial's MAP networks were: the MAP
+    row itself at its default configuration, every method that starts from the seed's MAP network
+    or networks (``Method.starts_from``: temperature scaling, the Laplace family, PBN, the
+    ensemble), and every method whose record carries the training log of a network of the suite's
+    training loop (``diagnostics.map_training``: MC dropout's network). A method that trains its
+    own network with its own optimiser (the VI methods from scratch), or the MAP network under
+    other options (an Adam-trained control), is not: the trial does not measure its budget."""
+    if method == "deterministic":
+        return str(method_label or "deterministic") == "deterministic"
+    try:
+        from methods import METHODS
+
+        starts = METHODS.get(str(method)).starts_from(method_config if isinstance(method_config, dict) else {})
+    except Exception:  # noqa: BLE001 - a plugin that is not installed here: its record decides
+        starts = None
+    return starts in ("map", "maps") or (isinstance(diagnostics, dict) and bool(diagnostics.get("map_training")))
+
+
+def map_networks(df) -> dict[str, dict[int, dict[int, list[tuple[float, float | None]]]]]:
+    """``recipe -> epochs -> seed -> [(validation NLL after the last epoch, its relative noise)]``
+    of the MAP rows (method ``deterministic`` at its default configuration): the end of the
+    validation curve its clean-test record carries, with the curve's noise; a record made before
+    the curves were (no curve) gives its validation record's NLL, the same number, and no noise.
+    Each network once."""
+    from bench.validity import curve_noise
+
+    out: dict = {}
+    if df is None or df.empty or not {"method", "kind", "train_config", "metrics.nll"} <= set(df.columns):
+        return out
+    m = df[df["method"] == "deterministic"]
+    if "method_label" in m.columns:
+        m = m[m["method_label"].fillna("deterministic") == "deterministic"]
+    if "status" in m.columns:
+        m = m[m["status"].fillna("ok") == "ok"]
+    run = [c for c in ("suite", "profile", "model", "config_hash", "seed") if c in m.columns]
+    val_nll = {tuple(r[c] for c in run): float(r["metrics.nll"]) for _, r in m[m["kind"] == "val"].iterrows()}
+    seen = set()
+    for _, r in m[m["kind"] == "id"].iterrows():
+        diag = r.get("diagnostics") if isinstance(r.get("diagnostics"), dict) else {}
+        log = diag.get("map_training")
+        curve = tuple((log or {}).get("val_nll") or ()) if isinstance(log, dict) else ()
+        if curve and all(v is not None and math.isfinite(float(v)) for v in curve):
+            final, noise = float(curve[-1]), curve_noise(curve)
+            network = curve
+        else:  # no curve: the validation record of the same fit
+            final, noise = val_nll.get(tuple(r[c] for c in run), math.nan), None
+            network = (r.get("config_hash"), final)
+        key = recipe_key(r.get("suite"), r.get("profile"), r.get("model"), r["train_config"], r.get("data_config"))
+        epochs = epochs_of(r["train_config"])
+        if key is None or epochs is None or not math.isfinite(final) or (key, int(r["seed"]), network) in seen:
+            continue
+        seen.add((key, int(r["seed"]), network))
+        rel = None if noise is None else noise / max(abs(final), 1e-12)
+        out.setdefault(key, {}).setdefault(epochs, {}).setdefault(int(r["seed"]), []).append((final, rel))
+    return out
+
+
+def compare(shorter: dict, longer: dict, epochs: int, longer_epochs: int) -> BudgetTrial | None:
+    """``shorter``, ``longer``: seed -> [(final validation NLL, relative noise)]. None without a seed
+    trained at both."""
+    from bench.validity import NOISE_Z, PLATEAU_MAX_IMPROVEMENT
+
+    seeds = tuple(sorted(set(shorter) & set(longer)))
+    if not seeds:
+        return None
+    gains, limits = [], []
+    for s in seeds:
+        best_short = min(v for v, _ in shorter[s])
+        worst_long = max(v for v, _ in longer[s])
+        gains.append((best_short - worst_long) / max(abs(best_short), 1e-12))
+        noises = [n for _, n in shorter[s] + longer[s] if n is not None]
+        noise = max(noises) if noises else 0.0
+        limits.append(max(PLATEAU_MAX_IMPROVEMENT, NOISE_Z * math.sqrt(2) * noise))
+    return BudgetTrial(epochs, longer_epochs, seeds, tuple(gains), tuple(limits))
+
+
+def budget_trials(df) -> dict[tuple[str, int], BudgetTrial]:
+    """``(recipe, epochs) -> BudgetTrial`` for every budget of a recipe that some longer budget of it
+    was trained at on a common seed: the longer budget that beats it by the most (its smallest gain
+    over the seeds) where one beats it beyond the limit, else the longest one compared."""
+    out = {}
+    for key, by_epochs in map_networks(df).items():
+        budgets = sorted(by_epochs)
+        for i, e in enumerate(budgets):
+            trials = [t for e2 in budgets[i + 1:] if (t := compare(by_epochs[e], by_epochs[e2], e, e2))]
+            if not trials:
+                continue
+            short = [t for t in trials if t.short]
+            out[(key, e)] = max(short, key=lambda t: min(t.gains)) if short else trials[-1]
+    return out

@@ -1,0 +1,160 @@
+"""Budget trials (bench.budget, the check map_budget): a longer budget of the same recipe that ends
+lower beyond the curves' noise on every seed marks every row trained at the shorter one; noise, one
+seed, or a second fit of the shorter budget that is as good do not; on the kept records, CIFAR-10-C's
+and CamVid's 12 epochs are short and camvid_binary's are not."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bench import budget as B
+from bench import validity as V
+
+ROOT = Path(__file__).resolve().parents[1]
+SGD = {"optimizer": "sgd", "lr": 0.05, "schedule": "cosine", "batch_size": 128}
+
+
+def _curve(final: float, epochs: int, wobble: float = 0.0) -> list[float]:
+    """A validation curve falling linearly to ``final`` over its first third, then flat, alternating
+    by +-``wobble`` over its second half (odd epochs up: it ends at ``final + wobble``)."""
+    fall = max(1, epochs // 3)
+    c = [final + 0.5 * max(0, fall - e) / fall for e in range(epochs)]
+    return [v + (wobble if i % 2 else -wobble) * (i >= epochs // 2) for i, v in enumerate(c)]
+
+
+def _run(method: str, seed: int, epochs: int, curve=None, label=None, **train) -> dict:
+    cfg = {**SGD, **train, "epochs": epochs}
+    diag = {"map_training": {"val_nll": curve}} if curve is not None else {}
+    return {"suite": "cifar10c", "profile": "quick", "model": "resnet_small", "seed": seed, "kind": "id",
+            "status": "ok", "method": method, "method_label": label or method,
+            "config_hash": f"{method}-{sorted(cfg.items())}", "train_config": cfg, "data_config": {"n_per_cell": 1000},
+            "diagnostics": diag, "metrics.nll": 1.0, "metrics.accuracy": 0.6}
+
+
+def _verdicts(rows, by_label: bool = False) -> dict:
+    df = V.attach_validity(pd.DataFrame(rows))
+    return {(r["method_label" if by_label else "method"], r["train_config"]["epochs"], r["train_config"]["lr"],
+             r["seed"]): r["validity"] for _, r in df.iterrows()}
+
+
+def _budget_check(v: dict) -> dict | None:
+    return next((c for c in v["checks"] if c["name"] == "map_budget"), None)
+
+
+def test_a_longer_budget_that_ends_lower_on_every_seed_marks_every_row_trained_at_the_shorter():
+    rows = [_run("deterministic", s, 12, _curve(1.00 + 0.01 * s, 12)) for s in (0, 1)]
+    rows += [_run("deterministic", s, 30, _curve(0.90, 30)) for s in (0, 1)]
+    rows += [_run("temperature_scaling", 0, 12, _curve(1.00, 12)),
+             _run("temperature_scaling", 0, 12, _curve(1.00, 12), lr=0.01)]
+    v = _verdicts(rows)
+    ts = v[("temperature_scaling", 12, 0.05, 0)]
+    check = _budget_check(ts)
+    assert ts["status"] == V.FAILED and ts["reasons"][0].startswith("map_budget: 12 epochs are short")
+    # by hand: seed 0 (1.00 - 0.90) / 1.00, seed 1 (1.01 - 0.90) / 1.01; curves smooth, so the 2 % limit
+    nums = check["numbers"]
+    assert nums["gain_min"] == pytest.approx(0.10) and nums["gain_max"] == pytest.approx(0.11 / 1.01)
+    assert nums["limit"] == pytest.approx(V.PLATEAU_MAX_IMPROVEMENT) and nums["longer_epochs"] == 30
+    assert v[("deterministic", 12, 0.05, 1)]["status"] == V.FAILED    # the MAP row itself, and every seed
+    assert _budget_check(v[("deterministic", 30, 0.05, 0)]) is None   # the longest budget: nothing to judge it by
+    assert _budget_check(v[("temperature_scaling", 12, 0.01, 0)]) is None  # another recipe: the trial is not its
+    assert v[("temperature_scaling", 12, 0.01, 0)]["status"] == V.OK
+
+
+def test_a_network_trained_another_way_for_a_short_budget_is_unverified_not_failed():
+    rows = [_run("deterministic", s, 12, _curve(1.00, 12)) for s in (0, 1)]
+    rows += [_run("deterministic", s, 30, _curve(0.90, 30)) for s in (0, 1)]
+    rows += [_run("mfvi", 0, 12),  # its own loop and optimiser: no MAP training log
+             _run("deterministic", 1, 12, _curve(0.95, 12), label="deterministic[optimizer=adam]")]
+    for key in (("mfvi", 12, 0.05, 0), ("deterministic[optimizer=adam]", 12, 0.05, 1)):
+        v = _verdicts(rows, by_label=True)[key]
+        assert _budget_check(v)["status"] == V.NOT_MEASURED and v["status"] == V.UNVERIFIED
+    rows[2:4] = [_run("deterministic", s, 30, _curve(0.99, 30)) for s in (0, 1)]  # 12 epochs now enough
+    assert _budget_check(_verdicts(rows, by_label=True)[("mfvi", 12, 0.05, 0)])["status"] == V.NOT_APPLICABLE
+
+
+def test_a_gain_within_the_curves_noise_or_on_one_seed_is_no_short_budget():
+    wobble = 0.04  # alternating +-4 %: every second difference is 4 x wobble
+    noisy = [_run("deterministic", s, 12, _curve(1.00, 12, wobble)) for s in (0, 1)]
+    noisy += [_run("deterministic", s, 24, _curve(0.95, 24, wobble)) for s in (0, 1)]
+    check = _budget_check(_verdicts(noisy)[("deterministic", 12, 0.05, 0)])
+    # by hand: both end on an up-step (final + wobble); every second difference over the last half is 4 x wobble,
+    # so the noise an epoch is 4 wobble / (0.6745 sqrt 6), relative to the lower end, and the limit sqrt 2 times it
+    end12, end24 = 1.00 + wobble, 0.95 + wobble
+    by_hand = math.sqrt(2) * 4 * wobble / (0.6745 * math.sqrt(6)) / end24
+    assert check["status"] == V.PASS and check["numbers"]["gain_min"] == pytest.approx((end12 - end24) / end12)
+    assert check["numbers"]["limit"] == pytest.approx(by_hand, rel=1e-9) and by_hand > 0.1 > 0.05 / end12
+
+    one_seed = [_run("deterministic", 0, 12, _curve(1.00, 12)), _run("deterministic", 0, 30, _curve(0.80, 30))]
+    check = _budget_check(_verdicts(one_seed)[("deterministic", 12, 0.05, 0)])
+    assert check["status"] == V.PASS and f"at least {B.MIN_SEEDS} needed" in check["reason"]
+
+
+def test_a_seed_fitted_twice_counts_its_best_network_at_the_shorter_budget():
+    rows = [_run("deterministic", s, 12, _curve(f, 12)) for s in (0, 1) for f in (1.00, 0.93)]
+    rows += [_run("deterministic", s, 30, _curve(0.92, 30)) for s in (0, 1)]
+    check = _budget_check(_verdicts(rows)[("deterministic", 12, 0.05, 0)])
+    assert check["status"] == V.PASS and check["numbers"]["gain_min"] == pytest.approx(0.01 / 0.93)
+
+
+def test_a_control_or_a_network_without_its_curve_is_no_budget_trial():
+    rows = [_run("deterministic", s, 12, _curve(1.00, 12)) for s in (0, 1)]
+    rows += [_run("deterministic", s, 30, _curve(0.80, 30), label="deterministic[optimizer=adam]") for s in (0, 1)]
+    rows += [_run("deterministic", s, 50) for s in (0, 1)]  # neither a validation curve nor a validation record
+    assert _budget_check(_verdicts(rows)[("deterministic", 12, 0.05, 0)]) is None
+
+
+def test_a_network_recorded_before_the_curves_counts_by_its_validation_record():
+    rows = [_run("deterministic", s, 12) for s in (0, 1)]  # no curve: an older record
+    rows += [{**r, "kind": "val", "metrics.nll": 1.00} for r in rows]
+    rows += [_run("deterministic", s, 30, _curve(0.90, 30)) for s in (0, 1)]
+    check = _budget_check(_verdicts(rows)[("deterministic", 12, 0.05, 1)])
+    assert check["status"] == V.FAIL and check["numbers"]["gain_min"] == pytest.approx(0.10)
+
+
+@pytest.mark.parametrize("suite, dirs, short", [
+    ("cifar10c", ["docs/tuning", "docs/budget-trials"], True),
+    ("camvid", ["docs/records", "docs/budget-trials"], True),
+    ("camvid_binary", ["docs/records", "docs/budget-trials"], False),
+])
+def test_the_kept_budget_trials(suite, dirs, short):
+    from bench.store import load_records
+
+    board = load_records(ROOT / dirs[0], suite)
+    maps = board[(board["method"] == "deterministic") & (board["kind"] == "id")
+                 & (board["method_label"] == "deterministic")]
+    keys = {B.recipe_key(r["suite"], r["profile"], r["model"], r["train_config"], r["data_config"])
+            for _, r in maps.iterrows() if r["train_config"]["epochs"] == 12}  # the boards' 12-epoch recipes
+    df = pd.concat([load_records(ROOT / d, suite) for d in dirs], ignore_index=True)
+    trials = [t for (k, e), t in B.budget_trials(df).items() if e == 12 and k in keys]
+    assert trials and all(t.short == short for t in trials)
+
+
+def test_a_recipe_reads_the_suites_default_data_options():
+    key = lambda data: B.recipe_key("cifar10c", "quick", "resnet_small", {**SGD, "epochs": 12}, data)  # noqa: E731
+    assert key({"n_per_cell": 1000}) == key({"augment": True}) == key({"n_per_cell": 10, "corruptions": "all"})
+    assert key({"augment": False}) != key({}) and key({}) != B.recipe_key(
+        "cifar10c", "quick", "resnet_small", {**SGD, "epochs": 12, "lr": 0.1}, {})
+
+
+def test_the_boards_map_row_is_the_network_the_methods_stand_on_not_a_longer_trial():
+    from bench.leaderboard.board import map_label
+    from bench.reporting.data import unique_labels
+
+    rows = [{**_run("deterministic", s, e, _curve(1.0, e)), "finished_at": f"2026-12-0{1 + (e > 12)}"}
+            for e in (12, 50) for s in (0, 1, 2)]  # the trial's 50-epoch networks: as many seeds, more recent
+    rows += [{**_run("temperature_scaling", s, 12, _curve(1.0, 12)), "finished_at": "2026-12-01"} for s in (0, 1, 2)]
+    df = pd.DataFrame(rows)
+    df["label"] = unique_labels(df)
+    assert map_label(df) == "deterministic [train.epochs=12]"
+
+
+def test_a_method_on_the_map_network_is_judged_even_when_its_record_lacks_the_networks_log():
+    rows = [_run("deterministic", s, 12, _curve(1.00, 12)) for s in (0, 1)]
+    rows += [_run("deterministic", s, 30, _curve(0.90, 30)) for s in (0, 1)]
+    rows += [_run("temperature_scaling", 0, 12), _run("vdp", 0, 12)]  # older records: no MAP training log
+    v = _verdicts(rows)
+    assert _budget_check(v[("temperature_scaling", 12, 0.05, 0)])["status"] == V.FAIL  # starts from the MAP network
+    assert _budget_check(v[("vdp", 12, 0.05, 0)])["status"] == V.NOT_MEASURED        # its own, from scratch
