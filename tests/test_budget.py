@@ -1,7 +1,8 @@
 """Budget trials (bench.budget, the check map_budget): a longer budget of the same recipe that ends
 lower beyond the curves' noise on every seed marks every row trained at the shorter one; noise, one
 seed, or a second fit of the shorter budget that is as good do not; on the kept records, CIFAR-10-C's
-and CamVid's 12 epochs are short, camvid_binary's 12 and rotated MNIST's 15 are not."""
+and CamVid's 12 epochs are short; camvid_binary's 12, rotated MNIST's 15 (60 on 1,500 images) and
+MNIST-under-noise's 15 are not."""
 from __future__ import annotations
 
 import math
@@ -119,6 +120,8 @@ def test_a_network_recorded_before_the_curves_counts_by_its_validation_record():
     ("camvid", ["docs/records", "docs/budget-trials"], 12, True),
     ("camvid_binary", ["docs/records", "docs/budget-trials"], 12, False),
     ("mnist_rotated", ["docs/tuning", "docs/budget-trials"], 15, False),
+    ("mnist_rotated", ["docs/ablations", "docs/budget-trials"], 60, False),  # the Laplace ablations' 1,500 images
+    ("mnist_noise", ["docs/ablations", "docs/budget-trials"], 15, False),
 ])
 def test_the_kept_budget_trials(suite, dirs, epochs, short):
     from bench.store import load_records
