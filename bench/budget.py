@@ -15,6 +15,12 @@ the check ``map_budget`` makes it no verdict in every table that reads those rec
 
 A seed trained twice at one budget (two machines) counts with its best network at the shorter
 budget and its worst at the longer one: the budget must win against the fit-to-fit spread too.
+
+The trials this project ran are kept with bench (``budget_trials.json``, written by ``python -m
+bench.budget --write`` from the kept records: docs/validity.md), so that a researcher's own results
+folder, which holds no trial, is judged by them too: a run of a kept recipe at a budget the kept
+trial found short fails ``map_budget`` wherever it is tabulated. A trial in the table's own
+records takes precedence over a kept one.
 On CamVid's binary suite no longer budget won beyond that spread; on the multi-class one and on
 CIFAR-10-C the quick profile's 12 epochs lose to every longer budget tried (docs/validity.md).
 """
@@ -22,7 +28,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+
+#: the kept trials (``python -m bench.budget --write``)
+KEPT = Path(__file__).with_name("budget_trials.json")
+#: the kept records the kept trials are read from (relative to the repository)
+KEPT_FROM = ("docs/records", "docs/tuning", "docs/ablations", "docs/budget-trials")
 
 #: a budget is judged short only on at least this many seeds trained at both budgets, each beyond
 #: its limit (one seed beyond one standard deviation of the noise happens one time in six by chance)
@@ -191,3 +204,58 @@ def budget_trials(df) -> dict[tuple[str, int], BudgetTrial]:
             short = [t for t in trials if t.short]
             out[(key, e)] = max(short, key=lambda t: min(t.gains)) if short else trials[-1]
     return out
+
+
+@lru_cache(maxsize=1)
+def kept_trials() -> dict[tuple[str, int], BudgetTrial]:
+    """The trials kept with bench (:data:`KEPT`), as :func:`budget_trials` gives them; {} without the file."""
+    try:
+        entries = json.loads(KEPT.read_text())["trials"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    return {(e["recipe"], int(e["epochs"])): BudgetTrial(int(e["epochs"]), int(e["longer"]), tuple(e["seeds"]),
+                                                         tuple(e["gains"]), tuple(e["limits"])) for e in entries}
+
+
+def trials_document(dirs, root: Path) -> dict:
+    """What :data:`KEPT` holds: every trial of the kept records under ``root / dir`` for ``dirs`` (each
+    suite's records of every folder pooled), sorted."""
+    import pandas as pd
+
+    from bench.store import load_records
+
+    suites = sorted({p.name for d in dirs for p in (root / d).iterdir() if p.is_dir()} if dirs else ())
+    out = []
+    for suite in suites:
+        frames = [load_records(root / d, suite) for d in dirs if (root / d / suite).is_dir()]
+        frames = [f for f in frames if not f.empty]
+        if not frames:
+            continue
+        for (recipe, epochs), t in budget_trials(pd.concat(frames, ignore_index=True)).items():
+            out.append({"recipe": recipe, "epochs": epochs, **{k: v for k, v in asdict(t).items() if k != "epochs"},
+                        "short": t.short})
+    out.sort(key=lambda e: (e["recipe"], e["epochs"]))
+    return {"written_by": "python -m bench.budget --write", "from": list(dirs), "trials": out}
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="the budget trials of the kept records (bench/budget_trials.json)")
+    ap.add_argument("--write", action="store_true", help=f"write {KEPT.name} (else print it)")
+    ap.add_argument("--root", default=str(Path(__file__).resolve().parents[1]), help="the repository (default: "
+                                                                                      "this checkout)")
+    a = ap.parse_args(argv)
+    doc = json.dumps(trials_document(KEPT_FROM, Path(a.root)), indent=1, sort_keys=True) + "\n"
+    if not a.write:
+        print(doc, end="")
+        return 0
+    from bench.store import atomic_write_bytes
+
+    atomic_write_bytes(KEPT, doc.encode())
+    kept_trials.cache_clear()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

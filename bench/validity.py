@@ -655,7 +655,8 @@ def attach_validity(df):
     each fitted configuration recomputed from its clean-test record, in every one of its rows:
     ``validity`` (the dict of :func:`verdict`) and ``validity.status``. A run without a clean-test
     record is ``unverified``. Where ``df`` also holds MAP networks of a run's recipe trained for
-    longer, the run is judged by that budget trial too (``map_budget``, :mod:`bench.budget`)."""
+    longer, or bench keeps a trial of that recipe (:func:`bench.budget.kept_trials`), the run is
+    judged by that budget trial too (``map_budget``, :mod:`bench.budget`)."""
     import pandas as pd
 
     df = df.copy()
@@ -663,12 +664,12 @@ def attach_validity(df):
         for col in ("validity", "validity.status"):
             df[col] = pd.Series(dtype=object)
         return df
-    from bench.budget import budget_trials, epochs_of, recipe_key, trained_by_the_recipe
+    from bench.budget import budget_trials, epochs_of, kept_trials, recipe_key, trained_by_the_recipe
 
     key = [c for c in RUN_KEY if c in df.columns]
     metric_cols = [c for c in df.columns if c.startswith("metrics.")]
     kind = df["kind"] if "kind" in df.columns else pd.Series("id", index=df.index)
-    trials = budget_trials(df)  # the budget trials these records hold (map_budget)
+    trials = {**kept_trials(), **budget_trials(df)}  # the kept budget trials, and those these records hold
     by_run = {}
     for _, rec in df[kind == "id"].iterrows():
         metrics = {c.split(".", 1)[1]: rec[c] for c in metric_cols if _num(rec[c]) is not None}

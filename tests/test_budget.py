@@ -162,3 +162,20 @@ def test_a_method_on_the_map_network_is_judged_even_when_its_record_lacks_the_ne
     v = _verdicts(rows)
     assert _budget_check(v[("temperature_scaling", 12, 0.05, 0)])["status"] == V.FAIL  # starts from the MAP network
     assert _budget_check(v[("vdp", 12, 0.05, 0)])["status"] == V.NOT_MEASURED        # its own, from scratch
+
+
+def test_the_kept_trials_file_is_what_the_kept_records_give():
+    import json
+
+    now = json.loads(json.dumps(B.trials_document(B.KEPT_FROM, ROOT)))
+    assert json.loads(B.KEPT.read_text()) == now, "stale: run python -m bench.budget --write"
+
+
+def test_a_results_folder_without_a_trial_is_judged_by_the_kept_one():
+    from bench.store import load_records
+
+    board = load_records(ROOT / "docs/tuning", "cifar10c")  # a researcher's quick-profile run: its records alone
+    ts = board[(board["method"] == "temperature_scaling") & (board["seed"] == 0)]
+    v = V.attach_validity(ts)
+    check = _budget_check(v[v["kind"] == "id"]["validity"].iloc[0])
+    assert check["status"] == V.FAIL and check["numbers"]["epochs"] == 12 and "12 epochs are short" in check["reason"]
