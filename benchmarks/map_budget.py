@@ -62,13 +62,13 @@ def networks(df, model: str, methods) -> list[dict]:
                          "noise": num.get("val_nll_noise"), "limit": num["improvement_limit"],
                          "gain_at_start": (curve[t0 - 1] - num["val_nll_tail_best"]) / curve[t0 - 1],
                          "status": res.status})
-    return sorted(rows, key=lambda x: (x["network"], x["train"], repr(sorted(x["data"].items())), x["epochs"], x["seed"],
-                                       x["date"]))
+    return sorted(rows, key=lambda x: (x["network"], x["train"], repr(sorted(x["data"].items())), x["epochs"],
+                                       x["seed"], x["date"]))
 
 
 def markdown(rows: list[dict]) -> str:
-    out = ["| network | training images (and the training data options that differ between rows) | epochs | seed | fitted | CPU | best val NLL before the last fifth | "
-           "best in it | improvement on the best before | vs the epoch the fifth begins (earlier measure) | "
+    out = ["| network | training images (and the training data options that differ between rows) | epochs | seed | "
+           "fitted | CPU | best val NLL before the last fifth | best in it | improvement on the best before | vs the epoch the fifth begins (earlier measure) | "
            "noise an epoch (last half) | limit | map_converged | val NLL after the last epoch |",
            "| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
     keys = {k for r in rows for k in r["data"]}
