@@ -15,14 +15,14 @@ the check ``map_budget`` makes it no verdict in every table that reads those rec
 
 A seed trained twice at one budget (two machines) counts with its best network at the shorter
 budget and its worst at the longer one: the budget must win against the fit-to-fit spread too.
+On CamVid's binary suite no longer budget won beyond that spread; on the multi-class one and on
+CIFAR-10-C the quick profile's 12 epochs lose to every longer budget tried (docs/validity.md).
 
 The trials this project ran are kept with bench (``budget_trials.json``, written by ``python -m
 bench.budget --write`` from the kept records: docs/validity.md), so that a researcher's own results
 folder, which holds no trial, is judged by them too: a run of a kept recipe at a budget the kept
 trial found short fails ``map_budget`` wherever it is tabulated. A trial in the table's own
 records takes precedence over a kept one.
-On CamVid's binary suite no longer budget won beyond that spread; on the multi-class one and on
-CIFAR-10-C the quick profile's 12 epochs lose to every longer budget tried (docs/validity.md).
 """
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ import math
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from bench.curves import curve_noise, gain_limit
 
 #: the kept trials (``python -m bench.budget --write``)
 KEPT = Path(__file__).with_name("budget_trials.json")
@@ -57,21 +59,21 @@ class BudgetTrial:
     def short(self) -> bool:
         return len(self.seeds) >= MIN_SEEDS and all(g > lim for g, lim in zip(self.gains, self.limits))
 
+    def _gains(self) -> str:
+        lo, hi = min(self.gains), max(self.gains)
+        return f"{lo:.1%}" if len(self.gains) == 1 else f"{lo:.1%} to {hi:.1%}"
+
     def summary(self) -> str:
         """The gains in a phrase: ``20 epochs end 17.2% to 24.1% lower (seeds 0, 1)``."""
-        lo, hi = min(self.gains), max(self.gains)
-        gains = f"{lo:.1%}" if len(self.gains) == 1 else f"{lo:.1%} to {hi:.1%}"
-        return f"{self.longer} epochs end {gains} lower (seeds {', '.join(map(str, self.seeds))})"
+        return f"{self.longer} epochs end {self._gains()} lower (seeds {', '.join(map(str, self.seeds))})"
 
     def text(self) -> str:
         seeds = ", ".join(map(str, self.seeds))
         limit = f"{max(self.limits):.1%}"
         if self.short:
-            lo, hi = min(self.gains), max(self.gains)
-            gains = f"{lo:.1%}" if len(self.gains) == 1 else f"{lo:.1%} to {hi:.1%}"
             return (f"{self.epochs} epochs are short: the MAP networks of this recipe trained for {self.longer} end "
-                    f"with a validation NLL {gains} lower (seeds {seeds}), beyond the limit {limit} (2 %, or the "
-                    f"curves' noise): a longer budget gives a better network, so every network trained for "
+                    f"with a validation NLL {self._gains()} lower (seeds {seeds}), beyond the limit {limit} (2 %, "
+                    f"or the curves' noise): a longer budget gives a better network, so every network trained for "
                     f"{self.epochs} epochs stops short of its training (bench.budget)")
         changes = ", ".join(f"{-g:+.1%}" for g in self.gains)
         few = (f"; {len(self.seeds)} seed(s), at least {MIN_SEEDS} needed to judge"
@@ -138,8 +140,6 @@ def map_networks(df) -> dict[str, dict[int, dict[int, list[tuple[float, float | 
     validation curve its clean-test record carries, with the curve's noise; a record made before
     the curves were (no curve) gives its validation record's NLL, the same number, and no noise.
     Each network once."""
-    from bench.validity import curve_noise
-
     out: dict = {}
     if df is None or df.empty or not {"method", "kind", "train_config", "metrics.nll"} <= set(df.columns):
         return out
@@ -174,8 +174,6 @@ def map_networks(df) -> dict[str, dict[int, dict[int, list[tuple[float, float | 
 def compare(shorter: dict, longer: dict, epochs: int, longer_epochs: int) -> BudgetTrial | None:
     """``shorter``, ``longer``: seed -> [(final validation NLL, relative noise)]. None without a seed
     trained at both."""
-    from bench.validity import NOISE_Z, PLATEAU_MAX_IMPROVEMENT
-
     seeds = tuple(sorted(set(shorter) & set(longer)))
     if not seeds:
         return None
@@ -185,8 +183,7 @@ def compare(shorter: dict, longer: dict, epochs: int, longer_epochs: int) -> Bud
         worst_long = max(v for v, _ in longer[s])
         gains.append((best_short - worst_long) / max(abs(best_short), 1e-12))
         noises = [n for _, n in shorter[s] + longer[s] if n is not None]
-        noise = max(noises) if noises else 0.0
-        limits.append(max(PLATEAU_MAX_IMPROVEMENT, NOISE_Z * math.sqrt(2) * noise))
+        limits.append(gain_limit(max(noises) if noises else None))
     return BudgetTrial(epochs, longer_epochs, seeds, tuple(gains), tuple(limits))
 
 
@@ -224,7 +221,7 @@ def trials_document(dirs, root: Path) -> dict:
 
     from bench.store import load_records
 
-    suites = sorted({p.name for d in dirs for p in (root / d).iterdir() if p.is_dir()} if dirs else ())
+    suites = sorted({p.name for d in dirs if (root / d).is_dir() for p in (root / d).iterdir() if p.is_dir()})
     out = []
     for suite in suites:
         frames = [load_records(root / d, suite) for d in dirs if (root / d / suite).is_dir()]

@@ -21,10 +21,11 @@ record they read, so that old records get it and a changed rule applies everywhe
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from bench.curves import (NOISE_MIN_EPOCHS, NOISE_WINDOW, NOISE_Z, PLATEAU_MAX_IMPROVEMENT,  # noqa: F401
+                          curve_noise, gain_limit)
 from bench.laplace.prior import feasible_edge
 from bench.registry import Registry
 
@@ -56,19 +57,12 @@ STATIONARITY_MAX_MOVING_FRACTION = 0.5
 FLAT_GRID_RTOL = 1e-4
 #: full-covariance Laplace: s / N below this cannot reach the predictive variance that matters
 ATTAINABLE_MIN_S_OVER_N = 0.5
-#: map_converged: the last fifth of the epochs may improve the validation NLL by at most 2 % on its
-#: best value before that fifth ...
+#: map_converged: the last fifth of the epochs may improve the validation NLL on its best value
+#: before that fifth by at most 2 % (PLATEAU_MAX_IMPROVEMENT) or, where the curve is noisier, by at
+#: most NOISE_Z standard deviations of the difference of two epochs' values (bench.curves, shared
+#: with the budget trials); fewer than MIN_EPOCHS_FOR_PLATEAU epochs: not measured
 PLATEAU_TAIL = 0.2
-PLATEAU_MAX_IMPROVEMENT = 0.02
 MIN_EPOCHS_FOR_PLATEAU = 5
-#: ... or, where the curve is noisier, by at most NOISE_Z standard deviations of the difference of two
-#: epochs' values, its noise estimated from the second differences over the last half of the epochs
-#: (at least NOISE_MIN_EPOCHS of them: a shorter stretch keeps the 2 % limit alone). One standard
-#: deviation, not two: on CamVid's 12-epoch curves two let pass networks that longer budgets improved
-#: (docs/validity.md, the budget trials)
-NOISE_WINDOW = 0.5
-NOISE_MIN_EPOCHS = 6
-NOISE_Z = 1.0
 #: Laplace: the posterior's logit variance at least this fraction of the MAP logits' spread
 MIN_PREDICTIVE_VARIANCE_RATIO = 1e-3
 #: Adam's epsilon (torch's default): a gradient well below it moves a parameter at a fraction of lr
@@ -205,24 +199,6 @@ def _informative_multilabel(run: dict) -> CheckResult:
 
 
 # -- trained networks (MAP, ensemble members): a validation loss at rest --------------------------------
-def curve_noise(curve) -> float | None:
-    """The epoch-to-epoch noise of a validation curve (a standard deviation, in the curve's units),
-    estimated from its last half (``NOISE_WINDOW``): the median absolute second difference
-    ``v[e+1] - 2 v[e] + v[e-1]`` over 0.6745 sqrt(6). For independent noise of standard deviation s
-    around a trend that is straight over three epochs, each second difference has standard deviation
-    sqrt(6) s, and 0.6745 is the median of |N(0, 1)|; the median keeps one spike from setting it, and
-    what curvature the trend still has there adds to it. None for a stretch of fewer than
-    ``NOISE_MIN_EPOCHS`` epochs (too few to tell noise from the trend's bend)."""
-    vals = [_num(v) for v in (curve if curve is not None else [])]
-    if any(v is None for v in vals):
-        return None
-    window = vals[len(vals) - math.ceil(len(vals) * NOISE_WINDOW):]
-    if len(window) < NOISE_MIN_EPOCHS:
-        return None
-    d2 = [abs(window[i + 1] - 2 * window[i] + window[i - 1]) for i in range(1, len(window) - 1)]
-    return statistics.median(d2) / (0.6745 * math.sqrt(6))
-
-
 def plateau_limit(curve, before: float) -> tuple[float, float | None]:
     """The improvement over the last fifth that ``map_converged`` still reads as at rest, relative to
     ``before`` (the best value before that fifth), and the curve's noise relative to it: 2 %, or,
@@ -232,8 +208,7 @@ def plateau_limit(curve, before: float) -> tuple[float, float | None]:
     curve (docs/validity.md, the budget trials)."""
     noise = curve_noise(curve)
     rel = None if noise is None else noise / max(abs(before), 1e-12)
-    limit = PLATEAU_MAX_IMPROVEMENT if rel is None else max(PLATEAU_MAX_IMPROVEMENT, NOISE_Z * math.sqrt(2) * rel)
-    return limit, rel
+    return gain_limit(rel), rel
 
 
 @register_check("map_converged", "the trained network's validation NLL (for a method built on the MAP network: "
