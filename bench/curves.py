@@ -22,7 +22,8 @@ NOISE_MIN_EPOCHS = 6
 NOISE_Z = 1.0
 
 
-def _num(v) -> float | None:
+def finite(v) -> float | None:
+    """``v`` as a float, or None where it is not a finite number."""
     try:
         v = float(v)
     except (TypeError, ValueError):
@@ -38,7 +39,7 @@ def curve_noise(curve) -> float | None:
     sqrt(6) s, and 0.6745 is the median of |N(0, 1)|; the median keeps one spike from setting it, and
     what curvature the trend still has there adds to it. None for a stretch of fewer than
     ``NOISE_MIN_EPOCHS`` epochs (too few to tell noise from the trend's bend)."""
-    vals = [_num(v) for v in (curve if curve is not None else [])]
+    vals = [finite(v) for v in (curve if curve is not None else [])]
     if any(v is None for v in vals):
         return None
     window = vals[len(vals) - math.ceil(len(vals) * NOISE_WINDOW):]

@@ -26,6 +26,7 @@ from typing import Callable
 
 from bench.curves import (NOISE_MIN_EPOCHS, NOISE_WINDOW, NOISE_Z, PLATEAU_MAX_IMPROVEMENT,  # noqa: F401
                           curve_noise, gain_limit)
+from bench.curves import finite as _num
 from bench.laplace.prior import feasible_edge
 from bench.registry import Registry
 
@@ -95,14 +96,6 @@ def register_check(name: str, description: str):
         CHECKS.register(name)(Check(name, description, fn))
         return fn
     return deco
-
-
-def _num(v) -> float | None:
-    try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 def _result(name, status, reason, **numbers) -> CheckResult:
