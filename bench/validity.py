@@ -263,15 +263,16 @@ def map_converged(run: dict) -> CheckResult:
 @register_check("map_budget", "no longer budget of the same recipe ends, on every seed trained at both (at least "
                               "two), with a MAP validation NLL lower beyond map_converged's limit")
 def map_budget(run: dict) -> CheckResult:
-    """A budget trial: where the records the table reads hold MAP networks of this run's recipe
-    trained for longer, on the same seeds, and every seed's longer network ends with a validation
-    NLL lower beyond the noise (:mod:`bench.budget`), this run's networks stop short of their
-    training: the row measures the budget, whatever its own curve says; so do the rows built on
-    that network and the networks the same loop trains (:func:`bench.budget.trained_by_the_recipe`).
+    """A budget trial: where the records the table reads (or the trials kept with bench) hold MAP
+    networks of this run's recipe trained for longer, on the same seeds, and every seed's longer
+    network ends with a validation NLL lower beyond the noise (:mod:`bench.budget`), this run's
+    networks stop short of their training: the row measures the budget, whatever its own curve
+    says; so do the rows built on that network and the networks the same loop trains
+    (:func:`bench.budget.trained_by_the_recipe`).
     A method that trains its own network another way for the same epochs is not measured by the
     trial: unverified where the trial finds the budget short (too short for MAP's recipe, it is
-    not shown to suffice for another), else not applicable. Without such records: not applicable
-    (``attach_validity`` adds the check only where a trial is in the records)."""
+    not shown to suffice for another), else not applicable. Without a trial: not applicable
+    (``attach_validity`` adds the check only where there is one)."""
     name = "map_budget"
     trial = run.get("budget_trial")
     if trial is None:
@@ -806,8 +807,8 @@ def checks_markdown() -> str:
         users = {c: [m for m in METHODS.names() if c in METHODS.get(m).VALIDITY_CHECKS] for c in CHECKS.names()}
     except Exception:  # noqa: BLE001
         users = {}
-    users["map_budget"] = ["every method, where the records a table reads hold a budget trial of its recipe "
-                           "(bench.budget)"]
+    users["map_budget"] = ["every method, where the records a table reads, or the trials kept with bench, hold a "
+                           "budget trial of its recipe (bench.budget)"]
     for name in CHECKS.names():
         rows.append(f"| `{name}` | {CHECKS.get(name).description} | {', '.join(users.get(name, [])) or '–'} |")
     return "\n".join(rows)
