@@ -90,11 +90,10 @@ def training_data(suite: str, data_config) -> dict:
     try:
         from bench.suites import SUITES
 
-        s = SUITES.get(str(suite))
-        eval_only, defaults = set(s.EVAL_ONLY_DATA), dict(getattr(s, "DEFAULT_DATA", {}) or {})
+        s = SUITES.get(str(suite))()
     except Exception:  # noqa: BLE001 - a plugin suite that is not installed here
-        eval_only, defaults = set(), {}
-    return {k: v for k, v in {**defaults, **data}.items() if k not in eval_only}
+        return data
+    return s.fit_data({**(s.DEFAULT_DATA or {}), **data})
 
 
 def recipe_key(suite, profile, model, train_config, data_config) -> str | None:
