@@ -37,7 +37,7 @@ from bench.curves import curve_noise, gain_limit
 #: the kept trials (``python -m bench.budget --write``)
 KEPT = Path(__file__).with_name("budget_trials.json")
 #: the kept records the kept trials are read from (relative to the repository)
-KEPT_FROM = ("docs/records", "docs/tuning", "docs/ablations", "docs/budget-trials")
+KEPT_FROM = ("docs/records", "docs/tuning", "docs/tuning-augmented", "docs/ablations", "docs/budget-trials")
 
 #: a budget is judged short only on at least this many seeds trained at both budgets, each beyond
 #: its limit (one seed beyond one standard deviation of the noise happens one time in six by chance)
