@@ -116,7 +116,7 @@ def test_a_network_recorded_before_the_curves_counts_by_its_validation_record():
 
 
 @pytest.mark.parametrize("suite, dirs, epochs, short", [
-    ("cifar10c", ["docs/tuning", "docs/budget-trials"], 12, True),
+    ("cifar10c", ["docs/tuning-augmented", "docs/budget-trials"], 12, True),  # the augmented recipe (until 2026-12-06)
     ("camvid", ["docs/records", "docs/budget-trials"], 12, True),
     ("camvid_binary", ["docs/records", "docs/budget-trials"], 12, False),
     ("mnist_rotated", ["docs/tuning", "docs/budget-trials"], 15, False),
@@ -174,7 +174,7 @@ def test_the_kept_trials_file_is_what_the_kept_records_give():
 def test_a_results_folder_without_a_trial_is_judged_by_the_kept_one():
     from bench.store import load_records
 
-    board = load_records(ROOT / "docs/tuning-augmented", "cifar10c")  # a researcher's quick-profile run: its records alone
+    board = load_records(ROOT / "docs/tuning-augmented", "cifar10c")  # an augmented quick-profile run: its records alone
     ts = board[(board["method"] == "temperature_scaling") & (board["seed"] == 0)]
     v = V.attach_validity(ts)
     check = _budget_check(v[v["kind"] == "id"]["validity"].iloc[0])
