@@ -117,6 +117,7 @@ def test_a_network_recorded_before_the_curves_counts_by_its_validation_record():
 
 @pytest.mark.parametrize("suite, dirs, epochs, short", [
     ("cifar10c", ["docs/tuning-augmented", "docs/budget-trials"], 12, True),  # the augmented recipe (until 2026-12-06)
+    ("cifar10c", ["docs/tuning", "docs/budget-trials"], 12, False),  # the quick profile since: not augmented
     ("camvid", ["docs/records", "docs/budget-trials"], 12, True),
     ("camvid_binary", ["docs/records", "docs/budget-trials"], 12, False),
     ("mnist_rotated", ["docs/tuning", "docs/budget-trials"], 15, False),
