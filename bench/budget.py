@@ -67,18 +67,19 @@ class BudgetTrial:
         """The gains in a phrase: ``20 epochs end 17.2% to 24.1% lower (seeds 0, 1)``."""
         return f"{self.longer} epochs end {self._gains()} lower (seeds {', '.join(map(str, self.seeds))})"
 
-    def text(self) -> str:
+    def text(self, subject: str = "the MAP networks of this recipe", what: str = "network") -> str:
+        """The trial in a sentence; ``subject`` names the fits compared (a method's phase: :func:`phase_trials`)."""
         seeds = ", ".join(map(str, self.seeds))
         limit = f"{max(self.limits):.1%}"
         if self.short:
-            return (f"{self.epochs} epochs are short: the MAP networks of this recipe trained for {self.longer} end "
+            return (f"{self.epochs} epochs are short: {subject} trained for {self.longer} end "
                     f"with a validation NLL {self._gains()} lower (seeds {seeds}), beyond the limit {limit} (2 %, "
-                    f"or the curves' noise): a longer budget gives a better network, so every network trained for "
+                    f"or the curves' noise): a longer budget gives a better {what}, so every {what} trained for "
                     f"{self.epochs} epochs stops short of its training (bench.budget)")
         changes = ", ".join(f"{-g:+.1%}" for g in self.gains)
         few = (f"; {len(self.seeds)} seed(s), at least {MIN_SEEDS} needed to judge"
                if len(self.seeds) < MIN_SEEDS else "")
-        return (f"trained for {self.longer} epochs, the MAP networks of this recipe end with a validation NLL "
+        return (f"trained for {self.longer} epochs, {subject} end with a validation NLL "
                 f"{changes} on {self.epochs} epochs' (seeds {seeds}): not lower beyond the limit {limit} on every "
                 f"seed{few}")
 
@@ -190,8 +191,13 @@ def budget_trials(df) -> dict[tuple[str, int], BudgetTrial]:
     """``(recipe, epochs) -> BudgetTrial`` for every budget of a recipe that some longer budget of it
     was trained at on a common seed: the longer budget that beats it by the most (its smallest gain
     over the seeds) where one beats it beyond the limit, else the longest one compared."""
+    return _trials(map_networks(df))
+
+
+def _trials(networks: dict) -> dict[tuple[str, int], BudgetTrial]:
+    """:func:`budget_trials` of ``key -> epochs -> seed -> [(final validation NLL, relative noise)]``."""
     out = {}
-    for key, by_epochs in map_networks(df).items():
+    for key, by_epochs in networks.items():
         budgets = sorted(by_epochs)
         for i, e in enumerate(budgets):
             trials = [t for e2 in budgets[i + 1:] if (t := compare(by_epochs[e], by_epochs[e2], e, e2))]
@@ -202,11 +208,97 @@ def budget_trials(df) -> dict[tuple[str, int], BudgetTrial]:
     return out
 
 
+# -- a method's own training phase (PBN's VI phase): the same trial over the phase's epochs ---------------
+def phase_epochs(diagnostics) -> int | None:
+    """The epochs of a method's own training phase, as its record logs them (``diagnostics.train.epochs``:
+    PBN's VI phase, the VI methods' training); None for a method without one."""
+    train = diagnostics.get("train") if isinstance(diagnostics, dict) else None
+    try:
+        return int(train["epochs"]) if isinstance(train, dict) and train.get("epochs") is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def phase_key(suite, profile, model, train_config, data_config, method) -> str | None:
+    """What two runs of a method must share for one's longer phase to speak for the other's: the MAP
+    recipe with its epochs (the network a phase starts from) and the method. Not the method's other
+    options: like the MAP trial for every method on its network, a phase trial judges the profile's
+    phase budget for every configuration of the method (tuning candidates and controls alike, so no
+    candidate is chosen for having a trial)."""
+    base = recipe_key(suite, profile, model, train_config, data_config)
+    return None if base is None or method == "deterministic" else json.dumps(
+        [base, epochs_of(train_config), str(method)], default=str)
+
+
+def _options_but_epochs(method_config) -> str:
+    return json.dumps({k: v for k, v in (method_config or {}).items() if k != "epochs"}, sort_keys=True, default=str)
+
+
+def phase_fits(df) -> dict[str, dict[int, dict[int, list[tuple[float, None]]]]]:
+    """``phase key -> phase epochs -> seed -> [(validation NLL, None)]`` of the ok runs of every method
+    with a logged phase, one list per configuration (its options but the epochs): a trial compares a
+    configuration with itself only. The validation record's NLL after the phase (no per-epoch curve,
+    so the limit is :func:`bench.curves.gain_limit`'s 2 %)."""
+    out: dict = {}
+    need = {"method", "kind", "train_config", "metrics.nll", "seed"}
+    if df is None or df.empty or not need <= set(df.columns):
+        return out
+    m = df[(df["method"] != "deterministic") & df["kind"].isin(["id", "val"])]
+    if "status" in m.columns:
+        m = m[m["status"].fillna("ok") == "ok"]
+    run = [c for c in ("suite", "profile", "model", "config_hash", "seed") if c in m.columns]
+    val_nll = {tuple(r[c] for c in run): float(r["metrics.nll"]) for _, r in m[m["kind"] == "val"].iterrows()}
+    for _, r in m[m["kind"] == "id"].iterrows():
+        epochs = phase_epochs(r.get("diagnostics"))
+        key = phase_key(r.get("suite"), r.get("profile"), r.get("model"), r["train_config"], r.get("data_config"),
+                        r.get("method"))
+        final = val_nll.get(tuple(r[c] for c in run), math.nan)
+        if key is None or epochs is None or not math.isfinite(final):
+            continue
+        key = json.dumps([key, _options_but_epochs(r.get("method_config"))])
+        out.setdefault(key, {}).setdefault(epochs, {}).setdefault(int(r["seed"]), []).append((final, None))
+    return out
+
+
+def phase_trials(df) -> dict[tuple[str, int], BudgetTrial]:
+    """``(phase key, phase epochs) -> BudgetTrial``: per configuration, its phase against its longer
+    phases (:func:`budget_trials`' rule); per phase key the trial that finds the budget short by the
+    most, else the one over the most seeds."""
+    out: dict = {}
+    for (cfg_key, epochs), t in _trials(phase_fits(df)).items():
+        key = json.loads(cfg_key)[0]
+        old = out.get((key, epochs))
+        rank = (t.short, min(t.gains) if t.short else len(t.seeds))
+        if old is None or rank > (old.short, min(old.gains) if old.short else len(old.seeds)):
+            out[(key, epochs)] = t
+    return out
+
+
+def paper_epochs(method, model) -> int | None:
+    """The paper's training epochs for this method on this network (``Method.PAPER_EPOCHS``), where known."""
+    try:
+        from methods import METHODS
+
+        return (getattr(METHODS.get(str(method)), "PAPER_EPOCHS", None) or {}).get(str(model))
+    except Exception:  # noqa: BLE001 - a plugin that is not installed here
+        return None
+
+
 @lru_cache(maxsize=1)
 def kept_trials() -> dict[tuple[str, int], BudgetTrial]:
     """The trials kept with bench (:data:`KEPT`), as :func:`budget_trials` gives them; {} without the file."""
+    return _kept("trials")
+
+
+@lru_cache(maxsize=1)
+def kept_phase_trials() -> dict[tuple[str, int], BudgetTrial]:
+    """The phase trials kept with bench (:data:`KEPT`), as :func:`phase_trials` gives them; {} without them."""
+    return _kept("phase_trials")
+
+
+def _kept(section: str) -> dict[tuple[str, int], BudgetTrial]:
     try:
-        entries = json.loads(KEPT.read_text())["trials"]
+        entries = json.loads(KEPT.read_text())[section]
     except (OSError, ValueError, KeyError):
         return {}
     return {(e["recipe"], int(e["epochs"])): BudgetTrial(int(e["epochs"]), int(e["longer"]), tuple(e["seeds"]),
@@ -221,17 +313,40 @@ def trials_document(dirs, root: Path) -> dict:
     from bench.store import load_records
 
     suites = sorted({p.name for d in dirs if (root / d).is_dir() for p in (root / d).iterdir() if p.is_dir()})
-    out = []
+    out, phases = [], []
     for suite in suites:
         frames = [load_records(root / d, suite) for d in dirs if (root / d / suite).is_dir()]
         frames = [f for f in frames if not f.empty]
         if not frames:
             continue
-        for (recipe, epochs), t in budget_trials(pd.concat(frames, ignore_index=True)).items():
-            out.append({"recipe": recipe, "epochs": epochs, **{k: v for k, v in asdict(t).items() if k != "epochs"},
-                        "short": t.short})
-    out.sort(key=lambda e: (e["recipe"], e["epochs"]))
-    return {"written_by": "python -m bench.budget --write", "from": list(dirs), "trials": out}
+        df = pd.concat(frames, ignore_index=True)
+        for found, into in ((budget_trials(df), out), (phase_trials(df), phases)):
+            for (recipe, epochs), t in found.items():
+                into.append({"recipe": recipe, "epochs": epochs,
+                             **{k: v for k, v in asdict(t).items() if k != "epochs"}, "short": t.short})
+    for entries in (out, phases):
+        entries.sort(key=lambda e: (e["recipe"], e["epochs"]))
+    return {"written_by": "python -m bench.budget --write", "from": list(dirs), "trials": out, "phase_trials": phases}
+
+
+def phase_markdown(entries) -> str:
+    """The phase trials (``trials_document``'s ``phase_trials``) as a markdown table: per suite, profile,
+    network, MAP epochs and method, each phase against the longer one that judges it."""
+    lines = ["| suite | profile | model | training data (options beside the suite's defaults) | MAP epochs | method | "
+             "phase epochs | longer phase | seeds | change of the validation NLL with the longer phase, per seed | "
+             "limit | phase short |",
+             "| --- | --- | --- | --- | ---: | --- | ---: | ---: | --- | --- | ---: | --- |"]
+    for e in entries:
+        base, map_epochs, method = json.loads(e["recipe"])
+        suite, profile, model, _, data = json.loads(base)
+        default = training_data(suite, {})
+        options = ", ".join(f"{k}={v}" for k, v in sorted(data.items()) if default.get(k) != v) or "–"
+        changes = ", ".join(f"{-g:+.1%}" for g in e["gains"])
+        lines.append(f"| {suite} | {profile} | {model} | {options} | {map_epochs} | {method} | {e['epochs']} | "
+                     f"{e['longer']} | "
+                     f"{', '.join(map(str, e['seeds']))} | {changes} | {max(e['limits']):.1%} | "
+                     f"{'**short**' if e['short'] else 'no'} |")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -239,10 +354,15 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description="the budget trials of the kept records (bench/budget_trials.json)")
     ap.add_argument("--write", action="store_true", help=f"write {KEPT.name} (else print it)")
+    ap.add_argument("--phases", action="store_true", help="print the kept phase trials as a markdown table")
     ap.add_argument("--root", default=str(Path(__file__).resolve().parents[1]), help="the repository (default: "
                                                                                       "this checkout)")
     a = ap.parse_args(argv)
-    doc = json.dumps(trials_document(KEPT_FROM, Path(a.root)), indent=1, sort_keys=True) + "\n"
+    found = trials_document(KEPT_FROM, Path(a.root))
+    if a.phases:
+        print(phase_markdown(found["phase_trials"]))
+        return 0
+    doc = json.dumps(found, indent=1, sort_keys=True) + "\n"
     if not a.write:
         print(doc, end="")
         return 0
@@ -250,6 +370,7 @@ def main(argv=None) -> int:
 
     atomic_write_bytes(KEPT, doc.encode())
     kept_trials.cache_clear()
+    kept_phase_trials.cache_clear()
     return 0
 
 

@@ -289,6 +289,32 @@ def map_budget(run: dict) -> CheckResult:
     return _result(name, NOT_APPLICABLE, "its own network is trained another way than the trial's MAP networks")
 
 
+@register_check("phase_budget", "a longer training phase of the method (its epochs, e.g. PBN's VI phase) on the same "
+                               "MAP network does not end lower in validation NLL (a phase trial); a phase shorter "
+                               "than the paper's for this network, without such a trial: unverified")
+def phase_budget(run: dict) -> CheckResult:
+    """The budget trial of a method's own training phase (:func:`bench.budget.phase_trials`): where the
+    records (or the trials kept with bench) hold runs of this method, on this MAP recipe, with a longer
+    phase on the same seeds and their validation NLL is lower beyond the limit on every seed, the phase
+    is short and the row measures the budget: fail; a trial that finds no such gain: pass. Without a
+    trial, a phase shorter than the paper's for this network (``Method.PAPER_EPOCHS``) is a budget far
+    below the paper's that nothing shows to suffice: unverified. Otherwise not applicable."""
+    name, trial = "phase_budget", run.get("phase_trial")
+    epochs, paper = run.get("phase_epochs"), run.get("paper_epochs")
+    if trial is not None:
+        nums = dict(epochs=trial.epochs, longer_epochs=trial.longer, gain_min=min(trial.gains),
+                    gain_max=max(trial.gains), limit=max(trial.limits), seeds=len(trial.seeds), paper_epochs=paper)
+        return _result(name, FAIL if trial.short else PASS,
+                       trial.text(f"the runs of this method on the same MAP networks with a phase of", "fit"), **nums)
+    if epochs is not None and paper is not None and epochs < paper:
+        return _result(name, NOT_MEASURED, f"its training phase is {epochs} epochs, the paper's for this network "
+                                           f"{paper}: no longer phase in these records shows that {epochs} suffice "
+                                           f"(a phase trial: the same configuration with --set "
+                                           f"{run.get('method')}.epochs=E on two seeds or more)",
+                       epochs=epochs, paper_epochs=paper)
+    return _result(name, NOT_APPLICABLE, "no phase trial in these records, and no shorter phase than the paper's")
+
+
 # -- variational methods: the variances at their ELBO optimum, not where the optimiser left them ----
 def _vi_train(run: dict) -> dict:
     return (run.get("diagnostics") or {}).get("train") or {}
@@ -599,7 +625,8 @@ def run_view(id_record: dict) -> dict:
             "metrics": id_record.get("metrics") or {}, "diagnostics": id_record.get("diagnostics") or {},
             "method_config": id_record.get("method_config") or {}, "train_config": id_record.get("train_config") or {},
             "budget_trial": id_record.get("budget_trial"),
-            "budget_same_recipe": id_record.get("budget_same_recipe")}
+            "budget_same_recipe": id_record.get("budget_same_recipe"), "phase_trial": id_record.get("phase_trial"),
+            "phase_epochs": id_record.get("phase_epochs"), "paper_epochs": id_record.get("paper_epochs")}
 
 
 SYMBOLS = {FAILED: "✗", UNVERIFIED: "?"}
@@ -633,12 +660,14 @@ def attach_validity(df):
         for col in ("validity", "validity.status"):
             df[col] = pd.Series(dtype=object)
         return df
-    from bench.budget import budget_trials, epochs_of, kept_trials, recipe_key, trained_by_the_recipe
+    from bench.budget import (budget_trials, epochs_of, kept_phase_trials, kept_trials, paper_epochs, phase_epochs,
+                              phase_key, phase_trials, recipe_key, trained_by_the_recipe)
 
     key = [c for c in RUN_KEY if c in df.columns]
     metric_cols = [c for c in df.columns if c.startswith("metrics.")]
     kind = df["kind"] if "kind" in df.columns else pd.Series("id", index=df.index)
     trials = {**kept_trials(), **budget_trials(df)}  # the kept budget trials, and those these records hold
+    phases = {**kept_phase_trials(), **phase_trials(df)}
     by_run = {}
     for _, rec in df[kind == "id"].iterrows():
         metrics = {c.split(".", 1)[1]: rec[c] for c in metric_cols if _num(rec[c]) is not None}
@@ -650,8 +679,16 @@ def attach_validity(df):
                 "method_config": rec.get("method_config"), "train_config": rec.get("train_config"),
                 "budget_trial": trial, "budget_same_recipe": trained_by_the_recipe(
                     rec.get("method"), rec.get("method_label"), rec.get("method_config"), rec.get("diagnostics"))}
+        phase = phase_epochs(rec.get("diagnostics"))
+        if phase is not None and rec.get("method") != "deterministic":
+            view.update(phase_epochs=phase, paper_epochs=paper_epochs(rec.get("method"), rec.get("model")),
+                        phase_trial=phases.get((phase_key(rec.get("suite"), rec.get("profile"), rec.get("model"),
+                                                          rec.get("train_config"), rec.get("data_config"),
+                                                          rec.get("method")), phase)))
         stored = rec.get("validity") if isinstance(rec.get("validity"), dict) else None
         checks = checks_of(rec.get("method"), stored) + (["map_budget"] if trial is not None else [])
+        if view.get("phase_trial") is not None or view.get("paper_epochs") is not None:
+            checks.append("phase_budget")
         by_run[tuple(rec[c] for c in key)] = verdict(run_view(view), checks)
     missing = unverified("no clean-test record of this run")
     verdicts = [by_run.get(k, missing) for k in zip(*(df[c] for c in key))]

@@ -143,6 +143,10 @@ class Method(abc.ABC):
     #: values set; ``bench leaderboard --chosen-only --with-controls`` ranks it beside the choice and
     #: ``bench list`` shows them (:func:`bench.tuning.control_rows`)
     CONTROLS: ClassVar[dict[str, dict[str, Any]]] = {}
+    #: model name -> the epochs the method's paper trains it for on that network: a run whose own
+    #: training phase (``diagnostics.train.epochs``) is shorter is unverified until a phase trial in the
+    #: records shows the longer phase gains nothing (:func:`bench.validity.phase_budget`)
+    PAPER_EPOCHS: ClassVar[dict[str, int]] = {}
 
     @classmethod
     def check_network(cls, build_model: Callable[..., nn.Module], x: torch.Tensor, task: Task, config: dict) -> None:

@@ -180,3 +180,52 @@ def test_a_results_folder_without_a_trial_is_judged_by_the_kept_one():
     v = V.attach_validity(ts)
     check = _budget_check(v[v["kind"] == "id"]["validity"].iloc[0])
     assert check["status"] == V.FAIL and check["numbers"]["epochs"] == 12 and "12 epochs are short" in check["reason"]
+
+
+# -- a method's own training phase (PBN's VI phase): phase_budget --------------------------------------
+def _pbn(seed: int, phase: int, val_nll: float, model: str = "resnet_small", **options) -> list[dict]:
+    """A PBN run on the 12-epoch MAP network with a VI phase of ``phase`` epochs: its clean-test record
+    (the phase in its training log) and its validation record."""
+    cfg = {"beta_start": 0.01, "rho_lr": 0.1, "epochs": phase, **options}
+    run = {**_run("pbn", seed, 12), "model": model, "method_config": cfg,
+           "config_hash": f"pbn-{sorted(cfg.items())}", "diagnostics": {"train": {"epochs": phase}}}
+    return [run, {**run, "kind": "val", "metrics.nll": val_nll}]
+
+
+def _phase(rows) -> dict:
+    df = V.attach_validity(pd.DataFrame(rows))
+    df = df[df["kind"] == "id"]
+    return {(r["method_config"]["epochs"], str(r["method_config"].get("criterion", "gradient")), r["seed"]):
+            next((c for c in r["validity"]["checks"] if c["name"] == "phase_budget"), None)
+            for _, r in df.iterrows()}
+
+
+def test_a_longer_vi_phase_that_ends_lower_on_every_seed_marks_every_configuration_at_the_shorter():
+    rows = [r for s in (0, 1) for r in _pbn(s, 2, 1.00 + 0.01 * s) + _pbn(s, 6, 0.95)]
+    rows += _pbn(0, 2, 1.02, criterion="random")  # a control at the same phase: judged by the same trial
+    v = _phase(rows)
+    check = v[(2, "gradient", 0)]
+    # by hand: seed 0 (1.00 - 0.95) / 1.00 = 5 %, seed 1 (1.01 - 0.95) / 1.01; no curve, so the 2 % limit
+    assert check["status"] == V.FAIL and check["numbers"]["gain_min"] == pytest.approx(0.05)
+    assert check["numbers"]["gain_max"] == pytest.approx(0.06 / 1.01) and check["numbers"]["longer_epochs"] == 6
+    assert v[(2, "random", 0)]["status"] == V.FAIL
+    assert v[(6, "gradient", 0)]["status"] == V.NOT_MEASURED  # 6 < the paper's 50, nothing longer
+
+
+def test_a_longer_vi_phase_within_the_limit_or_on_one_seed_passes_the_shorter():
+    within = [r for s in (0, 1) for r in _pbn(s, 2, 1.00) + _pbn(s, 6, 0.99 if s else 1.04)]
+    assert _phase(within)[(2, "gradient", 0)]["status"] == V.PASS  # seed 0 gains 1 %, seed 1 loses
+    one_seed = _pbn(0, 2, 1.00) + _pbn(0, 6, 0.80)
+    assert _phase(one_seed)[(2, "gradient", 0)]["status"] == V.PASS  # one seed cannot judge (MIN_SEEDS)
+
+
+def test_a_phase_below_the_papers_without_a_trial_is_unverified_and_at_or_beyond_it_is_not_judged():
+    assert _phase(_pbn(0, 2, 1.0))[(2, "gradient", 0)]["status"] == V.NOT_MEASURED  # resnet_small: 50
+    assert _phase(_pbn(0, 50, 1.0))[(50, "gradient", 0)]["status"] == V.NOT_APPLICABLE
+    assert _phase(_pbn(0, 2, 1.0, model="unet_small"))[(2, "gradient", 0)] is None  # no paper figure: no check
+
+
+def test_a_phase_trial_compares_a_configuration_with_itself_only():
+    # the longer phase of another configuration (another rate) ends lower: not a trial of this one's phase
+    rows = [r for s in (0, 1) for r in _pbn(s, 2, 1.00) + _pbn(s, 6, 0.80, rho_lr=0.05)]
+    assert _phase(rows)[(2, "gradient", 0)]["status"] == V.NOT_MEASURED
