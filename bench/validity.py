@@ -836,6 +836,15 @@ def uniform_reference(task: str, k: int | None, keys) -> dict:
 
 
 # -- command line: the checks, and each kept board's regime -------------------------------------------
+def _paper_users() -> list[str]:
+    try:
+        from methods import METHODS
+
+        return [m for m in METHODS.names() if getattr(METHODS.get(m), "PAPER_EPOCHS", None)]
+    except Exception:  # noqa: BLE001
+        return []
+
+
 def checks_markdown() -> str:
     rows = ["| check | what passes | methods that declare it |", "| --- | --- | --- |"]
     try:
@@ -846,6 +855,9 @@ def checks_markdown() -> str:
         users = {}
     users["map_budget"] = ["every method, where the records a table reads, or the trials kept with bench, hold a "
                            "budget trial of its recipe (bench.budget)"]
+    users["phase_budget"] = ["every method with a training phase of its own (diagnostics.train.epochs), where the "
+                             "records or the kept trials hold a phase trial, or its Method.PAPER_EPOCHS names the "
+                             "network (" + ", ".join(_paper_users()) + ")"]
     for name in CHECKS.names():
         rows.append(f"| `{name}` | {CHECKS.get(name).description} | {', '.join(users.get(name, [])) or '–'} |")
     return "\n".join(rows)
