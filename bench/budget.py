@@ -134,6 +134,15 @@ def trained_by_the_recipe(method, method_label, method_config, diagnostics) -> b
     return starts in ("map", "maps") or (isinstance(diagnostics, dict) and bool(diagnostics.get("map_training")))
 
 
+def _ok_runs(m):
+    """``m``'s ok records, the columns that name a run, and ``run -> validation NLL`` of its validation records."""
+    if "status" in m.columns:
+        m = m[m["status"].fillna("ok") == "ok"]
+    run = [c for c in ("suite", "profile", "model", "config_hash", "seed") if c in m.columns]
+    val_nll = {tuple(r[c] for c in run): float(r["metrics.nll"]) for _, r in m[m["kind"] == "val"].iterrows()}
+    return m, run, val_nll
+
+
 def map_networks(df) -> dict[str, dict[int, dict[int, list[tuple[float, float | None]]]]]:
     """``recipe -> epochs -> seed -> [(validation NLL after the last epoch, its relative noise)]``
     of the MAP rows (method ``deterministic`` at its default configuration): the end of the
@@ -146,10 +155,7 @@ def map_networks(df) -> dict[str, dict[int, dict[int, list[tuple[float, float | 
     m = df[df["method"] == "deterministic"]
     if "method_label" in m.columns:
         m = m[m["method_label"].fillna("deterministic") == "deterministic"]
-    if "status" in m.columns:
-        m = m[m["status"].fillna("ok") == "ok"]
-    run = [c for c in ("suite", "profile", "model", "config_hash", "seed") if c in m.columns]
-    val_nll = {tuple(r[c] for c in run): float(r["metrics.nll"]) for _, r in m[m["kind"] == "val"].iterrows()}
+    m, run, val_nll = _ok_runs(m)
     seen = set()
     for _, r in m[m["kind"] == "id"].iterrows():
         diag = r.get("diagnostics") if isinstance(r.get("diagnostics"), dict) else {}
@@ -219,15 +225,14 @@ def phase_epochs(diagnostics) -> int | None:
         return None
 
 
-def phase_key(suite, profile, model, train_config, data_config, method) -> str | None:
+def phase_key(recipe: str | None, train_config, method) -> str | None:
     """What two runs of a method must share for one's longer phase to speak for the other's: the MAP
-    recipe with its epochs (the network a phase starts from) and the method. Not the method's other
-    options: like the MAP trial for every method on its network, a phase trial judges the profile's
-    phase budget for every configuration of the method (tuning candidates and controls alike, so no
-    candidate is chosen for having a trial)."""
-    base = recipe_key(suite, profile, model, train_config, data_config)
-    return None if base is None or method == "deterministic" else json.dumps(
-        [base, epochs_of(train_config), str(method)], default=str)
+    recipe (:func:`recipe_key`) with its epochs (the network a phase starts from) and the method. Not
+    the method's other options: like the MAP trial for every method on its network, a phase trial
+    judges the profile's phase budget for every configuration of the method (tuning candidates and
+    controls alike, so no candidate is chosen for having a trial)."""
+    return None if recipe is None or method == "deterministic" else json.dumps(
+        [recipe, epochs_of(train_config), str(method)], default=str)
 
 
 def _options_but_epochs(method_config) -> str:
@@ -235,23 +240,19 @@ def _options_but_epochs(method_config) -> str:
 
 
 def phase_fits(df) -> dict[str, dict[int, dict[int, list[tuple[float, None]]]]]:
-    """``phase key -> phase epochs -> seed -> [(validation NLL, None)]`` of the ok runs of every method
-    with a logged phase, one list per configuration (its options but the epochs): a trial compares a
-    configuration with itself only. The validation record's NLL after the phase (no per-epoch curve,
-    so the limit is :func:`bench.curves.gain_limit`'s 2 %)."""
+    """``[phase key, options] -> phase epochs -> seed -> [(validation NLL, None)]`` of the ok runs of
+    every method with a logged phase, keyed per configuration (:func:`phase_key` and the options but the
+    epochs, as JSON): a trial compares a configuration with itself only. The validation record's NLL
+    after the phase (no per-epoch curve, so the limit is :func:`bench.curves.gain_limit`'s 2 %)."""
     out: dict = {}
     need = {"method", "kind", "train_config", "metrics.nll", "seed"}
     if df is None or df.empty or not need <= set(df.columns):
         return out
-    m = df[(df["method"] != "deterministic") & df["kind"].isin(["id", "val"])]
-    if "status" in m.columns:
-        m = m[m["status"].fillna("ok") == "ok"]
-    run = [c for c in ("suite", "profile", "model", "config_hash", "seed") if c in m.columns]
-    val_nll = {tuple(r[c] for c in run): float(r["metrics.nll"]) for _, r in m[m["kind"] == "val"].iterrows()}
+    m, run, val_nll = _ok_runs(df[(df["method"] != "deterministic") & df["kind"].isin(["id", "val"])])
     for _, r in m[m["kind"] == "id"].iterrows():
         epochs = phase_epochs(r.get("diagnostics"))
-        key = phase_key(r.get("suite"), r.get("profile"), r.get("model"), r["train_config"], r.get("data_config"),
-                        r.get("method"))
+        key = phase_key(recipe_key(r.get("suite"), r.get("profile"), r.get("model"), r["train_config"],
+                                   r.get("data_config")), r["train_config"], r.get("method"))
         final = val_nll.get(tuple(r[c] for c in run), math.nan)
         if key is None or epochs is None or not math.isfinite(final):
             continue
@@ -264,13 +265,14 @@ def phase_trials(df) -> dict[tuple[str, int], BudgetTrial]:
     """``(phase key, phase epochs) -> BudgetTrial``: per configuration, its phase against its longer
     phases (:func:`budget_trials`' rule); per phase key the trial that finds the budget short by the
     most, else the one over the most seeds."""
+    def rank(t: BudgetTrial) -> tuple:
+        return t.short, min(t.gains) if t.short else len(t.seeds)
+
     out: dict = {}
     for (cfg_key, epochs), t in _trials(phase_fits(df)).items():
-        key = json.loads(cfg_key)[0]
-        old = out.get((key, epochs))
-        rank = (t.short, min(t.gains) if t.short else len(t.seeds))
-        if old is None or rank > (old.short, min(old.gains) if old.short else len(old.seeds)):
-            out[(key, epochs)] = t
+        key = (json.loads(cfg_key)[0], epochs)
+        if key not in out or rank(t) > rank(out[key]):
+            out[key] = t
     return out
 
 

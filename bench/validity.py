@@ -305,7 +305,7 @@ def phase_budget(run: dict) -> CheckResult:
         nums = dict(epochs=trial.epochs, longer_epochs=trial.longer, gain_min=min(trial.gains),
                     gain_max=max(trial.gains), limit=max(trial.limits), seeds=len(trial.seeds), paper_epochs=paper)
         return _result(name, FAIL if trial.short else PASS,
-                       trial.text(f"the runs of this method on the same MAP networks with a phase of", "fit"), **nums)
+                       trial.text("the same configuration's runs on the same MAP networks", "fit"), **nums)
     if epochs is not None and paper is not None and epochs < paper:
         return _result(name, NOT_MEASURED, f"its training phase is {epochs} epochs, the paper's for this network "
                                            f"{paper}: no longer phase in these records shows that {epochs} suffice "
@@ -671,8 +671,9 @@ def attach_validity(df):
     by_run = {}
     for _, rec in df[kind == "id"].iterrows():
         metrics = {c.split(".", 1)[1]: rec[c] for c in metric_cols if _num(rec[c]) is not None}
-        trial = trials.get((recipe_key(rec.get("suite"), rec.get("profile"), rec.get("model"), rec.get("train_config"),
-                                       rec.get("data_config")), epochs_of(rec.get("train_config"))))
+        recipe = recipe_key(rec.get("suite"), rec.get("profile"), rec.get("model"), rec.get("train_config"),
+                            rec.get("data_config"))
+        trial = trials.get((recipe, epochs_of(rec.get("train_config"))))
         view = {"method": rec.get("method"), "task": rec.get("task"), "suite": rec.get("suite"),
                 "num_classes": rec.get("num_classes"), "metrics": metrics, "diagnostics": rec.get("diagnostics"),
                 "num_labels": rec.get("num_labels"), "reference": {"nll": rec.get("reference.nll")},  # multilabel
@@ -682,9 +683,7 @@ def attach_validity(df):
         phase = phase_epochs(rec.get("diagnostics"))
         if phase is not None and rec.get("method") != "deterministic":
             view.update(phase_epochs=phase, paper_epochs=paper_epochs(rec.get("method"), rec.get("model")),
-                        phase_trial=phases.get((phase_key(rec.get("suite"), rec.get("profile"), rec.get("model"),
-                                                          rec.get("train_config"), rec.get("data_config"),
-                                                          rec.get("method")), phase)))
+                        phase_trial=phases.get((phase_key(recipe, rec.get("train_config"), rec.get("method")), phase)))
         stored = rec.get("validity") if isinstance(rec.get("validity"), dict) else None
         checks = checks_of(rec.get("method"), stored) + (["map_budget"] if trial is not None else [])
         if view.get("phase_trial") is not None or view.get("paper_epochs") is not None:
@@ -836,28 +835,20 @@ def uniform_reference(task: str, k: int | None, keys) -> dict:
 
 
 # -- command line: the checks, and each kept board's regime -------------------------------------------
-def _paper_users() -> list[str]:
-    try:
-        from methods import METHODS
-
-        return [m for m in METHODS.names() if getattr(METHODS.get(m), "PAPER_EPOCHS", None)]
-    except Exception:  # noqa: BLE001
-        return []
-
-
 def checks_markdown() -> str:
     rows = ["| check | what passes | methods that declare it |", "| --- | --- | --- |"]
     try:
         from methods import METHODS
 
         users = {c: [m for m in METHODS.names() if c in METHODS.get(m).VALIDITY_CHECKS] for c in CHECKS.names()}
+        with_paper = [m for m in METHODS.names() if getattr(METHODS.get(m), "PAPER_EPOCHS", None)]
     except Exception:  # noqa: BLE001
-        users = {}
+        users, with_paper = {}, []
     users["map_budget"] = ["every method, where the records a table reads, or the trials kept with bench, hold a "
                            "budget trial of its recipe (bench.budget)"]
     users["phase_budget"] = ["every method with a training phase of its own (diagnostics.train.epochs), where the "
                              "records or the kept trials hold a phase trial, or its Method.PAPER_EPOCHS names the "
-                             "network (" + ", ".join(_paper_users()) + ")"]
+                             "network (" + ", ".join(with_paper) + ")"]
     for name in CHECKS.names():
         rows.append(f"| `{name}` | {CHECKS.get(name).description} | {', '.join(users.get(name, [])) or '–'} |")
     return "\n".join(rows)

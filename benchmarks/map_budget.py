@@ -68,7 +68,8 @@ def networks(df, model: str, methods) -> list[dict]:
 
 def markdown(rows: list[dict]) -> str:
     out = ["| network | training images (and the training data options that differ between rows) | epochs | seed | "
-           "fitted | CPU | best val NLL before the last fifth | best in it | improvement on the best before | vs the epoch the fifth begins (earlier measure) | "
+           "fitted | CPU | best val NLL before the last fifth | best in it | improvement on the best before | "
+           "vs the epoch the fifth begins (earlier measure) | "
            "noise an epoch (last half) | limit | map_converged | val NLL after the last epoch |",
            "| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
     keys = {k for r in rows for k in r["data"]}

@@ -175,7 +175,8 @@ def test_the_kept_trials_file_is_what_the_kept_records_give():
 def test_a_results_folder_without_a_trial_is_judged_by_the_kept_one():
     from bench.store import load_records
 
-    board = load_records(ROOT / "docs/tuning-augmented", "cifar10c")  # an augmented quick-profile run: its records alone
+    # an augmented quick-profile run: its records alone
+    board = load_records(ROOT / "docs/tuning-augmented", "cifar10c")
     ts = board[(board["method"] == "temperature_scaling") & (board["seed"] == 0)]
     v = V.attach_validity(ts)
     check = _budget_check(v[v["kind"] == "id"]["validity"].iloc[0])
