@@ -230,3 +230,26 @@ def test_a_phase_trial_compares_a_configuration_with_itself_only():
     # the longer phase of another configuration (another rate) ends lower: not a trial of this one's phase
     rows = [r for s in (0, 1) for r in _pbn(s, 2, 1.00) + _pbn(s, 6, 0.80, rho_lr=0.05)]
     assert _phase(rows)[(2, "gradient", 0)]["status"] == V.NOT_MEASURED
+
+
+def _from_scratch(method: str, model: str, epochs: int) -> list[dict]:
+    """A VI method trained from a random initialisation for ``epochs`` (its phase is its whole training)."""
+    run = {**_run(method, 0, 12), "model": model, "method_config": {"epochs": epochs},
+           "config_hash": f"{method}-{epochs}", "diagnostics": {"train": {"epochs": epochs}}}
+    return [run, {**run, "kind": "val", "metrics.nll": 1.0}]
+
+
+@pytest.mark.parametrize("method, model, epochs, status", [
+    ("mfvi", "lenet_300_100", 15, V.NOT_MEASURED),   # the PBN paper's VI baseline: 50 epochs (App. H.3)
+    ("mfvi", "resnet18_pbn", 100, V.NOT_APPLICABLE),  # ResNet-18: 100
+    ("ssvi", "resnet18_pbn", 50, V.NOT_MEASURED),    # the SSVI paper: ResNet-18 for 200 epochs (App. C)
+    ("ssvi", "resnet18_cifar", 200, V.NOT_APPLICABLE),
+    ("ssvi", "resnet_small", 12, None),              # a network the SSVI paper does not train: no figure
+])
+def test_the_vi_methods_trained_from_scratch_are_held_to_their_papers_epochs(method, model, epochs, status):
+    df = V.attach_validity(pd.DataFrame(_from_scratch(method, model, epochs)))
+    check = next((c for c in df[df["kind"] == "id"]["validity"].iloc[0]["checks"] if c["name"] == "phase_budget"),
+                 None)
+    assert (check and check["status"]) == status
+    if status == V.NOT_MEASURED:
+        assert check["numbers"]["paper_epochs"] == B.paper_epochs(method, model) > epochs
