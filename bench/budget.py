@@ -286,6 +286,17 @@ def paper_epochs(method, model) -> int | None:
         return None
 
 
+def starts_from_map(method) -> bool:
+    """Whether the method's phase starts from the seed's MAP network(s) (PBN) rather than from a random
+    initialisation (the VI methods trained from scratch); True for a method not installed here."""
+    try:
+        from methods import METHODS
+
+        return METHODS.get(str(method)).starts_from({}) in ("map", "maps")
+    except Exception:  # noqa: BLE001 - a plugin that is not installed here
+        return True
+
+
 @lru_cache(maxsize=1)
 def kept_trials() -> dict[tuple[str, int], BudgetTrial]:
     """The trials kept with bench (:data:`KEPT`), as :func:`budget_trials` gives them; {} without the file."""

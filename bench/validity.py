@@ -305,7 +305,9 @@ def phase_budget(run: dict) -> CheckResult:
         nums = dict(epochs=trial.epochs, longer_epochs=trial.longer, gain_min=min(trial.gains),
                     gain_max=max(trial.gains), limit=max(trial.limits), seeds=len(trial.seeds), paper_epochs=paper)
         return _result(name, FAIL if trial.short else PASS,
-                       trial.text("the same configuration's runs on the same MAP networks", "fit"), **nums)
+                       trial.text("the same configuration's runs " + ("on the same MAP networks"
+                                  if run.get("phase_from_map", True) else "from the same seeds' initialisations"),
+                                  "fit"), **nums)
     if epochs is not None and paper is not None and epochs < paper:
         return _result(name, NOT_MEASURED, f"its training phase is {epochs} epochs, the paper's for this network "
                                            f"{paper}: no longer phase in these records shows that {epochs} suffice "
@@ -626,7 +628,8 @@ def run_view(id_record: dict) -> dict:
             "method_config": id_record.get("method_config") or {}, "train_config": id_record.get("train_config") or {},
             "budget_trial": id_record.get("budget_trial"),
             "budget_same_recipe": id_record.get("budget_same_recipe"), "phase_trial": id_record.get("phase_trial"),
-            "phase_epochs": id_record.get("phase_epochs"), "paper_epochs": id_record.get("paper_epochs")}
+            "phase_epochs": id_record.get("phase_epochs"), "paper_epochs": id_record.get("paper_epochs"),
+            "phase_from_map": id_record.get("phase_from_map", True)}
 
 
 SYMBOLS = {FAILED: "✗", UNVERIFIED: "?"}
@@ -661,7 +664,7 @@ def attach_validity(df):
             df[col] = pd.Series(dtype=object)
         return df
     from bench.budget import (budget_trials, epochs_of, kept_phase_trials, kept_trials, paper_epochs, phase_epochs,
-                              phase_key, phase_trials, recipe_key, trained_by_the_recipe)
+                              phase_key, phase_trials, recipe_key, starts_from_map, trained_by_the_recipe)
 
     key = [c for c in RUN_KEY if c in df.columns]
     metric_cols = [c for c in df.columns if c.startswith("metrics.")]
@@ -683,6 +686,7 @@ def attach_validity(df):
         phase = phase_epochs(rec.get("diagnostics"))
         if phase is not None and rec.get("method") != "deterministic":
             view.update(phase_epochs=phase, paper_epochs=paper_epochs(rec.get("method"), rec.get("model")),
+                        phase_from_map=starts_from_map(rec.get("method")),
                         phase_trial=phases.get((phase_key(recipe, rec.get("train_config"), rec.get("method")), phase)))
         stored = rec.get("validity") if isinstance(rec.get("validity"), dict) else None
         checks = checks_of(rec.get("method"), stored) + (["map_budget"] if trial is not None else [])

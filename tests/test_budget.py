@@ -232,11 +232,11 @@ def test_a_phase_trial_compares_a_configuration_with_itself_only():
     assert _phase(rows)[(2, "gradient", 0)]["status"] == V.NOT_MEASURED
 
 
-def _from_scratch(method: str, model: str, epochs: int) -> list[dict]:
+def _from_scratch(method: str, model: str, epochs: int, seed: int = 0, val_nll: float = 1.0) -> list[dict]:
     """A VI method trained from a random initialisation for ``epochs`` (its phase is its whole training)."""
-    run = {**_run(method, 0, 12), "model": model, "method_config": {"epochs": epochs},
+    run = {**_run(method, seed, 12), "model": model, "method_config": {"epochs": epochs},
            "config_hash": f"{method}-{epochs}", "diagnostics": {"train": {"epochs": epochs}}}
-    return [run, {**run, "kind": "val", "metrics.nll": 1.0}]
+    return [run, {**run, "kind": "val", "metrics.nll": val_nll}]
 
 
 @pytest.mark.parametrize("method, model, epochs, status", [
@@ -253,3 +253,13 @@ def test_the_vi_methods_trained_from_scratch_are_held_to_their_papers_epochs(met
     assert (check and check["status"]) == status
     if status == V.NOT_MEASURED:
         assert check["numbers"]["paper_epochs"] == B.paper_epochs(method, model) > epochs
+
+
+def test_a_phase_trial_of_a_method_trained_from_scratch_names_its_initialisations_not_map_networks():
+    rows = [r for s in (0, 1) for r in _from_scratch("ssvi", "resnet_small", 12, s) +
+            _from_scratch("ssvi", "resnet_small", 36, s, val_nll=0.9)]  # 10 % lower on both seeds: short
+    df = V.attach_validity(pd.DataFrame(rows))
+    run = df[(df["kind"] == "id") & (df["config_hash"] == "ssvi-12")]["validity"].iloc[0]
+    check = next(c for c in run["checks"] if c["name"] == "phase_budget")
+    assert check["status"] == V.FAIL and "from the same seeds' initialisations" in check["reason"]
+    assert "MAP networks" not in check["reason"]
