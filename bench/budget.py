@@ -125,13 +125,18 @@ def trained_by_the_recipe(method, method_label, method_config, diagnostics) -> b
     other options (an Adam-trained control), is not: the trial does not measure its budget."""
     if method == "deterministic":
         return str(method_label or "deterministic") == "deterministic"
+    return (method_starts_from(method, method_config) in ("map", "maps")  # a plugin not installed: its record decides
+            or (isinstance(diagnostics, dict) and bool(diagnostics.get("map_training"))))
+
+
+def method_starts_from(method, method_config=None) -> str | None:
+    """``Method.starts_from`` of the method at this configuration; None for a method not installed here."""
     try:
         from methods import METHODS
 
-        starts = METHODS.get(str(method)).starts_from(method_config if isinstance(method_config, dict) else {})
-    except Exception:  # noqa: BLE001 - a plugin that is not installed here: its record decides
-        starts = None
-    return starts in ("map", "maps") or (isinstance(diagnostics, dict) and bool(diagnostics.get("map_training")))
+        return METHODS.get(str(method)).starts_from(method_config if isinstance(method_config, dict) else {})
+    except Exception:  # noqa: BLE001 - a plugin that is not installed here
+        return None
 
 
 def _ok_runs(m):
@@ -286,15 +291,10 @@ def paper_epochs(method, model) -> int | None:
         return None
 
 
-def starts_from_map(method) -> bool:
+def starts_from_map(method, method_config=None) -> bool:
     """Whether the method's phase starts from the seed's MAP network(s) (PBN) rather than from a random
     initialisation (the VI methods trained from scratch); True for a method not installed here."""
-    try:
-        from methods import METHODS
-
-        return METHODS.get(str(method)).starts_from({}) in ("map", "maps")
-    except Exception:  # noqa: BLE001 - a plugin that is not installed here
-        return True
+    return method_starts_from(method, method_config) in (None, "map", "maps")
 
 
 @lru_cache(maxsize=1)

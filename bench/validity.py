@@ -686,7 +686,7 @@ def attach_validity(df):
         phase = phase_epochs(rec.get("diagnostics"))
         if phase is not None and rec.get("method") != "deterministic":
             view.update(phase_epochs=phase, paper_epochs=paper_epochs(rec.get("method"), rec.get("model")),
-                        phase_from_map=starts_from_map(rec.get("method")),
+                        phase_from_map=starts_from_map(rec.get("method"), rec.get("method_config")),
                         phase_trial=phases.get((phase_key(recipe, rec.get("train_config"), rec.get("method")), phase)))
         stored = rec.get("validity") if isinstance(rec.get("validity"), dict) else None
         checks = checks_of(rec.get("method"), stored) + (["map_budget"] if trial is not None else [])

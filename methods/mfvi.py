@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bench.subnet.selection import candidate_indices
 from methods.base import register_method
-from methods.pbn import VIMethod
+from methods.pbn import PBN, VIMethod
 
 
 @register_method("mfvi")
@@ -21,7 +21,7 @@ class MFVI(VIMethod):
     # the PBN paper trains its VI baseline as its partially Bayesian networks (App. H.3: LeNet-300-100
     # and the small ResNet 50 epochs, ResNet-18 100 "for the Bayesian and Partial Bayesian approaches"):
     # a shorter training is unverified until a phase trial shows it suffices (bench.validity: phase_budget)
-    PAPER_EPOCHS = {"lenet_300_100": 50, "resnet_small": 50, "resnet18_pbn": 100}
+    PAPER_EPOCHS = PBN.PAPER_EPOCHS
     defaults = {**VIMethod.vi_defaults}
 
     def build_posterior(self, train):
