@@ -696,6 +696,11 @@ def cmd_tune(args) -> int:
     from bench.config import parse_sets, resolve_plan
     from methods import METHODS
 
+    for m in methods:  # one choice per method: a method with options of its own on some model is tuned per model
+        plan = resolve_plan(suite, args.profile, [m], parse_sets(args.sets), method_registry=METHODS)
+        if len(plan.models) > 1 and any(m in per_method for per_method in plan.model_configs.values()):
+            raise BenchError(f"bench tune: profile {args.profile!r} gives {m} options of its own on some of its models "
+                             f"({', '.join(plan.models)}): tune one model at a time (--set models=NAME)")
     for m in methods:
         runs = tuning.sweep_runs(m, spaces[m])
         if not args.select_only:

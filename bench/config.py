@@ -78,9 +78,17 @@ class RunPlan:
     # on a user's network): {model, method, label, config, reason} each; their cells are not run
     # (bench.executors.grid.grid_cells), the other cells are, and the records carry the list (not_run)
     refused: list[dict] = field(default_factory=list)
+    # a method's configurations per model, for the methods a profile gives options of their own on
+    # some model (the profile's ``model_methods``): {model: {method: [configs]}}, every model of the
+    # plan listed; ``methods`` holds the union. The other methods run every configuration on every model
+    model_configs: dict[str, dict[str, list[dict]]] = field(default_factory=dict)
 
     def runs(self, model: str, method: str, config: dict) -> bool:
-        """Whether the cell (model, method, config) is planned: not refused at plan time."""
+        """Whether the cell (model, method, config) is planned: a configuration of the method on that
+        model, not refused at plan time."""
+        own = self.model_configs.get(model, {}).get(method)
+        if own is not None and config not in own:
+            return False
         return not any(r["model"] == model and r["method"] == method and r["config"] == config
                        for r in self.refused)
 
@@ -138,24 +146,40 @@ def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
     if not methods:
         raise BenchError("no method to run (--methods is empty)")
     plan = RunPlan(suite.name, profile, models, plan_seeds, train_cfg, data, note=prof.get("note", ""))
+    # options of a method on one model only (the profile's model_methods, e.g. a subnetwork size that
+    # a paper gives its own network): beneath --set, above the profile's methods
+    model_methods = prof.get("model_methods", {})
+    stray = sorted(set(model_methods) - set(prof["models"]))
+    if stray:
+        raise BenchError(f"profile {profile!r} of suite {suite.name!r}: model_methods names {', '.join(stray)}, not "
+                         f"one of its models ({', '.join(prof['models'])})")
     unsupported: dict[str, str] = {}  # method -> why it does not support the suite's task
     for name in methods:
         cls = method_registry.get(name)
         base = {**cls.profile_defaults.get(profile, {}), **prof.get("methods", {}).get(name, {})}
         sweep = method_sets.get(name, {})
-        unknown = (set(base) | set(sweep)) - set(cls.defaults)
+        own = {m: model_methods[m][name] for m in models if name in model_methods.get(m, {})}
+        unknown = (set(base) | set(sweep) | {k for o in own.values() for k in o}) - set(cls.defaults)
         if unknown:
             raise BenchError(f"unknown option(s) {sorted(unknown)} for method {name!r}; valid: {sorted(cls.defaults) or 'none'}")
         supported = suite.task.kind in cls.tasks
         keys = list(sweep)
-        configs = []
+        per_model: dict[str, list[dict]] = {m: [] for m in models}
         for combo in itertools.product(*(sweep[k] for k in keys)) if keys else [()]:
-            overrides = {**base, **dict(zip(keys, combo))}
-            cls.check_config(overrides)  # a bad option is bad input (exit 2), even for a method skipped below
-            check_task = getattr(cls, "check_task_config", None)
-            if check_task is not None and supported:  # options that depend on the task (e.g. one weight per class)
-                check_task(suite.task, overrides)
-            configs.append({**cls.defaults, **overrides})
+            for m in models:
+                overrides = {**base, **own.get(m, {}), **dict(zip(keys, combo))}
+                cls.check_config(overrides)  # a bad option is bad input (exit 2), even for a method skipped below
+                check_task = getattr(cls, "check_task_config", None)
+                if check_task is not None and supported:  # options that depend on the task (e.g. one weight per class)
+                    check_task(suite.task, overrides)
+                cfg = {**cls.defaults, **overrides}
+                if cfg not in per_model[m]:
+                    per_model[m].append(cfg)
+        configs = [c for m in models for c in per_model[m]]
+        configs = [c for i, c in enumerate(configs) if c not in configs[:i]]
+        if any(per_model[m] != configs for m in models):  # some model runs other configurations than the rest
+            for m in models:
+                plan.model_configs.setdefault(m, {})[name] = per_model[m]
         if not supported:  # skipped with its reason, the other methods run (exit 2 only when none can)
             why = cls.UNSUPPORTED.get(suite.task.kind)
             unsupported[name] = (f"method {name!r} does not support {suite.task.kind} tasks (suite {suite.name})"
@@ -181,11 +205,15 @@ def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
 
     for r in check_plan_networks(suite, suite.data_cfg(data), plan.models,
                                  {n: (method_registry.get(n), cs) for n, cs in plan.methods.items()}):
-        plan.refused.append({**r, "label": method_label(r["method"], r["config"], method_registry.get(r["method"]).defaults)})
+        if plan.runs(r["model"], r["method"], r["config"]):  # a configuration another model runs is no refusal
+            plan.refused.append({**r, "label": method_label(r["method"], r["config"],
+                                                            method_registry.get(r["method"]).defaults)})
     for name in list(plan.methods):  # a configuration refused on every model: out of the plan
         plan.methods[name] = [c for c in plan.methods[name] if any(plan.runs(m, name, c) for m in plan.models)]
         if not plan.methods[name]:
             del plan.methods[name]
+            for per_method in plan.model_configs.values():
+                per_method.pop(name, None)
     plan.skipped.update(unsupported)
     if not plan.methods:  # nothing can run: bad input (exit 2), nothing written
         reasons = [f"{m}: {why}" for m, why in plan.skipped.items()]

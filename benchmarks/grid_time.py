@@ -1,11 +1,12 @@
 """How long a run grid takes, from the times stored in its records (no timing by hand).
 
 For every cell of ``python -m bench run --suite S --profile P`` (the suite's default methods at
-their default options, the profile's models and seeds) it adds the fit time, the prediction time
-of every evaluation set (per-example time x examples) and, once per (model, seed), the training
-time of the MAP network the methods share. Cells without records are listed as not measured.
-The time a record says its process was stopped (``cost.*_paused_fraction``, bench.measurement) is
-left out; the rest was taken with whatever else ran on the machine: an upper bound for an idle one.
+the profile's options, each model's own where the profile gives some, its models and seeds) it
+adds the fit time, the prediction time of every evaluation set (per-example time x examples) and,
+once per (model, seed), the training time of the MAP network the methods share. Cells without
+records are listed as not measured. The time a record says its process was stopped
+(``cost.*_paused_fraction``, bench.measurement) is left out; the rest was taken with whatever else
+ran on the machine: an upper bound for an idle one.
 
 Run from the repository root:
   .venv/bin/python benchmarks/grid_time.py --suite mnist_rotated --profile quick
@@ -37,20 +38,26 @@ def _ran(df, part: str):
 
 
 def grid_time(results: str, suite_name: str, profile: str) -> tuple[list[list[str]], float, list[str]]:
+    from bench.config import resolve_plan
+
     suite = SUITES.get(suite_name)()
-    prof = suite.profiles[profile]
+    # the cells bench run plans: each model's own options where the profile gives some (model_methods)
+    plan = resolve_plan(suite, profile, list(suite.default_methods), {}, method_registry=METHODS)
     df = load_records(results, suite_name)
-    df = df[(df["status"] == "ok") & (df["profile"] == profile)]
+    if not df.empty:
+        df = df[(df["status"] == "ok") & (df["profile"] == profile)]
     rows, total, missing = [], 0.0, []
     upstream: dict[str, dict[tuple[str, int], float]] = {}
-    for model in prof["models"]:
-        for method in suite.default_methods:
-            want = {**METHODS.get(method).defaults, **prof.get("methods", {}).get(method, {})}
-            g = df[(df["model"] == model) & (df["method"] == method)]
+    for model in plan.models:
+        for method, configs in plan.methods.items():
+            want = next((c for c in configs if plan.runs(model, method, c)), None)
+            if want is None:  # refused on this network when planned
+                continue
+            g = df[(df["model"] == model) & (df["method"] == method)] if not df.empty else df
             if not g.empty:
                 g = g[g["method_config"].map(lambda c, m=method: cfg_of(m, c) == want).astype(bool)]
             secs = []
-            for seed in prof["seeds"]:
+            for seed in plan.seeds:
                 s = g[g["seed"] == seed] if not g.empty else g
                 idr = s[s["kind"] == "id"] if not s.empty else s
                 if idr.empty:

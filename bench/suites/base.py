@@ -48,7 +48,9 @@ class Suite(abc.ABC):
     stands_in_for: ClassVar[str | None] = None
     default_methods: ClassVar[tuple[str, ...]] = ("deterministic", "mc_dropout", "deep_ensemble", "pbn", "mfvi")
     #: profile -> {"models": [...], "seeds": [...], "train": {...TrainConfig}, "data": {...},
-    #:             "methods": {method: {option: value}}, "note": str}
+    #:             "methods": {method: {option: value}}, "note": str,
+    #:             "model_methods": {model: {method: {option: value}}}}  (optional: options on one model
+    #:             of the profile only, e.g. the subnetwork size a paper gives its own network; --set wins)
     profiles: ClassVar[dict[str, dict]] = {}
     #: method -> the suite's own tuning space (``bench tune``), replacing ``bench.tuning.SPACES``'s
     #: where the options that decide a regime lie elsewhere on this task; the same number of
