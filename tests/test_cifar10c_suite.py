@@ -616,3 +616,21 @@ def test_records_made_from_another_generator_version_are_redone_without_refittin
         if redone:
             assert r["data_fingerprint"] == "regenerated gen-2 seed 0"
     assert "data_fingerprint" not in after[legacy]  # kept as it was
+
+
+def test_the_paper_profile_trains_every_bayesian_network_the_appendixs_100_epochs():
+    """PBN paper App. H.3.2: 50 epochs, 100 for the Bayesian and partially Bayesian networks. Every
+    method that trains a variational network of its own (PBN's phase, mean-field VI, SSVI, VDP++) gets
+    the 100; the others the profile's 50. SSVI's own paper trains 200: its rows stay unverified."""
+    from bench.budget import paper_epochs
+    from bench.config import resolve_plan
+    from bench.suites import SUITES
+    from methods import METHODS
+
+    suite = SUITES.get("cifar10c")()
+    vi = ["pbn", "mfvi", "ssvi", "vdp"]
+    plan = resolve_plan(suite, "paper", [*vi, "mc_dropout"], {}, method_registry=METHODS)
+    assert plan.train.epochs == 50
+    assert {m: plan.methods[m][0]["epochs"] for m in vi} == dict.fromkeys(vi, 100)
+    assert "epochs" not in plan.methods["mc_dropout"][0]
+    assert paper_epochs("ssvi", "resnet18_pbn") == 200  # above the 100: phase_budget reads it unverified
