@@ -164,19 +164,20 @@ def resolve_plan(suite, profile: str, methods: list[str], sets: dict[str, list],
             raise BenchError(f"unknown option(s) {sorted(unknown)} for method {name!r}; valid: {sorted(cls.defaults) or 'none'}")
         supported = suite.task.kind in cls.tasks
         keys = list(sweep)
+        configs: list[dict] = []  # every model's, each once
         per_model: dict[str, list[dict]] = {m: [] for m in models}
         for combo in itertools.product(*(sweep[k] for k in keys)) if keys else [()]:
             for m in models:
                 overrides = {**base, **own.get(m, {}), **dict(zip(keys, combo))}
-                cls.check_config(overrides)  # a bad option is bad input (exit 2), even for a method skipped below
-                check_task = getattr(cls, "check_task_config", None)
-                if check_task is not None and supported:  # options that depend on the task (e.g. one weight per class)
-                    check_task(suite.task, overrides)
                 cfg = {**cls.defaults, **overrides}
+                if cfg not in configs:
+                    cls.check_config(overrides)  # a bad option is bad input (exit 2), even for a method skipped below
+                    check_task = getattr(cls, "check_task_config", None)
+                    if check_task is not None and supported:  # options that depend on the task (one weight a class)
+                        check_task(suite.task, overrides)
+                    configs.append(cfg)
                 if cfg not in per_model[m]:
                     per_model[m].append(cfg)
-        configs = [c for m in models for c in per_model[m]]
-        configs = [c for i, c in enumerate(configs) if c not in configs[:i]]
         if any(per_model[m] != configs for m in models):  # some model runs other configurations than the rest
             for m in models:
                 plan.model_configs.setdefault(m, {})[name] = per_model[m]
