@@ -20,11 +20,18 @@ next to the measured peak.
     .venv/bin/python benchmarks/laplace_memory.py --sizes 300 --n 512 --curvlinops
     .venv/bin/python benchmarks/laplace_memory.py --jvp           # the JVP-sampled predictive
     .venv/bin/python benchmarks/laplace_memory.py --fit-cases     # the subnet backend at 200 classes
+    .venv/bin/python benchmarks/laplace_memory.py --posterior --sizes 2000,4000  # the s x s posterior
 
 ``--jvp``: the linearised predictive drawn by Jacobian-vector products (``glm_sampler=jvp``, the
 Tiny-ImageNet-C and ImageNet-C setting), measured on a chunk of images per network (random
 weights and inputs: memory does not depend on the values) beside the guard's estimate for it and
 the estimate of the Jacobian-forming predictive it replaces.
+
+``--posterior``: the s x s posterior itself (GGN given, float64): the scale at one prior precision,
+the functional variance of a batch of Jacobians and the log-determinant of the precision, by
+laplace-torch's own full-covariance path (``invsqrt_precision``; the covariance ``L L^T`` formed at
+each functional variance) beside :mod:`bench.laplace.precision`'s (``lower_scale``; ``(J L)(J L)^T``),
+peaks in units of one s x s float64 matrix.
 
 ``--fit-cases``: the subnet backend's GGN fit on LeNet-5 and resnet_small up to 200 classes
 (Tiny-ImageNet-C's setting), with the gradients at its hooked layer outputs kept a chunk of
@@ -268,6 +275,69 @@ def fit_table() -> None:
               f"{new['est_mb'] / new['peak_mb']:.2f} | {dh:.1e} |")
 
 
+def run_posterior(path: str, s: int, n_jac: int = 64, k: int = 10) -> dict:
+    """Peak memory above the GGN and time of the posterior of an s-weight subnetwork (``path``:
+    ``laplace-torch`` or ``bench``): the scale, a functional variance of ``n_jac`` x ``k`` Jacobian
+    rows, the log-determinant. A random PSD GGN (values do not matter for memory and time)."""
+    from laplace import Laplace
+
+    from bench.laplace.precision import float64_posterior
+
+    torch.manual_seed(0)
+    width = int(s ** 0.5) + 1
+    net = torch.nn.Sequential(torch.nn.Linear(width, width))
+    la = Laplace(net, "classification", subset_of_weights="subnetwork", hessian_structure="full",
+                 subnetwork_indices=torch.arange(s), prior_precision=1.0)
+    if path == "bench":
+        la = float64_posterior(la)
+    A = torch.randn(s, s // 2, dtype=torch.float64)
+    la.H = A @ A.T  # the GGN as fit leaves it: float64, rank s / 2
+    del A
+    J = torch.randn(n_jac, k, s)
+    if path == "laplace-torch":  # its einsum needs the GGN's dtype (the float64 posterior's code before)
+        J = J.double()
+    times = {}
+    with PeakMemory("cpu") as mem:
+        t0 = time.perf_counter()
+        la.posterior_scale
+        times["scale_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        f_var = la.functional_variance(J)
+        times["functional_variance_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        logdet = float(la.log_det_posterior_precision)
+        times["logdet_s"] = time.perf_counter() - t0
+    return {"path": path, "s": s, "peak_mb": mem.peak_mb, "ss_mb": s * s * 8 / 2**20, **times,
+            "f_var": f_var[:2].flatten().tolist(), "logdet": logdet}
+
+
+def posterior_table(sizes) -> None:
+    rows = []
+    for s in sizes:
+        for path in ("laplace-torch", "bench"):
+            proc = subprocess.run([sys.executable, __file__, "--one-posterior", f"{path}:{s}"], capture_output=True,
+                                  text=True)
+            if proc.returncode != 0:
+                print(f"| {path} | {s} | failed: {(proc.stderr.strip().splitlines() or ['?'])[-1][:80]} |")
+                continue
+            rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    print("Posterior of an s-weight subnetwork in float64 (the GGN given); peak = resident-memory growth above the "
+          "GGN (bench.cost.PeakMemory), in MB and in s x s float64 matrices; functional variance of 64 x 10 "
+          "Jacobian rows; the two paths' largest difference of variances (relative to the largest) and of "
+          "log-determinants")
+    head = ("path", "s", "peak MB", "peak / s x s", "scale s", "f. variance s", "logdet s", "max rel. d f_var",
+            "|d logdet|")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    ref = {}
+    for r in rows:
+        first = ref.setdefault(r["s"], r)
+        dv = max(abs(a - b) for a, b in zip(r["f_var"], first["f_var"])) / max(abs(v) for v in first["f_var"])
+        print(f"| {r['path']} | {r['s']} | {r['peak_mb']:.0f} | {r['peak_mb'] / r['ss_mb']:.2f} | {r['scale_s']:.2f} | "
+              f"{r['functional_variance_s']:.2f} | {r['logdet_s']:.2f} | {dv:.1e} | "
+              f"{abs(r['logdet'] - first['logdet']):.1e} |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="100,1000")
@@ -285,7 +355,16 @@ def main(argv=None) -> int:
                          "chunked (now) and all at once (before)")
     ap.add_argument("--one-jvp", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--one-fit", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--posterior", action="store_true", help="only the s x s posterior's table (--sizes)")
+    ap.add_argument("--one-posterior", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.one_posterior:
+        path, s = args.one_posterior.split(":")
+        print(json.dumps(run_posterior(path, int(s))))
+        return 0
+    if args.posterior:
+        posterior_table([int(v) for v in args.sizes.split(",")])
+        return 0
     if args.one_jvp:
         model_name, shape, k, chunk = args.one_jvp.split(":")
         print(json.dumps(run_jvp(model_name, tuple(int(v) for v in shape.split("x")), int(k), int(chunk))))

@@ -95,7 +95,7 @@ class SubnetLaplace(LaplaceMethod):
         "swag_snapshot_every": None,  # ... one snapshot per epoch; an int: every so many SGD steps
         "swag_batch_size": 128,  # ... SGD batches of 128 examples (segmentation: images of pixels)
         "exclude_non_identifiable": True,  # variance criteria skip weights with no training-mode gradient
-        "memory_limit_gb": None,  # None: 25 % of the available memory
+        "memory_limit_gb": None,  # None: 25 % of the available memory, 80 % of a GPU's
         **LaplaceMethod.common_defaults,
         # segmentation: 4 label draws per image, so that the sampled GGN over the subnet has rank
         # up to 4 x (training images) (CamVid: 1,468 >= the default 1,000 subnet weights)

@@ -18,6 +18,7 @@ warnings.filterwarnings("ignore")
 pytest.importorskip("laplace")
 
 from bench.laplace import import_laplace  # noqa: E402
+from bench.laplace import precision  # noqa: E402
 from bench.laplace.precision import float64_posterior  # noqa: E402
 from bench.laplace.subnet_jacobians import bernoulli_subnet_backend, subnet_jacobian_backend  # noqa: E402
 
@@ -47,7 +48,12 @@ def ill_conditioned_ggn(seed: int = 0) -> np.ndarray:
     return (q * lam) @ q.T
 
 
-def test_the_float64_posterior_is_the_exact_inverse_where_float32_cannot_factor_it():
+@pytest.mark.parametrize("block_columns", [S, 3])
+def test_the_float64_posterior_is_the_exact_inverse_where_float32_cannot_factor_it(block_columns, monkeypatch):
+    """With the scale formed in one block and three columns at a time (precision.lower_scale's
+    blocks), and the log-determinant and functional covariance read off the scale against numpy's."""
+    monkeypatch.setattr(precision, "SCALE_BLOCKS", 1)
+    monkeypatch.setattr(precision, "SCALE_BLOCK_BYTES", block_columns * S * 8)
     H = ill_conditioned_ggn()
     tau = 1e-4
     P = H + tau * np.eye(S)
@@ -63,6 +69,11 @@ def test_the_float64_posterior_is_the_exact_inverse_where_float32_cannot_factor_
     ref = np.einsum("ncp,pq,nkq->nck", Jd, cov, Jd)
     assert f_var.dtype == torch.float32
     np.testing.assert_allclose(f_var.double().numpy(), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    f_cov = la.functional_covariance(J).double().numpy()
+    ref_cov = Jd.reshape(-1, S) @ cov @ Jd.reshape(-1, S).T
+    np.testing.assert_allclose(f_cov, ref_cov, rtol=1e-5, atol=1e-5 * np.abs(ref_cov).max())
+    sign, logdet = np.linalg.slogdet(H + float(np.float32(tau)) * np.eye(S))  # the prior as laplace-torch holds it
+    assert sign == 1 and float(la.log_det_posterior_precision) == pytest.approx(logdet, rel=1e-9)
     # posterior draws: the mean plus the exact covariance's Cholesky factor times the same normals
     g = torch.Generator().manual_seed(3)
     draws = la.sample(4, generator=g)[:, la.backend.subnetwork_indices] - la.mean_subnet

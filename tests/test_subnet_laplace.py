@@ -233,12 +233,33 @@ def test_subnet_of_all_weights_matches_laplace_torch_full_laplace():
 MEM = dict(n_params=267_410, n_outputs=10, batch_size=128, predict_batch=1000, activations=1_600)
 
 
+def test_the_default_memory_limit_is_a_quarter_of_the_host_and_most_of_a_gpu(monkeypatch):
+    """A quarter of the host's available memory (shared with other jobs); on a GPU 80 % of what the
+    driver has free plus what torch's caching allocator holds unused (faked here: no GPU)."""
+    import psutil
+
+    from bench.laplace.memory import default_memory_limit
+
+    class VM:
+        available = 8 * 2**30
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: VM)
+    assert default_memory_limit("cpu") == 2 * 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (60 * 2**30, 80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 12 * 2**30)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 2 * 2**30)
+    assert default_memory_limit("cuda:0") == int(0.8 * 70 * 2**30)
+    assert default_memory_limit("cuda:0", fraction=0.5) == 35 * 2**30
+
+
 def test_memory_guard_refuses_oversized_and_names_a_size_that_fits():
     limit = 2**30  # 1 GiB
     with pytest.raises(MemoryGuardError) as err:
         check_memory(limit=limit, what="test", backend="subnet", s=50_000, **MEM)
     msg = str(err.value)
-    assert "exceeds the limit 1.00 GB" in msg and "covariance 74.51 GB" in msg  # 4 s^2 float64 entries
+    # GGN, Cholesky factor and scale (3 s^2 float64 entries) and the scale's blocks of 2^28 bytes of
+    # columns (671 of them), three alive: (3 * 50,000^2 + 3 * 50,000 * 671) * 8 bytes
+    assert "exceeds the limit 1.00 GB" in msg and "covariance 56.63 GB" in msg
     s_ok = int(msg.split("n_subnet=")[1].split(")")[0])
     assert estimate_memory(backend="subnet", s=s_ok, **MEM)["total"] <= limit
     assert estimate_memory(backend="subnet", s=s_ok + 1, **MEM)["total"] > limit

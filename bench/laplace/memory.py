@@ -1,10 +1,10 @@
 """Memory estimate and guard of a full-covariance (subnetwork) Laplace approximation.
 
-Before fitting, the memory a configuration needs (Jacobian batch, the s x s precision /
-Cholesky / covariance, prediction chunks) is estimated per backend and the fit is refused
+Before fitting, the memory a configuration needs (Jacobian batch, the s x s GGN, Cholesky
+factor and scale, prediction chunks) is estimated per backend and the fit is refused
 with :class:`MemoryGuardError` when it exceeds the limit (default 25 % of the available
-memory), naming a subnet size that fits. benchmarks/laplace_memory.py prints the estimate
-beside the measured peak.
+memory, 80 % of a GPU's: :data:`DEFAULT_MEMORY_FRACTION`), naming a subnet size that fits.
+benchmarks/laplace_memory.py prints the estimate beside the measured peak.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from bench.errors import BenchError
+from bench.laplace.precision import scale_block_columns
 from bench.laplace.subnet_jacobians import DENSE_PAIRS_FACTOR, DENSE_PRODUCT_FLOATS, OUTPUT_CHUNK_FLOATS, forward_one
 
 FLOAT_BYTES = 4
@@ -58,9 +59,12 @@ def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batc
     :func:`bench.laplace.subnet_jacobians.gathered_floats`, once the subnet is known; before, at most
     ``s x positions_per_weight``), plus its batched (rows x columns) product, at most
     ``DENSE_PAIRS_FACTOR`` x B x K x s floats and taken in chunks of ``DENSE_PRODUCT_FLOATS``.
-    The s x s terms: the GGN H, the posterior precision, its Cholesky factor / scale and
-    the covariance (4 s^2), in float64 (8 bytes each: :mod:`bench.laplace.precision`), and the
-    subnet backend's float64 copy of a batch's Jacobians for its GGN (2 B x K x s floats more). The linearised predictive drawn by Jacobian-vector products
+    The s x s terms: the GGN H, the Cholesky factor of the posterior precision and the scale
+    (3 s^2 while the scale forms, then 2) plus the scale's column blocks
+    (:mod:`bench.laplace.precision`; benchmarks/laplace_memory.py ``--posterior`` measured 2.2-2.9
+    s^2 above the GGN at s = 2,000-6,000), in float64 (8 bytes each), and the subnet backend's
+    float64 copy of a batch's Jacobians for its GGN (2 B x K x s floats more). The linearised
+    predictive drawn by Jacobian-vector products
     (``glm_sampler="jvp"``, :mod:`bench.laplace.jvp_glm`) forms no Jacobian whatever the backend:
     one JVP at a time (primal and tangent activations, ~3 per layer output at the peak) plus
     the ``n_samples`` logit draws; the fit still builds the backend's Jacobians for the GGN.
@@ -89,17 +93,29 @@ def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batc
         predict = 3 * Bp * activations + (int(n_samples) + 1) * Bp * K
     else:
         predict = jac(Bp, "predict")
-    cov = 4 * s * s
+    cov = 3 * s * s + 3 * s * scale_block_columns(s, COVARIANCE_BYTES)  # GGN, Cholesky factor, scale; blocks
     terms = {"jacobian_fit": fit * dtype_bytes, "jacobian_predict": predict * dtype_bytes,
              "covariance": cov * COVARIANCE_BYTES, "params": 3 * P * dtype_bytes}
     terms["total"] = max(terms["jacobian_fit"], terms["jacobian_predict"]) + terms["covariance"] + terms["params"]
     return terms
 
 
-def default_memory_limit(device: torch.device, fraction: float = 0.25) -> int:
-    if torch.device(device).type == "cuda":
+#: the guard's default limit, a fraction of the memory the process can still get: on the CPU a quarter
+#: of the host's available memory (shared with other jobs and workers); on a GPU, whose memory this
+#: process has to itself, most of what the driver has free plus what torch's caching allocator holds
+#: unused (an earlier cell's blocks, reusable here). At the subnetwork-Laplace paper's 42,000 weights
+#: the estimate is about 45 GB: within the CUDA default on an 80 GB H100, never within a quarter of it.
+DEFAULT_MEMORY_FRACTION = {"cpu": 0.25, "cuda": 0.8}
+
+
+def default_memory_limit(device: torch.device, fraction: float | None = None) -> int:
+    device = torch.device(device)
+    if fraction is None:
+        fraction = DEFAULT_MEMORY_FRACTION.get(device.type, DEFAULT_MEMORY_FRACTION["cpu"])
+    if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
-        return int(fraction * free)
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(fraction * (free + cached))
     import psutil
 
     return int(fraction * psutil.virtual_memory().available)
@@ -142,4 +158,4 @@ def check_memory(*, limit: int, what: str, **kw) -> dict:
             hint += ", and backend='subnet' computes only the subnet's Jacobian columns"
     raise MemoryGuardError(
         f"{what}: estimated peak memory {gb(est['total'])} ({parts}) exceeds the limit {gb(limit)} "
-        f"(memory_limit_gb; default 25% of available memory); {hint}.")
+        f"(memory_limit_gb; default 25% of available memory, 80% of a GPU's); {hint}.")

@@ -18,19 +18,63 @@ dtype, so the predictive code is unchanged. The subnetwork backends here
 float64 from the float32 Jacobians, so the sum is positive semi-definite to float64 rounding.
 laplace-torch's own backends (BackPACK, ASDL, Curvlinops) still hand over float32 batches, summed here
 in float64. The s x s terms cost 8 bytes an entry (:mod:`bench.laplace.memory` counts them so).
+
+The posterior holds two s x s matrices, the GGN ``H`` and the lower-triangular scale ``L``
+(``L L^T = (H + tau I)^-1``, laplace-torch's and torch's ``_precision_to_scale_tril``), and needs a
+third only while it forms ``L`` (:func:`lower_scale`). laplace-torch's own path holds up to six at once
+(the precision, its flipped copy, the Cholesky factor and its flip, an identity, the scale) and forms
+the covariance ``L L^T`` (another s x s and an s^3 product) at every functional variance, every batch
+of every prediction; here the variance is ``(J L)(J L)^T`` and the log-determinant of the precision is
+read off ``L``'s diagonal. At the subnetwork-Laplace paper's 42,000 weights an s x s matrix is 14.1 GB
+(benchmarks/laplace_memory.py ``--posterior`` measures the peak of both paths).
 """
 from __future__ import annotations
 
 import torch
 
 _CLASS = None
+#: the scale is formed a block of columns at a time: a sixteenth of them, and at most this many bytes
+#: of them (the third s x s is the Cholesky factor; a block's right-hand side, solution and reversed
+#: copy add three blocks)
+SCALE_BLOCKS = 16
+SCALE_BLOCK_BYTES = 1 << 28
+
+
+def scale_block_columns(s: int, element_size: int = 8) -> int:
+    """How many columns of the scale :func:`lower_scale` solves at a time."""
+    return max(1, min(-(-s // SCALE_BLOCKS), SCALE_BLOCK_BYTES // max(1, s * element_size)))
+
+
+def lower_scale(H: torch.Tensor, h_factor: float, prior_diag: torch.Tensor) -> torch.Tensor:
+    """The lower-triangular ``L`` with ``L L^T = P^-1``, ``P = h_factor H + diag(prior_diag)``, in
+    ``H``'s dtype: the matrix torch's ``_precision_to_scale_tril`` (laplace-torch's
+    ``invsqrt_precision``) returns, with at most three s x s matrices alive (``H``, the Cholesky
+    factor, ``L`` in the factored matrix's storage) instead of six. With ``F`` the order-reversing
+    permutation and ``F P F = C C^T`` (Cholesky), ``L = F C^-T F``, solved a block of columns at a
+    time (``C^T`` is a view of ``C``: no copy, no identity matrix). Raises
+    ``torch.linalg.LinAlgError`` where ``P`` is not positive definite, as torch's does."""
+    s = H.shape[-1]
+    A = torch.flip(H, (0, 1)).mul_(h_factor)  # F P F
+    A.diagonal().add_(torch.flip(prior_diag.to(H.dtype), (0,)))
+    C = torch.linalg.cholesky(A)
+    L = A.zero_()  # its storage, whatever the allocator would do with a freed one
+    k = scale_block_columns(s, C.element_size())
+    for c0 in range(0, s, k):
+        c1 = min(s, c0 + k)
+        cols = torch.arange(c1 - c0, device=C.device)
+        E = torch.zeros(s, c1 - c0, dtype=C.dtype, device=C.device)
+        E[s - 1 - c0 - cols, cols] = 1.0  # F times columns c0:c1 of the identity
+        Y = torch.linalg.solve_triangular(C.T, E, upper=True)  # C^-T F e_c: zero below row s - 1 - c0
+        del E
+        L[c0:, c0:c1] = torch.flip(Y[:s - c0], (0,))
+        del Y
+    return L
 
 
 def _float64_class():
     global _CLASS
     if _CLASS is None:
         from laplace.subnetlaplace import FullSubnetLaplace
-        from laplace.utils import invsqrt_precision
 
         class Float64FullSubnetLaplace(FullSubnetLaplace):
             """laplace-torch's ``FullSubnetLaplace`` with its GGN, precision, scale and covariance in
@@ -41,15 +85,22 @@ def _float64_class():
                                      dtype=torch.float64)
 
             def _compute_scale(self) -> None:
-                self._posterior_scale = invsqrt_precision(self.posterior_precision.to(torch.float64))
+                self._check_H_init()
+                self._posterior_scale = lower_scale(self.H.to(torch.float64), self._H_factor,
+                                                    self.prior_precision_diag)
+
+            @property
+            def log_det_posterior_precision(self) -> torch.Tensor:
+                # log det P = -2 sum log diag L (L L^T = P^-1, L triangular): no s x s LU factor
+                return -2.0 * torch.log(torch.diagonal(self.posterior_scale)).sum()
 
             def functional_variance(self, Js: torch.Tensor) -> torch.Tensor:
-                J = Js.to(torch.float64)
-                return torch.einsum("ncp,pq,nkq->nck", J, self.posterior_covariance, J).to(Js.dtype)
+                JL = Js.to(torch.float64) @ self.posterior_scale  # J Sigma J^T = (J L)(J L)^T
+                return (JL @ JL.transpose(-1, -2)).to(Js.dtype)
 
             def functional_covariance(self, Js: torch.Tensor) -> torch.Tensor:
-                J = Js.reshape(-1, Js.shape[-1]).to(torch.float64)
-                return (J @ self.posterior_covariance @ J.T).to(Js.dtype)
+                JL = Js.reshape(-1, Js.shape[-1]).to(torch.float64) @ self.posterior_scale
+                return (JL @ JL.T).to(Js.dtype)
 
             def sample(self, n_samples: int = 100, generator: torch.Generator | None = None) -> torch.Tensor:
                 # the standard normals as laplace-torch draws them (the network's dtype: the same stream)
