@@ -76,7 +76,9 @@ def markdown(rows: list[dict]) -> str:
     varying = sorted(k for k in keys if len({repr(r["data"].get(k)) for r in rows}) > 1)  # another recipe's
     for r in rows:
         noise = "–" if r["noise"] is None else f"{r['noise']:.1%}"  # too few epochs to estimate: the 2 % limit
-        train = ", ".join([r["train"]] + [f"{k}={r['data'].get(k)}" for k in varying])
+        # an option a row leaves unset reads as the suite's default (e.g. CamVid's published validation split)
+        train = ", ".join([r["train"]] + [f"{k}={'default' if r['data'].get(k) is None else r['data'][k]}"
+                                          for k in varying])
         out.append(f"| {r['network']} | {train} | {r['epochs']} | {r['seed']} | {r['date']} | {r['cpu']} "
                    f"| {r['before']:.4f} | {r['tail']:.4f} | {r['gain']:+.1%} | {r['gain_at_start']:+.1%} "
                    f"| {noise} | {r['limit']:.1%} | {r['status']} | {r['last']:.4f} |")
