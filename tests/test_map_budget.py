@@ -66,3 +66,16 @@ def test_one_row_per_network_with_the_checks_numbers_and_the_last_epochs_value()
     # against the epoch the fifth begins: 0.29 on epoch 10's 0.31
     assert table[3] == ("| MAP | all | 12 | 5 | 2026-12-05 | AMD EPYC (AVX512) | 0.3000 | 0.2900 | +3.3% | +6.5% "
                         "| 20.2% | 28.5% | pass | 0.3300 |")
+
+
+def test_a_data_option_a_row_leaves_unset_reads_as_the_default():
+    """Rows of one recipe on two validation splits: the option that differs is named in each row, and
+    the row that leaves it unset (CamVid's published split) says 'default', not None."""
+    published = record("deterministic", 0, {"val_nll": STILL_FALLING})
+    test_like = dict(record("deterministic", 1, {"val_nll": OVERFITS}), suite="camvid",
+                     data_config={"val_sequences": ["0006R0"]})
+    published["suite"] = "camvid"
+    table = map_budget.markdown(map_budget.networks(pd.DataFrame([published, test_like]), "unet_small", []))
+    rows = table.splitlines()[2:]
+    assert rows[0].startswith("| MAP | all, val_sequences=default | 12 | 0 |")
+    assert rows[1].startswith("| MAP | all, val_sequences=['0006R0'] | 12 | 1 |")
