@@ -254,6 +254,44 @@ def test_subnet_fast_grid_path_equals_the_generic_predictive():
     torch.testing.assert_close(probit_probs(f_mu, f_var), m.la(val[0][:5], pred_type="glm", link_approx="probit"))
 
 
+@pytest.mark.parametrize("place", ["device", "host", None])
+def test_subnet_grid_keeps_the_validation_jacobians_where_they_fit(place, monkeypatch):
+    """The grid search's validation NLL is the generic predictive's whether the Jacobians are kept
+    on the device, in the host's memory (a GPU run's larger ones; here the CPU is both) or
+    recomputed at every grid point; the record says which."""
+    ctx = ctx_for(overconfident_net)
+    val = data(60, 11)
+    m = SubnetLaplace(ctx, criterion="magnitude", n_subnet=30, prior_precision_method="none",
+                      predict_batch_size=25).fit(TensorLoader(*data(96, 7), 32, shuffle=False), val)
+    chunks = m._val_chunks(val)
+    generic_predictors = LaplaceMethod.val_predictors(m, chunks)
+    monkeypatch.setattr(m, "jacobian_cache_place", lambda nbytes: place)
+    fast = m.val_nll_function(chunks)
+    assert m.meta["val_jacobian_cache"] == {"place": place or "none", "bytes": 60 * 3 * 30 * 4}
+    for tau in (0.01, 100.0):
+        m.la.prior_precision = tau
+        with torch.no_grad():
+            ref = sum(float(_nll(probs(), y)) * len(y) for probs, y in generic_predictors) / len(val[1])
+        assert fast(tau) == pytest.approx(ref, rel=1e-5)
+
+
+def test_subnet_jacobian_cache_place_by_size_and_device(monkeypatch):
+    """Up to JACOBIAN_CACHE_BYTES on the device; above, in the host's memory on a GPU run only (up to
+    a quarter of what the host has available), else recomputed."""
+    import psutil
+
+    class VM:
+        available = 40 * 2**30
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: VM)
+    m = SubnetLaplace(ctx_for(overconfident_net), criterion="magnitude", n_subnet=30)
+    assert m.jacobian_cache_place(2 * 2**30) == "device"
+    assert m.jacobian_cache_place(2 * 2**30 + 1) is None  # a CPU run: the host is the device
+    m.ctx.device = torch.device("cuda")
+    assert m.jacobian_cache_place(10 * 2**30) == "host"
+    assert m.jacobian_cache_place(10 * 2**30 + 1) is None
+
+
 def test_diag_glm_moments_for_several_variance_vectors_at_once_equal_one_at_a_time():
     net = conv_bn_net()
     xt = torch.randn(5, 1, 7, 7)
