@@ -481,6 +481,42 @@ def laplace_glm_jvp_vs_moments(model_name, in_shape, device, repeats, tmp, n=100
 
 
 @case
+def diag_glm_grid_pairs_vs_per_vector(model_name, in_shape, device, repeats, tmp, n=8, grid=21):
+    """The diagonal Laplace's prior search evaluates its 21 grid points in one pass over the
+    validation data (``diag_glm_moments`` with 21 variance vectors): the pairwise products of the
+    output gradients formed once and contracted with every vector in one matrix product
+    (``_quadratic_many``) against one weighted product per vector (``_quadratic``, the code before),
+    on resnet_small at CIFAR-10's 32 x 32, ``n`` images."""
+    if model_name != MODELS[0][0]:
+        return []
+    from bench.laplace import diag_glm
+
+    torch.manual_seed(0)
+    net = build_model("resnet_small", (3, 32, 32), 10).to(device).eval()
+    n_weights = sum(p.numel() for p in net.parameters())
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 3, 32, 32, generator=gen).to(device)
+    V = (torch.rand(grid, n_weights, generator=gen) * torch.logspace(-4, 4, grid)[:, None]).to(device)
+    out = {}
+
+    def pairs():
+        out["pairs"] = diag_glm.diag_glm_moments(net, x, V)[1]
+
+    def per_vector():
+        before, diag_glm.PAIR_PRODUCTS_FROM = diag_glm.PAIR_PRODUCTS_FROM, grid + 1
+        try:
+            out["per_vector"] = diag_glm.diag_glm_moments(net, x, V)[1]
+        finally:
+            diag_glm.PAIR_PRODUCTS_FROM = before
+
+    c, r = side_by_side(pairs, per_vector, max(1, repeats // 2), device)
+    rel = float(((out["pairs"] - out["per_vector"]).abs() / out["per_vector"].abs().amax((-2, -1), keepdim=True)).max())
+    return (f"diag Laplace GLM grid of {grid}: pairwise products / one product per vector", c / r, "<=", 0.7,
+            f"{c * 1e3 / n:.0f} vs {r * 1e3 / n:.0f} ms per image, largest difference {rel:.1e} of the largest "
+            f"variance", "resnet_small")
+
+
+@case
 def segmentation_jvp_vs_forward(model_name, in_shape, device, repeats, tmp, n=8, samples=10, classes=11):
     """The cost of one linearised-predictive sample on segmentation (the diagonal and subnetwork
     Laplace on CamVid, glm_sampler=jvp): unet_small at the camvid quick resolution, 120 x 160,

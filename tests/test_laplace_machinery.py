@@ -292,7 +292,9 @@ def test_subnet_jacobian_cache_place_by_size_and_device(monkeypatch):
     assert m.jacobian_cache_place(10 * 2**30 + 1) is None
 
 
-def test_diag_glm_moments_for_several_variance_vectors_at_once_equal_one_at_a_time():
+def test_diag_glm_moments_for_several_variance_vectors_at_once_equal_one_at_a_time(monkeypatch):
+    from bench.laplace import diag_glm
+
     net = conv_bn_net()
     xt = torch.randn(5, 1, 7, 7)
     P = sum(p.numel() for p in net.parameters())
@@ -300,6 +302,15 @@ def test_diag_glm_moments_for_several_variance_vectors_at_once_equal_one_at_a_ti
     mu, var = diag_glm_moments(net, xt, V)
     assert var.shape == (3, 5, 4, 4)
     for t in range(3):
+        mu1, var1 = diag_glm_moments(net, xt, V[t])
+        torch.testing.assert_close(mu, mu1)
+        torch.testing.assert_close(var[t], var1, rtol=1e-5, atol=1e-8)
+    # from PAIR_PRODUCTS_FROM vectors on, the pairwise products contracted with all of them at once
+    # (in blocks of 7 entries here: the sum split across blocks)
+    monkeypatch.setattr(diag_glm, "PAIR_BLOCK_FLOATS", 5 * 10 * 7)
+    V = torch.rand(diag_glm.PAIR_PRODUCTS_FROM + 1, P) * torch.logspace(-3, 1, diag_glm.PAIR_PRODUCTS_FROM + 1)[:, None]
+    mu, var = diag_glm_moments(net, xt, V)
+    for t in range(len(V)):
         mu1, var1 = diag_glm_moments(net, xt, V[t])
         torch.testing.assert_close(mu, mu1)
         torch.testing.assert_close(var[t], var1, rtol=1e-5, atol=1e-8)
