@@ -89,8 +89,7 @@ def _quadratic_many(G: torch.Tensor, W: torch.Tensor, per_example: bool = False)
     ``W`` (``(T, ...)``; ``(T, B, ...)`` when ``per_example``). The products ``G[k] G[j]`` of every
     pair ``k <= j`` are formed once, a block of entries at a time, and contracted with all T vectors
     in one matrix product, instead of one weighted copy of ``G`` and one product per vector
-    (``python -m bench perf --case diag_glm_grid_pairs_vs_per_vector`` times both); summed a block
-    at a time, it is also closer to the float64 sum than one product over millions of entries."""
+    (``python -m bench perf --case diag_glm_grid_pairs_vs_per_vector`` times both)."""
     K, B = G.shape[:2]
     Gb = G.reshape(K, B, -1).transpose(0, 1)  # (B, K, N)
     N, T = Gb.shape[-1], len(W)
