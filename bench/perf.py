@@ -516,6 +516,84 @@ def diag_glm_grid_pairs_vs_per_vector(model_name, in_shape, device, repeats, tmp
             f"variance", "resnet_small")
 
 
+def posterior_peak(path: str, s: int, device="cpu", n_jac: int = 64, classes: int = 10) -> dict:
+    """Peak memory above the GGN (bench.cost.PeakMemory: the allocator's peak on a GPU, the resident
+    set on the CPU) and time of an s-weight subnetwork posterior in float64 (``path``: ``bench``,
+    :mod:`bench.laplace.precision`; ``laplace-torch``, its own full-covariance path on the same float64
+    GGN): the scale at one prior precision, the functional variance of ``n_jac`` x ``classes``
+    Jacobian rows, the log-determinant. A random GGN of rank s / 2 (values do not change memory or
+    time). Measure each path in its own process on the CPU (memory an earlier one freed stays
+    resident)."""
+    import warnings
+
+    from bench.cost import PeakMemory
+    from bench.laplace import import_laplace
+    from bench.laplace.precision import float64_posterior
+
+    import_laplace()
+    from laplace import Laplace
+
+    device = torch.device(device)
+    torch.manual_seed(0)
+    width = int(s ** 0.5) + 1
+    net = torch.nn.Sequential(torch.nn.Linear(width, width)).to(device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        la = Laplace(net, "classification", subset_of_weights="subnetwork", hessian_structure="full",
+                     subnetwork_indices=torch.arange(s), prior_precision=1.0)
+    if path == "bench":
+        la = float64_posterior(la)
+    A = torch.randn(s, s // 2, dtype=torch.float64, device=device)
+    la.H = A @ A.T  # the GGN as fit leaves it: float64
+    del A
+    J = torch.randn(n_jac, classes, s, device=device)
+    if path == "laplace-torch":  # its einsum takes the GGN's dtype (the float64 posterior's code before)
+        J = J.double()
+    times, out = {}, []
+    with PeakMemory(device) as mem:
+        times["scale_s"] = timed(lambda: la.posterior_scale, device)
+        times["functional_variance_s"] = timed(lambda: out.append(la.functional_variance(J)), device)
+        times["logdet_s"] = timed(lambda: out.append(float(la.log_det_posterior_precision)), device)
+    f_var, logdet = out
+    return {"path": path, "s": s, "peak_mb": mem.peak_mb, "ss_mb": s * s * 8 / 2**20, **times,
+            "f_var": f_var[:2].flatten().tolist(), "logdet": logdet}
+
+
+def posterior_peak_in_child(path: str, s: int, device="cpu") -> dict:
+    """:func:`posterior_peak` in a child process of its own."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from bench.perf import posterior_peak; "
+            "print('RESULT', json.dumps(posterior_peak(sys.argv[1], int(sys.argv[2]), sys.argv[3])))")
+    res = subprocess.run([sys.executable, "-c", code, path, str(s), str(device)], capture_output=True, text=True)
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
+    if res.returncode or not line:
+        raise RuntimeError(f"posterior_peak({path}, {s}) failed: {res.stderr[-2000:]}")
+    return json.loads(line[-1][len("RESULT "):])
+
+
+@case
+def subnet_posterior_memory(model_name, in_shape, device, repeats, tmp, s=3000):
+    """The full-covariance subnetwork posterior's peak memory above its GGN, in s x s float64
+    matrices (:func:`posterior_peak`: its scale, a functional variance, the log-determinant), by
+    :mod:`bench.laplace.precision` (``lower_scale``, ``(J L)(J L)^T``, the scale's diagonal) and by
+    laplace-torch's own path on the same float64 GGN (``invsqrt_precision``, the covariance formed
+    per functional variance, an LU log-determinant), each in a process of its own."""
+    if model_name != MODELS[0][0]:
+        return []
+    ours, theirs = (posterior_peak_in_child(p, s, device) for p in ("bench", "laplace-torch"))
+    rel = max(abs(a - b) for a, b in zip(ours["f_var"], theirs["f_var"])) / max(abs(v) for v in theirs["f_var"])
+    detail = (f"s = {s:,}: {ours['peak_mb']:.0f} vs {theirs['peak_mb']:.0f} MB; functional variance "
+              f"{ours['functional_variance_s'] * 1e3:.0f} vs {theirs['functional_variance_s'] * 1e3:.0f} ms; variances "
+              f"agree to {rel:.1e}, log-determinants to {abs(ours['logdet'] - theirs['logdet']):.1e}")
+    return [("subnet posterior peak above its GGN / s x s (bench.laplace.precision)", ours["peak_mb"] / ours["ss_mb"],
+             "<=", 3.0, detail, "subnet posterior"),
+            ("subnet posterior peak: bench.laplace.precision / laplace-torch's path",
+             ours["peak_mb"] / theirs["peak_mb"], "<=", 0.6, detail, "subnet posterior")]
+
+
 @case
 def segmentation_jvp_vs_forward(model_name, in_shape, device, repeats, tmp, n=8, samples=10, classes=11):
     """The cost of one linearised-predictive sample on segmentation (the diagonal and subnetwork

@@ -275,52 +275,16 @@ def fit_table() -> None:
               f"{new['est_mb'] / new['peak_mb']:.2f} | {dh:.1e} |")
 
 
-def run_posterior(path: str, s: int, n_jac: int = 64, k: int = 10) -> dict:
-    """Peak memory above the GGN and time of the posterior of an s-weight subnetwork (``path``:
-    ``laplace-torch`` or ``bench``): the scale, a functional variance of ``n_jac`` x ``k`` Jacobian
-    rows, the log-determinant. A random PSD GGN (values do not matter for memory and time)."""
-    from laplace import Laplace
-
-    from bench.laplace.precision import float64_posterior
-
-    torch.manual_seed(0)
-    width = int(s ** 0.5) + 1
-    net = torch.nn.Sequential(torch.nn.Linear(width, width))
-    la = Laplace(net, "classification", subset_of_weights="subnetwork", hessian_structure="full",
-                 subnetwork_indices=torch.arange(s), prior_precision=1.0)
-    if path == "bench":
-        la = float64_posterior(la)
-    A = torch.randn(s, s // 2, dtype=torch.float64)
-    la.H = A @ A.T  # the GGN as fit leaves it: float64, rank s / 2
-    del A
-    J = torch.randn(n_jac, k, s)
-    if path == "laplace-torch":  # its einsum needs the GGN's dtype (the float64 posterior's code before)
-        J = J.double()
-    times = {}
-    with PeakMemory("cpu") as mem:
-        t0 = time.perf_counter()
-        la.posterior_scale
-        times["scale_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        f_var = la.functional_variance(J)
-        times["functional_variance_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        logdet = float(la.log_det_posterior_precision)
-        times["logdet_s"] = time.perf_counter() - t0
-    return {"path": path, "s": s, "peak_mb": mem.peak_mb, "ss_mb": s * s * 8 / 2**20, **times,
-            "f_var": f_var[:2].flatten().tolist(), "logdet": logdet}
-
-
 def posterior_table(sizes) -> None:
+    from bench.perf import posterior_peak_in_child
+
     rows = []
     for s in sizes:
         for path in ("laplace-torch", "bench"):
-            proc = subprocess.run([sys.executable, __file__, "--one-posterior", f"{path}:{s}"], capture_output=True,
-                                  text=True)
-            if proc.returncode != 0:
-                print(f"| {path} | {s} | failed: {(proc.stderr.strip().splitlines() or ['?'])[-1][:80]} |")
-                continue
-            rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            try:
+                rows.append(posterior_peak_in_child(path, s))
+            except RuntimeError as exc:
+                print(f"| {path} | {s} | failed: {str(exc).strip().splitlines()[-1][:80]} |")
     print("Posterior of an s-weight subnetwork in float64 (the GGN given); peak = resident-memory growth above the "
           "GGN (bench.cost.PeakMemory), in MB and in s x s float64 matrices; functional variance of 64 x 10 "
           "Jacobian rows; the two paths' largest difference of variances (relative to the largest) and of "
@@ -356,12 +320,7 @@ def main(argv=None) -> int:
     ap.add_argument("--one-jvp", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--one-fit", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--posterior", action="store_true", help="only the s x s posterior's table (--sizes)")
-    ap.add_argument("--one-posterior", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.one_posterior:
-        path, s = args.one_posterior.split(":")
-        print(json.dumps(run_posterior(path, int(s))))
-        return 0
     if args.posterior:
         posterior_table([int(v) for v in args.sizes.split(",")])
         return 0
