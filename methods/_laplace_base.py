@@ -494,7 +494,7 @@ class LaplaceMethod(Method):
                 "prior_search", "warnings", "log_marginal_likelihood", "memory_estimate_bytes",
                 "memory_limit_bytes", "n_zero_curvature", "n_non_identifiable", "select_info", "subnet_size", "subnet_digest",
                 "layer_distribution", "select_time_s", "curvature_time_s", "prior_time_s", "ggn_samples",
-                "predictive_spread", "head", "last_layer_name")
+                "predictive_spread", "head", "last_layer_name", "val_jacobian_cache")
         out = {k: self.meta[k] for k in keep if k in self.meta}
         out.update({k: self.config[k] for k in ("pred_type", "link_approx", "glm_sampler")})
         # the N of the posterior (training examples; pixels on segmentation): s / N bounds the

@@ -267,7 +267,7 @@ def test_subnet_grid_keeps_the_validation_jacobians_where_they_fit(place, monkey
     generic_predictors = LaplaceMethod.val_predictors(m, chunks)
     monkeypatch.setattr(m, "jacobian_cache_place", lambda nbytes: place)
     fast = m.val_nll_function(chunks)
-    assert m.meta["val_jacobian_cache"] == {"place": place or "none", "bytes": 60 * 3 * 30 * 4}
+    assert m.diagnostics()["val_jacobian_cache"] == {"place": place or "none", "bytes": 60 * 3 * 30 * 4}
     for tau in (0.01, 100.0):
         m.la.prior_precision = tau
         with torch.no_grad():
