@@ -78,7 +78,8 @@ MAP_ARCHIVE_BYTES = 15 * 2**20
 MAP_ARCHIVES = 4
 
 #: the test files with CUDA tests (pytest -m cuda) the session runs
-CUDA_TESTS = "tests/test_method_contract.py,tests/test_training_loop.py"
+CUDA_TESTS = ("tests/test_method_contract.py,tests/test_training_loop.py,tests/test_laplace_precision.py,"
+              "tests/test_laplace_machinery.py")
 
 #: bench perf cases that measure the device (the others time CPU threads, processes or loaders)
 PERF_CASES = ("harness_vs_bare_loop", "ensemble_vs_single", "mc_dropout_vs_single", "pbn_vs_mfvi_train_step",

@@ -316,6 +316,24 @@ def test_diag_glm_moments_for_several_variance_vectors_at_once_equal_one_at_a_ti
         torch.testing.assert_close(var[t], var1, rtol=1e-5, atol=1e-8)
 
 
+@pytest.mark.cuda
+def test_diag_glm_moments_of_a_grid_on_cuda_are_the_cpus():
+    """The grid's pairwise-product path (bench.laplace.diag_glm._quadratic_many) on the GPU gives
+    the CPU's moments."""
+    from bench.laplace import diag_glm
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA: runs on a lent GPU machine (python -m bench.device_session, docs/device.md)")
+    net = conv_bn_net()
+    xt = torch.randn(5, 1, 7, 7)
+    P = sum(p.numel() for p in net.parameters())
+    V = torch.rand(diag_glm.PAIR_PRODUCTS_FROM + 2, P) * torch.logspace(-3, 1, diag_glm.PAIR_PRODUCTS_FROM + 2)[:, None]
+    mu, var = diag_glm_moments(net, xt, V)
+    mu_c, var_c = diag_glm_moments(net.cuda(), xt.cuda(), V.cuda())
+    torch.testing.assert_close(mu_c.cpu(), mu, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(var_c.cpu(), var, rtol=1e-4, atol=1e-6)
+
+
 def test_laplace_diag_grid_in_one_pass_equals_the_grid_point_by_point():
     """The batched grid (all prior precisions in one pass) gives each grid point the validation
     NLL the point-by-point search computes with the method's own predictive."""

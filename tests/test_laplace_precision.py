@@ -133,3 +133,30 @@ def test_the_subnet_backends_ggn_is_float64_and_psd_below_its_rank(backend):
         ref += Jn.T @ lam @ Jn
     assert names
     torch.testing.assert_close(H, ref, rtol=1e-5, atol=1e-6 * float(ref.abs().max()))
+
+
+@pytest.mark.cuda
+def test_the_scale_on_cuda_is_the_cpus_and_holds_three_s_by_s_matrices(monkeypatch):
+    """precision.lower_scale on the GPU (50 blocks of 40 columns) equals the CPU's, and the
+    allocator's peak above the GGN is the Cholesky factor, the scale and three blocks, short of a
+    third s x s (no hidden copy of the factor in the triangular solves)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA: runs on a lent GPU machine (python -m bench.device_session, docs/device.md)")
+    s = 2000
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((s, s // 2))
+    H = torch.from_numpy(A @ A.T)
+    prior = torch.full((s,), 1e-3)
+    monkeypatch.setattr(precision, "SCALE_BLOCKS", 50)
+    cpu = precision.lower_scale(H, 1.0, prior)
+    Hc = H.cuda()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    got = precision.lower_scale(Hc, 1.0, prior.cuda())
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    torch.testing.assert_close(got.cpu(), cpu, rtol=1e-9, atol=1e-9 * float(cpu.abs().max()))
+    block = s * precision.scale_block_columns(s) * 8
+    # half an s x s of slack for the solver's workspace: a hidden copy of a factor would add a whole one
+    assert peak <= 2.5 * H.nbytes + 3 * block, (peak / H.nbytes)
