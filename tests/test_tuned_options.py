@@ -74,6 +74,14 @@ def test_a_choice_made_at_another_training_budget_is_refused(tmp_path):
     for entry in ({"sets": [f"train.epochs={epochs}"]}, {"train": {"epochs": epochs}}, {}):
         _store(tmp_path, pbn, **entry)
         assert _run(tmp_path, "mnist_rotated", "quick", "pbn", "lenet_300_100").returncode == 0
+    # a choice tuned with --set train.epochs=E is one for a run with the same --set, not without it
+    _store(tmp_path, pbn, train={"epochs": epochs + 5})
+    assert _run(tmp_path, "mnist_rotated", "quick", "pbn", "lenet_300_100").returncode == 2
+    ok = _run(tmp_path, "mnist_rotated", "quick", "pbn", "lenet_300_100", "--set", f"train.epochs={epochs + 5}")
+    assert ok.returncode == 0 and ok.stdout.split() == ["--set", "pbn.beta_start=0.01", "--set", "pbn.rho_lr=0.05"]
+    off = _run(tmp_path, "mnist_rotated", "quick", "pbn", "lenet_300_100", "--set", f"train.epochs={epochs + 1}")
+    assert off.returncode == 2 and f"--set train.epochs={epochs + 1}" in off.stderr
+    assert _run(tmp_path, "mnist_rotated", "quick", "pbn", "lenet_300_100", "train.epochs=3").returncode == 2
 
 
 def test_the_kept_tuning_gives_pbn_a_verified_configuration_at_the_profiles_budget():
