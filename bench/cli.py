@@ -726,6 +726,13 @@ def cmd_tune(args) -> int:
         profile_cfg = resolve_plan(suite, args.profile, [m], parse_sets(others), method_registry=METHODS).methods[m][0]
         fixed = tuning.fixed_options(m, args.sets, profile_cfg)
         key = tuning.entry_key(m, fixed)
+        stored = tuning.stored_sets(args.out, args.suite, args.profile, key) if args.select_only else None
+        if stored is not None and sorted(stored) != sorted(args.sets):
+            # choosing again under other options would rewrite the entry with another budget, split or
+            # candidates than its sweep had: nothing is written
+            raise BenchError(f"bench tune --select-only: the stored choice of {key} was swept with "
+                             f"{' '.join(f'--set {s}' for s in stored) or 'no --set'}; pass the same to choose "
+                             f"again from its records (given: {' '.join(f'--set {s}' for s in args.sets) or 'none'})")
         try:
             from bench.plugins import identity_fields
             from bench.validation_split import val_split_of

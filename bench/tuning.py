@@ -296,6 +296,17 @@ def stored_entry(results: str | Path, suite: str, profile: str, method: str) -> 
     return ((read_tuning(path).get("methods") or {}).get(method) or {}) if path.is_file() else {}
 
 
+def stored_sets(results: str | Path, suite: str, profile: str, key: str) -> list[str] | None:
+    """The ``--set`` options the stored entry ``key`` (a method, or ``method[objective]``) was swept
+    with (an entry of earlier code: the tuning's own); None when there is no such entry."""
+    path = tuning_path(results, suite, profile)
+    if not path.is_file():
+        return None
+    doc = read_tuning(path)
+    entry = (doc.get("methods") or {}).get(key)
+    return None if entry is None else list(entry.get("sets", doc.get("sets", [])))
+
+
 def stored_choice(results: str | Path, suite: str, profile: str, method: str, model: str) -> dict | None:
     """The choice the stored tuning (``<results>/<suite>/tuning/<profile>.json``) made for ``method`` on
     ``model`` (``chosen``, ``chosen_among_valid``, the candidates); None when there is no stored tuning

@@ -133,6 +133,12 @@ def test_tune_sweeps_the_space_and_chooses_the_lowest_validation_nll(tmp_path, c
     assert main(["tune", "--suite", "toy", "--profile", "smoke", "--methods", "mc_dropout", "--out", str(out),
                  "--select-only"]) == 0
     assert json.loads((out / "toy" / "tuning" / "smoke.json").read_text())["methods"] == doc["methods"]
+    # ... and under other --set options than the sweep's it is refused, the stored entry untouched
+    stored_text = (out / "toy" / "tuning" / "smoke.json").read_text()
+    assert main(["tune", "--suite", "toy", "--profile", "smoke", "--methods", "mc_dropout", "--out", str(out),
+                 "--select-only", "--set", "train.epochs=1"]) == 2
+    assert "was swept with no --set" in capsys.readouterr().err
+    assert (out / "toy" / "tuning" / "smoke.json").read_text() == stored_text
     assert main(["tune", "--suite", "toy", "--profile", "smoke", "--out", str(out), "--markdown"]) == 0
     capsys.readouterr()
     assert main(["tune", "--suite", "toy", "--profile", "smoke", "--out", str(out), "--markdown",
