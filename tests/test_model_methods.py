@@ -93,3 +93,26 @@ def test_the_rotated_mnist_paper_profile_holds_the_subnetwork_laplace_papers_res
     assert cfg["resnet18_cifar"]["n_subnet"] == 42_000 and round(100 * 42_000 / n_weights, 2) == 0.38
     assert cfg["lenet_300_100"]["n_subnet"] is None and cfg["lenet5"]["n_subnet"] is None
     assert cfg["resnet18_cifar"]["swag_n_snapshots"] == 40 and cfg["lenet5"]["swag_n_snapshots"] == 256
+
+
+def test_the_resnet18_subnetwork_laplace_fits_an_80_gb_gpus_default_limit_not_a_quarter_of_it(monkeypatch):
+    """The guard's estimate for the paper's 42,000-weight subnetwork on the ResNet-18 (its profile's
+    batches) is within the default limit on an H100 with 78 GiB free (80 % of it), and above a quarter
+    of it, the limit before (docs/device.md)."""
+    import torch
+
+    from bench.laplace.memory import check_memory, default_memory_limit
+    from bench.models import build_model
+    from methods.subnet_laplace import memory_terms
+
+    suite = SUITES.get("mnist_rotated")()
+    plan = resolve_plan(suite, "paper", ["subnet_laplace"], {}, seeds=[0], method_registry=METHODS)
+    cfg = {model: c for model, _, c, _ in grid_cells(plan)}["resnet18_cifar"]
+    model = build_model("resnet18_cifar", suite.in_shape, 10)
+    terms = memory_terms(cfg, model, torch.zeros(2, *suite.in_shape))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (78 * 2**30, 80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 0)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 0)
+    limit = default_memory_limit("cuda")
+    est = check_memory(limit=limit, what="resnet18", backend="subnet", s=cfg["n_subnet"], **terms)["total"]
+    assert 0.25 * 78 * 2**30 < est <= limit
