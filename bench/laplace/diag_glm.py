@@ -28,8 +28,10 @@ import torch.nn.functional as F
 from torch import nn
 
 SUPPORTED = (nn.Linear, nn.Conv2d, nn.BatchNorm1d, nn.BatchNorm2d, nn.GroupNorm, nn.LayerNorm)
-#: floats of one block of per-example convolution weight gradients (K x examples x O x C)
+#: floats of one block of per-example convolution weight gradients (K x examples x O x C); on a GPU
+#: eight times as many (a ResNet's widest convolution: one example a block on the CPU, five there)
 CONV_BLOCK_FLOATS = 2**24
+CUDA_CONV_BLOCK_FLOATS = 2**27
 
 
 def unsupported_modules(model: nn.Module) -> list[str]:
@@ -165,7 +167,8 @@ def diag_glm_moments(model: nn.Module, x: torch.Tensor, variance: torch.Tensor) 
                 if "weight" in v:
                     cols = F.unfold(a, m.kernel_size, dilation=m.dilation, padding=m.padding, stride=m.stride)
                     vw = v["weight"].reshape(T, gl.shape[2], -1)
-                    step = max(1, CONV_BLOCK_FLOATS // (K * vw[0].numel()))  # examples per block
+                    block = CUDA_CONV_BLOCK_FLOATS if a.device.type == "cuda" else CONV_BLOCK_FLOATS
+                    step = max(1, block // (K * vw[0].numel()))  # examples per block
                     ng, L = m.groups, gl.shape[-1]
                     for s in range(0, B, step):  # per-example weight gradients, a block at a time
                         gs, cs = gl[:, s:s + step], cols[s:s + step]
