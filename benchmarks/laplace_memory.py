@@ -170,7 +170,7 @@ JVP_CASES = (("lenet5", (1, 28, 28), 10), ("resnet_small", (3, 32, 32), 10), ("r
 
 
 def run_jvp(model_name: str, shape: tuple, n_outputs: int, chunk: int, samples: int = 3) -> dict:
-    from bench.laplace.jvp_glm import glm_logit_samples
+    from bench.laplace.jvp_glm import glm_logit_samples, samples_per_pass
     from bench.laplace.memory import activation_numel, estimate_memory
 
     torch.set_num_threads(1)
@@ -180,22 +180,24 @@ def run_jvp(model_name: str, shape: tuple, n_outputs: int, chunk: int, samples: 
     x = torch.randn(chunk, *shape)
     acts = activation_numel(net, x[:1])
     offsets = [1e-3 * torch.randn(n_params) for _ in range(samples)]
+    per_pass = samples_per_pass(samples, acts * chunk, n_params)  # as the methods draw them
     with PeakMemory("cpu") as mem:
-        glm_logit_samples(net, x, offsets)
+        glm_logit_samples(net, x, offsets, per_pass)
     kw = dict(backend="subnet", n_params=n_params, s=1000, n_outputs=n_outputs, batch_size=BATCH,
               predict_batch=chunk, activations=acts)
     est = estimate_memory(glm_sampler="jvp", n_samples=samples, **kw)["jacobian_predict"]
     jac = estimate_memory(**kw)["jacobian_predict"]
     return {"model": model_name, "shape": "x".join(map(str, shape)), "K": n_outputs, "chunk": chunk,
-            "peak_mb": mem.peak_mb, "est_mb": est / 2**20, "jacobian_est_mb": jac / 2**20}
+            "per_pass": per_pass, "peak_mb": mem.peak_mb, "est_mb": est / 2**20, "jacobian_est_mb": jac / 2**20}
 
 
 def jvp_table(chunks=(250, 1000)) -> None:
-    print("JVP-sampled linearised predictive (3 samples, one JVP at a time); peak = resident-memory growth "
+    print("JVP-sampled linearised predictive (3 samples, as many a pass as bench.laplace.jvp_glm.samples_per_pass "
+          "allows: the 'a pass' column); peak = resident-memory growth "
           "(bench.cost.PeakMemory) in a fresh process; est = the memory guard's predict term for glm_sampler=jvp; "
           "Jacobian est = its term for the Jacobian-forming predictive (subnet backend, s = 1000)")
-    print("| network | input | K | chunk | peak MB | est MB | est / peak | Jacobian est MB |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| network | input | K | chunk | a pass | peak MB | est MB | est / peak | Jacobian est MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for model_name, shape, k in JVP_CASES:
         for chunk in chunks:
             proc = subprocess.run([sys.executable, __file__, "--one-jvp", f"{model_name}:{'x'.join(map(str, shape))}:{k}:{chunk}"],
@@ -204,7 +206,8 @@ def jvp_table(chunks=(250, 1000)) -> None:
                 print(f"| {model_name} | {shape} | {k} | {chunk} | failed: {proc.stderr.strip()[-80:]} |")
                 continue
             r = json.loads(proc.stdout.strip().splitlines()[-1])
-            print(f"| {r['model']} | {r['shape']} | {r['K']} | {r['chunk']} | {r['peak_mb']:.0f} | {r['est_mb']:.0f} | "
+            print(f"| {r['model']} | {r['shape']} | {r['K']} | {r['chunk']} | {r['per_pass']} | {r['peak_mb']:.0f} | "
+                  f"{r['est_mb']:.0f} | "
                   f"{r['est_mb'] / r['peak_mb']:.2f} | {r['jacobian_est_mb']:.0f} |")
 
 

@@ -364,7 +364,8 @@ class LaplaceMethod(Method):
             from bench.laplace.jvp_glm import glm_logit_samples, posterior_offsets
 
             S = max(int(self.config["n_samples"]), 2)
-            _, f = glm_logit_samples(self.la.model, x, posterior_offsets(self.la, S, self._generator()))
+            _, f = glm_logit_samples(self.la.model, x, posterior_offsets(self.la, S, self._generator()),
+                                     self._jvp_per_pass(x, S))
             var = f.double().var(dim=0)
         else:
             _, f_var = self.glm_moments(x)
@@ -408,6 +409,19 @@ class LaplaceMethod(Method):
         self._offsets_cache = (key, offsets)
         return offsets
 
+    def _jvp_per_pass(self, x: torch.Tensor, S: int) -> int:
+        """How many of the jvp sampler's S samples share a pass over the batch ``x``
+        (:func:`bench.laplace.jvp_glm.samples_per_pass`; the network's activations per example
+        counted once per input shape)."""
+        from bench.laplace.jvp_glm import samples_per_pass
+        from bench.laplace.memory import activation_numel
+
+        counts = self.__dict__.setdefault("_activations_per_example", {})
+        shape = tuple(x.shape[1:])
+        if shape not in counts:
+            counts[shape] = activation_numel(self.la.model, x[:1])
+        return samples_per_pass(S, counts[shape] * len(x), self.la.mean.numel())
+
     def _mc_normals(self, k: int, S: int, like: torch.Tensor) -> torch.Tensor:
         """The (k, S) standard normals the moment-based Monte Carlo predictive shares across every
         batch (:func:`bench.laplace.predictive.glm_mc_logits`), drawn once on :meth:`_generator`."""
@@ -439,7 +453,7 @@ class LaplaceMethod(Method):
             from bench.laplace.jvp_glm import glm_logit_samples
 
             # the same weight offsets for every chunk (drawn once, or by a fresh generator): batching-independent
-            _, f = glm_logit_samples(self.la.model, x, self._posterior_offsets(S))
+            _, f = glm_logit_samples(self.la.model, x, self._posterior_offsets(S), self._jvp_per_pass(x, S))
             return predictive.from_samples(squash(f).float())
         if c["pred_type"] == "glm":
             f_mu, f_var = self.glm_moments(x)

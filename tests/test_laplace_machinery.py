@@ -406,6 +406,31 @@ def _logit_moments_by_jvp_sampling(la, xt, n_samples, seed=0):
     return f_mu, f, cov
 
 
+def test_jvp_samples_sharing_a_pass_are_the_samples_one_at_a_time():
+    """Several samples through the network in one pass (vmap over their offsets: the primal
+    shared) give each sample's logits as one at a time does, in the same order, from a stacked
+    tensor of offsets or an iterator of them; how many share a pass is bounded by JVP_PASS_FLOATS."""
+    from bench.laplace import jvp_glm
+
+    net = conv_bn_net()
+    P = sum(p.numel() for p in net.parameters())
+    xt = torch.randn(6, 1, 7, 7)
+    D = torch.randn(7, P, generator=torch.Generator().manual_seed(1)) * 0.1
+    f_mu, one = jvp_glm.glm_logit_samples(net, xt, D)
+    assert one.shape == (7, 6, 4)
+    for per_pass in (3, 7, 50):
+        mu, f = jvp_glm.glm_logit_samples(net, xt, D, per_pass)
+        torch.testing.assert_close(mu, f_mu)
+        torch.testing.assert_close(f, one, rtol=1e-5, atol=1e-6)
+        _, g = jvp_glm.glm_logit_samples(net, xt, iter(list(D)), per_pass)
+        torch.testing.assert_close(g, one, rtol=1e-5, atol=1e-6)
+    assert float((one[0] - f_mu).abs().max()) > 1e-3  # the offsets move the logits
+    n = jvp_glm.JVP_PASS_FLOATS
+    assert jvp_glm.samples_per_pass(10, n // 4, 1000) == 4
+    assert jvp_glm.samples_per_pass(10, 1000, n // 3) == 3  # the stacked offsets count too
+    assert jvp_glm.samples_per_pass(10, 2 * n, 1000) == 1 and jvp_glm.samples_per_pass(10, 10, 10) == 10
+
+
 @pytest.mark.parametrize("structure", ["diag", "subnet"])
 def test_jvp_samples_of_the_linearised_logits_have_laplace_torchs_mean_and_covariance(structure):
     """f_mu + J (theta_s - theta*) with theta_s from the posterior's own sampler is a draw of the

@@ -271,8 +271,9 @@ def test_memory_guard_refuses_oversized_and_names_a_size_that_fits():
 
 
 def test_the_jvp_sampled_predictive_is_estimated_without_a_jacobian():
-    """glm_sampler=jvp forms no Jacobian: its predict term is one JVP's activations plus the
-    logit draws, whatever s and the backend. Tiny-ImageNet-C's setting (resnet_small at 64 x 64:
+    """glm_sampler=jvp forms no Jacobian: its predict term is one pass of JVPs' activations
+    (bench.laplace.jvp_glm.samples_per_pass samples) plus the logit draws, whatever s and the
+    backend. Tiny-ImageNet-C's setting (resnet_small at 64 x 64:
     82,568 activation floats per image, K = 200, s = 1,000, chunks of 1,000) was refused at a
     4.9 GB limit for a Jacobian it never builds (then 6 B K s floats = 4.8 GB); benchmarks/
     laplace_memory.py --jvp measures the JVP predictive at 0.6 GB there."""
@@ -282,7 +283,14 @@ def test_the_jvp_sampled_predictive_is_estimated_without_a_jacobian():
     for backend in ("subnet", "backpack", "asdl"):
         for s in (100, 1000):
             jvp = estimate_memory(backend=backend, s=s, glm_sampler="jvp", n_samples=20, **tiny)
-            assert jvp["jacobian_predict"] == (3 * 1000 * 82_568 + 21 * 1000 * 200) * 4  # 0.96 GB
+            # 2^28 // (1,000 x 82,568) = 3 samples share a pass: the primal's activations, their tangents
+            # and offsets, and the logit draws
+            assert jvp["jacobian_predict"] == ((2 + 3) * 1000 * 82_568 + 3 * 220_000 + 21 * 1000 * 200) * 4  # 1.6 GB
+    # CamVid's (unet_small at 120 x 160: 7,795,200 activation floats per image, chunks of 4, 10 samples):
+    # 2^28 // (4 x 7,795,200) = 8 samples share a pass, their tangents held together
+    camvid = dict(n_params=450_651, n_outputs=11, batch_size=16, predict_batch=4, activations=7_795_200)
+    jvp = estimate_memory(backend="sampled", s=1000, glm_sampler="jvp", n_samples=10, **camvid)
+    assert jvp["jacobian_predict"] == ((2 + 8) * 4 * 7_795_200 + 8 * 450_651 + 11 * 4 * 11) * 4
     limit = int(4.9 * 2**30)
     with pytest.raises(MemoryGuardError):
         check_memory(limit=limit, what="t", backend="subnet", s=1000, **tiny)

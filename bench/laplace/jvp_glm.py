@@ -13,12 +13,17 @@ from exactly ``N(f_mu, J Sigma J^T)``, as laplace-torch's ``link_approx="mc"``),
 random stream. ``theta_s - theta*`` is the posterior's own ``sample`` (laplace-torch: a diagonal
 scale, or the subnetwork's full-covariance Cholesky factor scattered into the full vector) with its
 standard normals drawn on the caller's generator (:func:`posterior_offsets`).
+
+Several samples go through the network in one pass (``per_pass``; ``torch.func.vmap`` over their
+offsets): the primal pass ``f(x; theta*)`` is shared and the tangents of all of them run as one
+batch, at the price of their tangent activations held together; :func:`samples_per_pass` bounds
+those by ``JVP_PASS_FLOATS``. The draws and their order are those of one sample at a time.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.func import functional_call, jvp
+from torch.func import functional_call, jvp, vmap
 
 
 def trainable(model: nn.Module) -> tuple[list[str], list[torch.Tensor]]:
@@ -28,13 +33,43 @@ def trainable(model: nn.Module) -> tuple[list[str], list[torch.Tensor]]:
     return [n for n, _ in named], [p for _, p in named]
 
 
+#: the floats of tangent activations (samples x examples x activations per example) and of stacked
+#: weight offsets (samples x weights) one pass of several samples may hold
+JVP_PASS_FLOATS = 2**28
+
+
+def samples_per_pass(n_samples: int, batch_activations: int, n_weights: int) -> int:
+    """How many of ``n_samples`` samples :func:`glm_logit_samples` pushes through the network in one
+    pass for a batch of ``batch_activations`` activation floats (every layer output of every
+    example, :func:`bench.laplace.memory.activation_numel` x examples) and ``n_weights`` weights:
+    as many as ``JVP_PASS_FLOATS`` holds, at least one."""
+    per = max(1, int(batch_activations), int(n_weights))
+    return max(1, min(int(n_samples), JVP_PASS_FLOATS // per))
+
+
+def _chunks(offsets, size: int):
+    """The offsets (an ``(S, P)`` tensor or an iterable of ``P``-vectors) in stacked groups of ``size``."""
+    if torch.is_tensor(offsets) and offsets.dim() == 2:
+        yield from torch.split(offsets, size)
+        return
+    group = []
+    for d in offsets:
+        group.append(d)
+        if len(group) == size:
+            yield torch.stack(group)
+            group = []
+    if group:
+        yield torch.stack(group)
+
+
 @torch.no_grad()
-def glm_logit_samples(model: nn.Module, x: torch.Tensor, offsets) -> tuple[torch.Tensor, torch.Tensor]:
+def glm_logit_samples(model: nn.Module, x: torch.Tensor, offsets,
+                      per_pass: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """``(f_mu, f)``: the network's logits at its current weights ``(B, K)`` and the linearised
     logits ``f_mu + J d_s`` for each flat weight offset ``d_s`` (``P`` floats in
     ``model.parameters()`` order; ``offsets`` an ``(S, P)`` tensor or an iterable of them),
     ``(S, B, K)``. ``model`` must be in eval mode (batch norm with running statistics: a fixed
-    function of the weights)."""
+    function of the weights). ``per_pass`` samples share one pass (module docstring)."""
     names, params = trainable(model)
     sizes = [p.numel() for p in params]
     frozen = {n: t for n, t in model.named_parameters() if not t.requires_grad}
@@ -44,18 +79,26 @@ def glm_logit_samples(model: nn.Module, x: torch.Tensor, offsets) -> tuple[torch
     def f(*ps):
         return functional_call(model, {**dict(zip(names, ps)), **frozen, **buffers}, (x,))
 
-    f_mu, out = None, []
-    for d in offsets:
-        if d.shape != (sum(sizes),):
-            raise ValueError(f"each offset must hold the {sum(sizes)} trainable weights, got {tuple(d.shape)}")
-        d = d.to(device=primals[0].device, dtype=primals[0].dtype)
+    def one(d):
         tangents = tuple(t.view_as(p) for t, p in zip(torch.split(d, sizes), primals))
-        mu, jd = jvp(f, primals, tangents)
+        return jvp(f, primals, tangents)
+
+    several = vmap(one, out_dims=(None, 0))  # the primal once, the tangents as one batch
+    f_mu, out = None, []
+    for group in _chunks(offsets, max(1, int(per_pass))):
+        if group.shape[1:] != (sum(sizes),):
+            raise ValueError(f"each offset must hold the {sum(sizes)} trainable weights, got {tuple(group.shape[1:])}")
+        group = group.to(device=primals[0].device, dtype=primals[0].dtype)
+        if len(group) == 1:
+            mu, jd = one(group[0])
+            jd = jd[None]
+        else:
+            mu, jd = several(group)
         f_mu = mu if f_mu is None else f_mu
         out.append(mu + jd)
     if f_mu is None:
         raise ValueError("no offsets given")
-    return f_mu, torch.stack(out)
+    return f_mu, torch.cat(out)
 
 
 def sampled_size(la) -> int | None:

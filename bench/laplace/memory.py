@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from bench.errors import BenchError
+from bench.laplace.jvp_glm import samples_per_pass
 from bench.laplace.precision import scale_block_columns
 from bench.laplace.subnet_jacobians import DENSE_PAIRS_FACTOR, DENSE_PRODUCT_FLOATS, OUTPUT_CHUNK_FLOATS, forward_one
 
@@ -66,7 +67,8 @@ def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batc
     float64 copy of a batch's Jacobians for its GGN (2 B x K x s floats more). The linearised
     predictive drawn by Jacobian-vector products
     (``glm_sampler="jvp"``, :mod:`bench.laplace.jvp_glm`) forms no Jacobian whatever the backend:
-    one JVP at a time (primal and tangent activations, ~3 per layer output at the peak) plus
+    one pass of :func:`bench.laplace.jvp_glm.samples_per_pass` samples at a time (the primal's
+    activations, each sample's tangents and offsets, ~2 + samples per layer output at the peak) plus
     the ``n_samples`` logit draws; the fit still builds the backend's Jacobians for the GGN.
     """
     B, Bp, K, P = int(batch_size), int(predict_batch), int(n_outputs), int(n_params)
@@ -89,8 +91,9 @@ def estimate_memory(*, backend: str, n_params: int, s: int, n_outputs: int, batc
     fit = jac(B, "fit")
     if pred_type != "glm":
         predict = Bp * act * 2
-    elif glm_sampler == "jvp":
-        predict = 3 * Bp * activations + (int(n_samples) + 1) * Bp * K
+    elif glm_sampler == "jvp":  # the primal and, per sample of one pass, its tangent activations
+        c = samples_per_pass(int(n_samples), Bp * activations, P)
+        predict = (2 + c) * Bp * activations + c * P + (int(n_samples) + 1) * Bp * K
     else:
         predict = jac(Bp, "predict")
     cov = 3 * s * s + 3 * s * scale_block_columns(s, COVARIANCE_BYTES)  # GGN, Cholesky factor, scale; blocks
