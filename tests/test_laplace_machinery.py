@@ -426,8 +426,9 @@ def test_jvp_samples_sharing_a_pass_are_the_samples_one_at_a_time():
         torch.testing.assert_close(g, one, rtol=1e-5, atol=1e-6)
     assert float((one[0] - f_mu).abs().max()) > 1e-3  # the offsets move the logits
     n = jvp_glm.JVP_PASS_FLOATS
-    assert jvp_glm.samples_per_pass(10, n // 4, 1000) == 4
-    assert jvp_glm.samples_per_pass(10, 1000, n // 3) == 3  # the stacked offsets count too
+    assert jvp_glm.samples_per_pass(10, n // 4 - 1000, 1000) == 4
+    assert jvp_glm.samples_per_pass(10, n // 4 - 999, 1000) == 3
+    assert jvp_glm.samples_per_pass(10, 1000, n // 3 - 1000) == 3  # the stacked offsets count too
     assert jvp_glm.samples_per_pass(10, 2 * n, 1000) == 1 and jvp_glm.samples_per_pass(10, 10, 10) == 10
 
 

@@ -43,7 +43,7 @@ def samples_per_pass(n_samples: int, batch_activations: int, n_weights: int) -> 
     pass for a batch of ``batch_activations`` activation floats (every layer output of every
     example, :func:`bench.laplace.memory.activation_numel` x examples) and ``n_weights`` weights:
     as many as ``JVP_PASS_FLOATS`` holds, at least one."""
-    per = max(1, int(batch_activations), int(n_weights))
+    per = max(1, int(batch_activations) + int(n_weights))
     return max(1, min(int(n_samples), JVP_PASS_FLOATS // per))
 
 
@@ -87,7 +87,8 @@ def glm_logit_samples(model: nn.Module, x: torch.Tensor, offsets,
     f_mu, out = None, []
     for group in _chunks(offsets, max(1, int(per_pass))):
         if group.shape[1:] != (sum(sizes),):
-            raise ValueError(f"each offset must hold the {sum(sizes)} trainable weights, got {tuple(group.shape[1:])}")
+            raise ValueError(f"each offset must hold the {sum(sizes)} trainable weights, "
+                             f"got {tuple(group.shape[1:])}")
         group = group.to(device=primals[0].device, dtype=primals[0].dtype)
         if len(group) == 1:
             mu, jd = one(group[0])
