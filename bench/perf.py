@@ -559,6 +559,13 @@ def posterior_peak(path: str, s: int, device="cpu", n_jac: int = 64, classes: in
             "f_var": f_var[:2].flatten().tolist(), "logdet": logdet}
 
 
+def posterior_agreement(ours: dict, ref: dict) -> tuple[float, float]:
+    """How closely two :func:`posterior_peak` results agree: the largest difference of their
+    functional variances relative to the reference's largest, and of their log-determinants."""
+    rel = max(abs(a - b) for a, b in zip(ours["f_var"], ref["f_var"])) / max(abs(v) for v in ref["f_var"])
+    return rel, abs(ours["logdet"] - ref["logdet"])
+
+
 def posterior_peak_in_child(path: str, s: int, device="cpu") -> dict:
     """:func:`posterior_peak` in a child process of its own."""
     import json
@@ -584,10 +591,10 @@ def subnet_posterior_memory(model_name, in_shape, device, repeats, tmp, s=3000):
     if model_name != MODELS[0][0]:
         return []
     ours, theirs = (posterior_peak_in_child(p, s, device) for p in ("bench", "laplace-torch"))
-    rel = max(abs(a - b) for a, b in zip(ours["f_var"], theirs["f_var"])) / max(abs(v) for v in theirs["f_var"])
+    rel, d_logdet = posterior_agreement(ours, theirs)
     detail = (f"s = {s:,}: {ours['peak_mb']:.0f} vs {theirs['peak_mb']:.0f} MB; functional variance "
               f"{ours['functional_variance_s'] * 1e3:.0f} vs {theirs['functional_variance_s'] * 1e3:.0f} ms; variances "
-              f"agree to {rel:.1e}, log-determinants to {abs(ours['logdet'] - theirs['logdet']):.1e}")
+              f"agree to {rel:.1e}, log-determinants to {d_logdet:.1e}")
     return [("subnet posterior peak above its GGN / s x s (bench.laplace.precision)", ours["peak_mb"] / ours["ss_mb"],
              "<=", 3.0, detail, "subnet posterior"),
             ("subnet posterior peak: bench.laplace.precision / laplace-torch's path",
@@ -617,25 +624,22 @@ def segmentation_jvp_vs_forward(model_name, in_shape, device, repeats, tmp, n=8,
     x = torch.randn(n, *shape, generator=gen).to(device)
     offsets = 1e-3 * torch.randn(samples, n_weights, generator=gen)
 
-    def jvp_path():
-        glm_logit_samples(net, x, offsets)
+    per_pass = samples_per_pass(samples, activation_numel(net, x[:1]) * n, n_weights)
+    out = {}
+
+    def jvp_path():  # one sample at a time
+        out["one"] = glm_logit_samples(net, x, offsets)[1]
 
     def forward_path():
         with torch.no_grad():
             for _ in range(samples):
                 net(x)
 
-    per_pass = samples_per_pass(samples, activation_numel(net, x[:1]) * n, n_weights)
-    out = {}
-
     def shared_path():
         out["shared"] = glm_logit_samples(net, x, offsets, per_pass)[1]
 
-    def one_path():
-        out["one"] = glm_logit_samples(net, x, offsets)[1]
-
     c, r = side_by_side(jvp_path, forward_path, max(1, repeats // 2), device)
-    cs, rs = side_by_side(shared_path, one_path, max(1, repeats // 2), device)
+    cs, rs = side_by_side(shared_path, jvp_path, max(1, repeats // 2), device)
     same = float((out["shared"] - out["one"]).abs().max())
     return [(f"segmentation GLM sample (JVP) / forward, S={samples}", c / r, "<=", 3.0,
              f"{c * 1e3 / (n * samples):.1f} vs {r * 1e3 / (n * samples):.1f} ms per image and sample, "

@@ -208,7 +208,7 @@ def write_tuning(results: str | Path, suite: str, profile: str, entries: dict, f
         old = read_tuning(path)
         for m, e in (old.get("methods") or {}).items():
             if m not in entries and m not in failed:
-                kept[m] = {**e, "sets": e.get("sets", old.get("sets", []))}
+                kept[m] = {**e, "sets": entry_sets(old, e)}
         kept_failed = {m: why for m, why in (old.get("not_chosen") or {}).items()
                        if m not in entries and m not in failed}
     methods = {**kept, **{m: {**e, "sets": list(sets)} for m, e in entries.items()}}
@@ -296,15 +296,21 @@ def stored_entry(results: str | Path, suite: str, profile: str, method: str) -> 
     return ((read_tuning(path).get("methods") or {}).get(method) or {}) if path.is_file() else {}
 
 
+def entry_sets(doc: dict, entry: dict) -> list[str]:
+    """The ``--set`` options a stored tuning ``doc``'s ``entry`` was swept with (an entry of earlier
+    code, which did not keep its own: the tuning's)."""
+    return list(entry.get("sets", doc.get("sets", [])))
+
+
 def stored_sets(results: str | Path, suite: str, profile: str, key: str) -> list[str] | None:
-    """The ``--set`` options the stored entry ``key`` (a method, or ``method[objective]``) was swept
-    with (an entry of earlier code: the tuning's own); None when there is no such entry."""
+    """:func:`entry_sets` of the stored entry ``key`` (a method, or ``method[objective]``); None when
+    there is no such entry."""
     path = tuning_path(results, suite, profile)
     if not path.is_file():
         return None
     doc = read_tuning(path)
     entry = (doc.get("methods") or {}).get(key)
-    return None if entry is None else list(entry.get("sets", doc.get("sets", [])))
+    return None if entry is None else entry_sets(doc, entry)
 
 
 def stored_choice(results: str | Path, suite: str, profile: str, method: str, model: str) -> dict | None:

@@ -279,7 +279,7 @@ def fit_table() -> None:
 
 
 def posterior_table(sizes) -> None:
-    from bench.perf import posterior_peak_in_child
+    from bench.perf import posterior_agreement, posterior_peak_in_child
 
     rows = []
     for s in sizes:
@@ -298,11 +298,9 @@ def posterior_table(sizes) -> None:
     print("|" + "---|" * len(head))
     ref = {}
     for r in rows:
-        first = ref.setdefault(r["s"], r)
-        dv = max(abs(a - b) for a, b in zip(r["f_var"], first["f_var"])) / max(abs(v) for v in first["f_var"])
+        dv, d_logdet = posterior_agreement(r, ref.setdefault(r["s"], r))
         print(f"| {r['path']} | {r['s']} | {r['peak_mb']:.0f} | {r['peak_mb'] / r['ss_mb']:.2f} | {r['scale_s']:.2f} | "
-              f"{r['functional_variance_s']:.2f} | {r['logdet_s']:.2f} | {dv:.1e} | "
-              f"{abs(r['logdet'] - first['logdet']):.1e} |")
+              f"{r['functional_variance_s']:.2f} | {r['logdet_s']:.2f} | {dv:.1e} | {d_logdet:.1e} |")
 
 
 def main(argv=None) -> int:

@@ -112,12 +112,11 @@ class SubnetLaplace(LaplaceMethod):
     profile_defaults = {"smoke": {**LaplaceMethod.profile_defaults["smoke"], "swag_n_snapshots": 16}}
     DEFAULT_SUBNET = 1000
     #: the grid search caches the validation Jacobians (N_val x K x s floats) on the device up to this
-    #: size; on a GPU, larger ones in the host's memory up to HOST_CACHE_FRACTION of what it has
-    #: available, copied to the GPU chunk by chunk at every grid point (the subnetwork-Laplace paper's
-    #: ResNet-18: 10,000 images x 10 outputs x 42,000 weights, 15.6 GB, against ten backward passes
-    #: per image and grid point recomputed)
+    #: size; on a GPU, larger ones in the host's memory up to the guard's CPU limit (a quarter of what
+    #: it has available), copied to the GPU chunk by chunk at every grid point (the subnetwork-Laplace
+    #: paper's ResNet-18: 10,000 images x 10 outputs x 42,000 weights, 15.6 GB, against ten backward
+    #: passes per image and grid point recomputed)
     JACOBIAN_CACHE_BYTES = 2 * 2**30
-    HOST_CACHE_FRACTION = 0.25
 
     JVP_SAMPLER = True
     # segmentation: pixels as observations, sampled-label GGN; multilabel: the subnet backend's Bernoulli GGN
@@ -277,15 +276,13 @@ class SubnetLaplace(LaplaceMethod):
 
     def jacobian_cache_place(self, cache_bytes: int) -> str | None:
         """Where the grid search keeps the validation Jacobians: ``"device"`` (up to
-        JACOBIAN_CACHE_BYTES), ``"host"`` (a GPU run's larger ones, up to HOST_CACHE_FRACTION of the
-        host's available memory), or None (recomputed at every grid point)."""
+        JACOBIAN_CACHE_BYTES), ``"host"`` (a GPU run's larger ones, up to the memory guard's limit on
+        the CPU, :func:`bench.laplace.memory.default_memory_limit`), or None (recomputed at every grid
+        point)."""
         if cache_bytes <= self.JACOBIAN_CACHE_BYTES:
             return "device"
-        if torch.device(self.ctx.device).type == "cuda":
-            import psutil
-
-            if cache_bytes <= self.HOST_CACHE_FRACTION * psutil.virtual_memory().available:
-                return "host"
+        if torch.device(self.ctx.device).type == "cuda" and cache_bytes <= default_memory_limit("cpu"):
+            return "host"
         return None
 
     def val_predictors(self, chunks):
