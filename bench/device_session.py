@@ -14,9 +14,10 @@ first), after ``scripts/device_prepare.sh`` filled the carried folders here. In 
    default method, resumed from the kept records and MAP networks (``docs/records``), in
    ``--grid-workers`` child processes that take the MAP networks still to train and the cells from
    one list (:func:`grid_items`) until ``--budget-s`` runs out: an item is not started when the
-   time left is short or when earlier runs showed it needs more; a cell still running at the
-   deadline is stopped and none of its records is kept (the store writes each record atomically,
-   so none is half-written), while every MAP network finished by then is.
+   time left is short or when earlier runs showed it needs more (less the training seconds a
+   restored partial fit holds); a cell still running at the deadline is stopped and none of its
+   records is kept (the store writes each record atomically, so none is half-written), while every
+   MAP network finished by then is, and the partial fits of the stopped trainings go back (below).
 
 After each step ``--out`` (default ``$OUT``) holds ``summary.json`` and ``records.tar.gz``: the
 new records, slimmed as ``scripts/keep_records.py save`` keeps them, in the layout of
@@ -24,7 +25,11 @@ new records, slimmed as ``scripts/keep_records.py save`` keeps them, in the layo
 rows as ``perf/<device>.json``; and ``maps-<k>.tar``: the MAP networks the grid trained that the
 kept records lack (``<suite>/checkpoints/map/...``, at most :data:`MAP_ARCHIVES` archives of
 :data:`MAP_ARCHIVE_BYTES`), which the next run restores instead of training them again.
-``scripts/keep_records.py merge records.tar.gz maps-*.tar`` merges them here.
+At the end, ``partial-<k>.tar`` (in the archive slots the MAP networks left): the resume
+checkpoints of the trainings the deadline stopped (written every ``--checkpoint-interval-s``),
+which ``keep_records.py merge`` keeps in ``.device/partial`` and the next call restores, so that a
+training longer than one call goes on call after call (:func:`partial_outputs`).
+``scripts/keep_records.py merge records.tar.gz maps-*.tar partial-*.tar`` merges them here.
 
 Without CUDA (``--device cpu``, or ``auto`` on a machine without a GPU) the same flow runs on the
 CPU; the CUDA-only checks are reported as ``skipped: no CUDA``. Bad input exits 2 and writes
@@ -38,6 +43,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import math
 import os
 import platform
 import queue
@@ -76,6 +82,14 @@ CUDA_GRID_WORKERS = 8
 MAP_ARCHIVE_BYTES = 15 * 2**20
 #: ... and how many (a call returns at most 8 files: these, summary.json, records.tar.gz and the log)
 MAP_ARCHIVES = 4
+
+#: where the carried folder keeps the partial fits (resume checkpoints, ``*.partial``) of trainings an
+#: earlier call stopped at its deadline, in the results folder's layout (``<suite>/checkpoints/...``):
+#: ``scripts/keep_records.py merge`` puts the ones a call sends back there (``partial-<k>.tar``)
+PARTIAL_DIR = "partial"
+#: seconds between two resume checkpoints of a grid worker's trainings (``BENCH_CHECKPOINT_INTERVAL_S``;
+#: the bench default is 60): a training stopped at the deadline loses at most this and one epoch
+GRID_CHECKPOINT_INTERVAL_S = 20.0
 
 #: the test files with CUDA tests (pytest -m cuda) the session runs
 CUDA_TESTS = ("tests/test_method_contract.py,tests/test_training_loop.py,tests/test_laplace_precision.py,"
@@ -550,10 +564,18 @@ def new_map_checkpoints(results: Path, suite: str, kept: Path, kr) -> list[Path]
 
 def write_map_archives(paths: list[Path], results: Path, out: Path, limit: int = MAP_ARCHIVE_BYTES,
                        most: int = MAP_ARCHIVES) -> dict:
-    """``paths`` (files under ``results``) in ``maps-1.tar``, ``maps-2.tar``, ... of at most ``limit``
-    bytes each (uncompressed: network weights do not compress), at most ``most`` of them, each
-    written atomically; older ``maps-*.tar`` in ``out`` beyond those are removed. Returns the
+    """The finished MAP networks ``paths`` in ``maps-<k>.tar`` (:func:`write_file_archives`): the
     archives' names, the networks they hold and those left out (which the next run trains again)."""
+    got = write_file_archives(paths, results, out, "maps", limit, most)
+    return {"archives": got["archives"], "networks": got["files"], "left_out": got["left_out"]}
+
+
+def write_file_archives(paths: list[Path], results: Path, out: Path, prefix: str, limit: int = MAP_ARCHIVE_BYTES,
+                        most: int = MAP_ARCHIVES) -> dict:
+    """``paths`` (files under ``results``) in ``<prefix>-1.tar``, ``<prefix>-2.tar``, ... of at most
+    ``limit`` bytes each (uncompressed: network weights do not compress), at most ``most`` of them,
+    each written atomically; older ``<prefix>-*.tar`` in ``out`` beyond those are removed. Returns
+    the archives' names, how many files they hold and those left out."""
     from bench.store import atomic_write_bytes
 
     chunks: list[list[Path]] = []
@@ -577,13 +599,93 @@ def write_map_archives(paths: list[Path], results: Path, out: Path, limit: int =
         with tarfile.open(fileobj=buf, mode="w") as tar:
             for path in chunk:
                 tar.add(path, arcname=path.relative_to(results).as_posix())
-        atomic_write_bytes(out / f"maps-{k}.tar", buf.getvalue())
-        names.append(f"maps-{k}.tar")
-    for old in out.glob("maps-*.tar"):
+        atomic_write_bytes(out / f"{prefix}-{k}.tar", buf.getvalue())
+        names.append(f"{prefix}-{k}.tar")
+    for old in out.glob(f"{prefix}-*.tar"):
         if old.name not in names:
             old.unlink()
-    return {"archives": names, "networks": sum(len(c) for c in chunks),
+    return {"archives": names, "files": sum(len(c) for c in chunks),
             "left_out": [p.relative_to(results).as_posix() for p in left_out]}
+
+
+# ---------------------------------------------------------------------- partial fits, across calls
+
+
+def partial_files(results: Path, suite: str) -> list[Path]:
+    """The resume checkpoints of unfinished trainings under ``results/<suite>/checkpoints``: a MAP
+    network's (``map/<model>/<key hash>/seed<k>.partial``) and a fit's
+    (``partial/<model>/<method>-<fit hash>/seed<k>/<tag>.partial``), in path order. A training
+    removes its own when it ends, so after the grid these are exactly the ones it stopped."""
+    root = results / suite / "checkpoints"
+    return sorted(p for p in root.rglob("*.partial") if p.is_file()) if root.is_dir() else []
+
+
+def partial_progress(path: Path) -> dict:
+    """What a resume checkpoint holds: the epochs it finished, the training seconds they took (across
+    the processes that ran them), its size and digest. A file that does not load says why."""
+    import torch
+
+    info = {"bytes": path.stat().st_size, "sha256": _digest(path, "sha256")}
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        info.update(epoch=int(state["epoch"]), train_seconds=float(state.get("train_seconds", math.nan)))
+    except Exception as exc:  # noqa: BLE001 - a damaged file is reported, and the training starts again
+        info["problem"] = f"{type(exc).__name__}: {exc}"[:300]
+    return info
+
+
+def restore_partials(carried: Path, results: Path, suite: str) -> dict[str, dict]:
+    """Copy the partial fits an earlier call sent back (``<carried>/partial/<suite>/checkpoints/...``)
+    into the grid's results, never over a file there; the trainings they belong to resume from them.
+    Returns each restored file's :func:`partial_progress` by its path under ``results``."""
+    src_root = carried / PARTIAL_DIR
+    restored = {}
+    for src in partial_files(src_root, suite):
+        rel = src.relative_to(src_root)
+        dest = results / rel
+        if dest.exists():
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
+        restored[rel.as_posix()] = partial_progress(dest)
+    return restored
+
+
+def resumed_seconds(paths) -> float:
+    """The training seconds the resume checkpoints among ``paths`` hold (the most of them; 0.0 when
+    none exists or none says)."""
+    best = 0.0
+    for path in paths:
+        if Path(path).is_file():
+            t = partial_progress(Path(path)).get("train_seconds", 0.0)
+            best = max(best, t if t == t else 0.0)
+    return best
+
+
+def item_need(lower: float, finished: float, resumed: float) -> float:
+    """Seconds an item is expected to need in this call: the most an earlier call ran it without
+    finishing (``lower``) or took to finish it (``finished``), less the training seconds a partial
+    fit restored for it holds (``resumed``; it goes on from there). 0: nothing known, or all done."""
+    need = max(lower, finished)
+    return max(0.0, need - resumed) if need else 0.0
+
+
+def partial_outputs(results: Path, suite: str, out: Path, restored: dict[str, dict], most: int) -> dict:
+    """Send back the partial fits left in ``results`` in ``partial-<k>.tar`` (at most ``most`` archives
+    of :data:`MAP_ARCHIVE_BYTES`): each with its progress, those left out (too large, or no archive
+    left: their trainings start again, or from the copy kept here), and the restored ones that are
+    gone (``consumed``: their trainings ended, so ``keep_records.py merge`` removes the kept copy
+    whose digest it names)."""
+    files = partial_files(results, suite)
+    got = write_file_archives(files, results, out, "partial", most=most) if most > 0 else \
+        {"archives": [], "files": 0, "left_out": [p.relative_to(results).as_posix() for p in files]}
+    if most <= 0:
+        for old in out.glob("partial-*.tar"):
+            old.unlink()
+    present = {p.relative_to(results).as_posix() for p in files}
+    return {"archives": got["archives"], "left_out": got["left_out"],
+            "files": {p.relative_to(results).as_posix(): partial_progress(p) for p in files},
+            "consumed": {rel: info["sha256"] for rel, info in restored.items() if rel not in present}}
 
 
 def grid_items(cells: list[dict], cached: set = frozenset()) -> list[dict]:
@@ -725,11 +827,14 @@ def grid_worker(spec_path: str) -> int:
             key, left = it["key"], spec["deadline"] - time.time()
             model = it["key"].split("/", 1)[0]
             if it["kind"] == "map":
-                need = max(lower.get(key, 0.0), finished.get(f"{model}/map", 0.0) or
-                           finished.get(f"{model}/deterministic", 0.0))
+                partials = [h.map_cache(model).path(it["seed"]).with_suffix(".partial")]
+                took = finished.get(f"{model}/map", 0.0) or finished.get(f"{model}/deterministic", 0.0)
             else:
                 c = by_key[key]
-                need = max(lower.get(key, 0.0), finished.get(f"{model}/{c['label']}", 0.0))
+                partials = list(h.fit_work_dir(h.cell_identity(*c["cell"])).glob("*.partial"))
+                took = finished.get(f"{model}/{c['label']}", 0.0)
+            resumed = resumed_seconds(partials)  # a partial fit an earlier call stopped: it goes on from there
+            need = item_need(lower.get(key, 0.0), took, resumed)
             if not it.get("done") and left < spec["min_cell_s"]:
                 say(event="stop", cell=key,
                     why=f"{left:.0f} s left, a cell is started with at least {spec['min_cell_s']:.0f} s")
@@ -738,7 +843,7 @@ def grid_worker(spec_path: str) -> int:
                 say(event="deferred", cell=key, why=f"needs more than {need:.0f} s (earlier runs), {left:.0f} s left")
                 continue
             if it["kind"] == "map":
-                say(event="start", cell=key, kind="map", model=model, seed=it["seed"])
+                say(event="start", cell=key, kind="map", model=model, seed=it["seed"], resumed_s=resumed)
                 t0 = time.perf_counter()
                 cache = h.map_cache(model)
                 before, error = len(cache.trained_now), None
@@ -751,7 +856,8 @@ def grid_worker(spec_path: str) -> int:
                     seconds=round(time.perf_counter() - t0, 2))
                 continue
             model, method, cfg, seed = c["cell"]
-            say(event="start", cell=key, model=model, method=method, label=c["label"], seed=seed, run_dir=c["run_dir"])
+            say(event="start", cell=key, model=model, method=method, label=c["label"], seed=seed, run_dir=c["run_dir"],
+                resumed_s=resumed)
             before = (h.summary.fitted, h.summary.loaded, h.summary.skipped, len(h.summary.failed))
             t0 = time.perf_counter()
             h.run_cell(model, method, cfg, seed)
@@ -821,6 +927,8 @@ class Session:
         self.new_cells: list[dict] = []
         self._maps: dict = {"archives": [], "networks": 0, "left_out": []}
         self._maps_written: list = []
+        self.restored_partials: dict[str, dict] = {}
+        self._partials: dict = {"archives": [], "left_out": [], "files": {}, "consumed": {}}
         self.summary = {
             "schema": SCHEMA, "run_id": self.run_id, "started_at": _dt.datetime.fromtimestamp(
                 a.started_at, _dt.timezone.utc).isoformat(timespec="seconds"),
@@ -863,9 +971,13 @@ class Session:
         if [(p, p.stat().st_mtime) for p in maps] != self._maps_written:  # archive them again only when they changed
             self._maps = write_map_archives(maps, results, self.out)
             self._maps_written = [(p, p.stat().st_mtime) for p in maps]
-        s["outputs"] = {"archive": "records.tar.gz", "records": n, "summary": "summary.json", "maps": self._maps}
+        if final:  # the trainings stopped at the deadline, to go on in the next call (archives the maps left)
+            self._partials = partial_outputs(results, self.a.suite, self.out, self.restored_partials,
+                                             MAP_ARCHIVES - len(self._maps["archives"]))
+        s["outputs"] = {"archive": "records.tar.gz", "records": n, "summary": "summary.json", "maps": self._maps,
+                        "partials": self._partials}
         s["merge"] = " ".join(["python scripts/keep_records.py merge <files_at>/records.tar.gz",
-                               *(f"<files_at>/{name}" for name in self._maps["archives"])])
+                               *(f"<files_at>/{name}" for name in self._maps["archives"] + self._partials["archives"])])
         (stage / "device").mkdir(exist_ok=True)
         body = json.dumps(s, indent=1, sort_keys=True, default=str)
         (stage / "device" / f"{self.run_id}.json").write_text(body + "\n")
@@ -1051,6 +1163,9 @@ class Session:
         for other in backbone_suites(a.suite, a.profile):  # the kept network the grid starts from, not a new one
             if (Path(a.kept) / other / self.kr.MAPS_TREE).is_dir():
                 g.setdefault("restored_backbone_records", {})[other] = self.kr.restore(results, other, Path(a.kept))
+        # the trainings an earlier call stopped at its deadline go on from their partial fits
+        self.restored_partials = restore_partials(Path(a.carried), results, a.suite)
+        g["restored_partials"] = self.restored_partials
         history = grid_history(self.kept, self.device.type)
         g["history_used"] = history
         workers = max(1, a.grid_workers or (CUDA_GRID_WORKERS if self.cuda else 1))
@@ -1070,8 +1185,9 @@ class Session:
             spec_path = self.work / f"grid-spec-{i}.json"
             spec_path.write_text(json.dumps({**spec, "worker": i}))
             err = open(self.work / "logs" / f"grid-{i}.log", "w")
+            env = _bench_env(threads, {"BENCH_CHECKPOINT_INTERVAL_S": f"{a.checkpoint_interval_s:g}"})
             proc = subprocess.Popen([sys.executable, "-m", "bench.device_session", "grid-worker", str(spec_path)],
-                                    cwd=ROOT, env=_bench_env(threads), stdout=subprocess.PIPE, stderr=err,
+                                    cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err,
                                     text=True, start_new_session=True)
             threading.Thread(target=lambda p=proc: [lines.put(x) for x in p.stdout] + [lines.put(None)],
                              daemon=True).start()
@@ -1105,10 +1221,14 @@ class Session:
                     g["models"], g["cells_in_grid"] = ev["models"], ev["cells"]
                 elif kind == "start":
                     running[worker] = {"cell": ev["cell"], "worker": worker, "t": time.time()}
+                    if ev.get("resumed_s"):  # from a partial fit an earlier call sent back
+                        running[worker]["resumed_s"] = round(ev["resumed_s"], 2)
                 elif kind == "done":
-                    running.pop(worker, None)
+                    started = running.pop(worker, None) or {}
                     cell = {k: ev[k] for k in ("cell", "status", "seconds")}
                     cell["worker"] = worker
+                    if started.get("resumed_s"):
+                        cell["resumed_s"] = started["resumed_s"]
                     if ev.get("kind") == "map":  # a MAP network trained ahead of the cells built on it
                         if ev.get("error"):
                             cell["error"] = ev["error"]
@@ -1213,6 +1333,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-check-s", type=float, default=20.0, help="no check starts with less left (20)")
     p.add_argument("--min-cell-s", type=float, default=30.0, help="no grid cell starts with less left (30)")
     p.add_argument("--finish-s", type=float, default=15.0, help="kept back to write the outputs (15)")
+    p.add_argument("--checkpoint-interval-s", type=float, default=GRID_CHECKPOINT_INTERVAL_S,
+                   help=f"seconds between two resume checkpoints of a grid training, sent back when the deadline "
+                        f"stops it ({GRID_CHECKPOINT_INTERVAL_S:g}; 0: after every epoch)")
     p.add_argument("--atol", type=float, default=0.02, help="CUDA vs CPU metric tolerance, absolute (0.02)")
     p.add_argument("--rtol", type=float, default=0.05, help="and relative (0.05)")
     p.add_argument("--perf-cases", default=None, help=f"bench perf cases on CUDA, or none (default: "
@@ -1277,6 +1400,8 @@ def validate(a) -> None:
             raise BadInput(f"--perf-cases: unknown {', '.join(unknown)}; valid: none, {', '.join(PERF_CASES)}")
     if a.budget_s < 0 or not 0 <= a.check_share <= 1:
         raise BadInput("--budget-s must be >= 0 and --check-share within [0, 1]")
+    if not a.checkpoint_interval_s >= 0:
+        raise BadInput(f"--checkpoint-interval-s must be a number of seconds >= 0, got {a.checkpoint_interval_s}")
     if a.grid_workers is not None and a.grid_workers < 1:
         raise BadInput(f"--grid-workers must be at least 1, got {a.grid_workers}")
     try:

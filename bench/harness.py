@@ -368,6 +368,21 @@ def cell_identity(suite, plan: RunPlan, store: ResultsStore, registry, model_nam
                         f"{model_name} {label} seed {seed}", base)
 
 
+def fit_hashes(suite, cid: CellIdentity) -> tuple[str, str]:
+    """The cell's fit hash (its fitted checkpoint's and resume checkpoints' folder) and the one older
+    code gave the same fit. Options that only change prediction (``cls.PREDICT_OPTIONS``) do not
+    change the fit: the fit's identity takes them at their defaults, so a sweep over them shares one
+    fit (and its seed); nor do the data options that only choose evaluation sets
+    (``Suite.EVAL_ONLY_DATA``): changing them re-evaluates the fitted method. The older hash is the
+    fit's identity before that second rule."""
+    cls, identity, chash = cid.cls, cid.identity, cid.chash
+    fit_cfg = {**identity["method_config"], **{k: cls.defaults[k] for k in cls.PREDICT_OPTIONS if k in cls.defaults}}
+    fit_identity = {**identity, "method_config": fit_cfg, "data": suite.fit_data(identity["data"])}
+    legacy = {**identity, "method_config": fit_cfg}
+    return (chash if fit_identity == identity else config_hash(fit_identity),
+            chash if legacy == identity else config_hash(legacy))
+
+
 def eval_batch_size(suite, plan: RunPlan) -> int:
     """Examples per evaluation batch: the profile's ``data.eval_batch_size``, else the suite's
     default (CamVid: 8 images; a segmentation batch of 1,000 images held a UNet's activations for
@@ -501,6 +516,13 @@ class Harness:
         return cell_identity(self.suite, self.plan, self.store, self.methods_registry, model_name, method_name, cfg,
                              seed, self.device, self.pretrained)
 
+    def fit_work_dir(self, cid: CellIdentity):
+        """Where the cell's fit keeps its resume checkpoints (``<tag>.partial``, removed when the
+        training ends): ``checkpoints/partial/<model>/<method>-<fit hash>/seed<k>``."""
+        ident = cid.identity
+        return (self.store.checkpoint_dir(self.suite.name) / "partial" / ident["model"]
+                / f"{ident['method']}-{fit_hashes(self.suite, cid)[0]}" / f"seed{cid.base['seed']}")
+
     def run_cell(self, model_name, method_name, cfg, seed):
         cid = self.cell_identity(model_name, method_name, cfg, seed)
         with file_lock(cid.lock, wait=self.wait_for_locks) as held:
@@ -536,17 +558,9 @@ class Harness:
                      f"records come from one fit")
         started = now()
         ctx_cls = sys.modules["methods.base"].MethodContext
-        # options that only change prediction (cls.PREDICT_OPTIONS) do not change the fit: the fit's
-        # identity takes them at their defaults, so a sweep over them shares one fit (and its seed)
-        fit_cfg = {**identity["method_config"], **{k: cls.defaults[k] for k in cls.PREDICT_OPTIONS if k in cls.defaults}}
-        # nor do the data options that only choose evaluation sets (Suite.EVAL_ONLY_DATA): changing
-        # them re-evaluates the fitted method; `legacy` is the fit's identity before that rule
-        fit_identity = {**identity, "method_config": fit_cfg, "data": self.suite.fit_data(identity["data"])}
-        fhash = chash if fit_identity == identity else config_hash(fit_identity)
-        legacy = {**identity, "method_config": fit_cfg}
-        legacy_fhash = chash if legacy == identity else config_hash(legacy)
+        fhash, legacy_fhash = fit_hashes(self.suite, cid)
         base["fit_hash"] = fhash  # the fitted checkpoint's folder: checkpoints/fitted/<model>/<method>-<fit_hash>
-        work_dir = self.store.checkpoint_dir(self.suite.name) / "partial" / model_name / f"{method_name}-{fhash}" / f"seed{seed}"
+        work_dir = self.fit_work_dir(cid)
         ctx = ctx_cls(task=self.suite.task, build_model=build, train=self.plan.train, device=self.device,
                       seed=seed, map_cache=map_cache, num_train=self.num_observations(), work_dir=work_dir,
                       progress=self.progress, extras=self.data.extras)

@@ -7,7 +7,8 @@
 #             versions pinned in pyproject.toml (the others at the versions in .venv)
 #   .device/  data/: the archives of --data (default MNIST,FashionMNIST-test) from ../shared/data with their
 #             checksums (MD5SUMS, SHA256SUMS-<name>), and commit.txt (the device gets no .git: the records
-#             it writes name this commit)
+#             it writes name this commit); partial/ (left as it is): the partial fits earlier calls sent back
+#             (keep_records.py merge), which the session resumes
 #   .device-stage-<k>/  an archive too large to travel beside the tree, in parts (with .device/data/parts.json),
 #             one folder per earlier call that stages it there (scripts/device_stage.sh)
 # Arguments after -- are added to the printed session command. All are listed in .git/info/exclude.
@@ -81,7 +82,9 @@ for f in ["MD5SUMS", *(f"SHA256SUMS-{n}" for n in names)]:
     if (shared / f).is_file():
         shutil.copyfile(shared / f, dest / f)
 wheels = sum(p.stat().st_size for p in Path(".whl").glob("*") if p.is_file())
-room = LIMIT - tree - wheels - sum(p.stat().st_size for p in dest.iterdir()) - MARGIN  # the session's call
+# the partial fits an earlier call sent back (.device/partial, kept by keep_records.py merge) travel too
+partials = sum(p.stat().st_size for p in Path(".device/partial").rglob("*") if p.is_file())
+room = LIMIT - tree - wheels - partials - sum(p.stat().st_size for p in dest.iterdir()) - MARGIN  # the session's call
 stage_room = LIMIT - tree - MARGIN  # each staging call carries the tree and one folder of parts
 if stage_room <= 0:
     sys.exit("device_prepare.sh: the tree alone leaves no room for data in a call")
@@ -126,7 +129,13 @@ carried=$(size_of .whl .device)
 total=$((tree + carried))
 echo "device_prepare.sh: tree $(mib "$tree") + .whl/.device $(mib "$carried") = $(mib "$total") of ${BENCH_DEVICE_CARRY_MIB:-64} MiB"
 limit=$(awk -v m="${BENCH_DEVICE_CARRY_MIB:-64}" 'BEGIN {printf "%d", m * 1048576}')
-[ "$total" -le "$limit" ] || { echo "device_prepare.sh: over the ${BENCH_DEVICE_CARRY_MIB:-64} MiB a device call carries" >&2; exit 1; }
+partial=$(size_of .device/partial)
+[ "$partial" -eq 0 ] || echo "device_prepare.sh: .device/partial (partial fits to resume): $(mib "$partial") of it"
+if [ "$total" -gt "$limit" ]; then
+  echo "device_prepare.sh: over the ${BENCH_DEVICE_CARRY_MIB:-64} MiB a device call carries" >&2
+  [ "$partial" -eq 0 ] || echo "  (remove the partial fits in .device/partial you can spare: their trainings start again)" >&2
+  exit 1
+fi
 stages=()
 for d in $(ls -d .device-stage-* 2>/dev/null | sort -t- -k3 -n); do
   stages+=("$d")
@@ -138,13 +147,14 @@ echo
 if [ ${#stages[@]} -gt 0 ]; then
   echo "The device calls, back to back (the machine keeps the staged parts only while it is held; idle 30 s, it"
   echo "is given back): first each stage call, then the session, which writes summary.json, records.tar.gz,"
-  echo "maps-<k>.tar (the MAP networks it trained) and device_session.log to \$OUT:"
+  echo "maps-<k>.tar (the MAP networks it trained), partial-<k>.tar (stopped trainings) and device_session.log"
+  echo "to \$OUT:"
   for d in "${stages[@]}"; do
     echo "  run(command=\"bash scripts/device_stage.sh $d\", carry=[\"$d\"], timeout_s=120)"
   done
 else
-  echo "The device call (one command; it writes summary.json, records.tar.gz, maps-<k>.tar and device_session.log"
-  echo "to \$OUT):"
+  echo "The device call (one command; it writes summary.json, records.tar.gz, maps-<k>.tar, partial-<k>.tar and"
+  echo "device_session.log to \$OUT):"
 fi
 cat <<CALL
   run(command="bash scripts/device_session.sh --budget-s 540$args", carry=[".whl", ".device"], timeout_s=590)

@@ -38,11 +38,18 @@ folder's layout, each checked to load as a torch file of tensors and plain data)
 like records (added when absent, a different kept file kept as it is), and ``restore`` puts them
 back into the results folder (never over a file there), so the next device run builds its methods
 on these networks instead of training them again: a paper-budget deep ensemble needs 15 MAP
-networks a seed model, more than one call can train (docs/device.md).
+networks a seed model, more than one call can train (docs/device.md). Its ``partial-<k>.tar``
+archives hold the resume checkpoints of the trainings its deadline stopped (``*.partial``, the
+results layout): they go to ``--partials`` (default ``.device/partial``, git-excluded, carried by
+the next call, which resumes those trainings), each checked to load with its ``epoch``; one already
+there is replaced only by one of as many epochs or more. The run's summary names the partial fits it
+resumed whose trainings then ended (``outputs.partials.consumed``, with their digests): merging it
+removes those copies.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import sys
@@ -56,6 +63,9 @@ from bench.checkpoints import one_fit  # noqa: E402
 from bench.store import PACK_NAME, atomic_write_bytes, pack_bytes, read_pack, read_record  # noqa: E402
 
 ARCHIVE = ROOT / "docs" / "records"
+#: where ``merge`` keeps the partial fits a device run sends back (``partial-<k>.tar``): the carried,
+#: git-excluded folder the next device call restores them from (bench.device_session.PARTIAL_DIR)
+PARTIALS = ROOT / ".device" / "partial"
 
 
 _MAPS = "@@maps@@"
@@ -233,6 +243,36 @@ def is_map_checkpoint(name: str) -> bool:
     return len(parts) == 6 and parts[1:3] == ("checkpoints", "map") and bool(_MAP_FILE.fullmatch(parts[5]))
 
 
+_PARTIAL_FIT = re.compile(r"[A-Za-z0-9_.-]+\.partial")
+
+
+def is_partial_fit(name: str) -> bool:
+    """A training's resume checkpoint, in the results layout: a MAP network's
+    (``<suite>/checkpoints/map/<model>/<key hash>/seed<k>.partial``) or a fit's
+    (``<suite>/checkpoints/partial/<model>/<method>-<fit hash>/seed<k>/<tag>.partial``)."""
+    parts = PurePosixPath(name).parts
+    if len(parts) == 6 and parts[1:3] == ("checkpoints", "map"):
+        return bool(re.fullmatch(r"seed\d+\.partial", parts[5]))
+    return (len(parts) == 7 and parts[1:3] == ("checkpoints", "partial") and bool(re.fullmatch(r"seed\d+", parts[5]))
+            and bool(_PARTIAL_FIT.fullmatch(parts[6])))
+
+
+def partial_epoch(body: bytes) -> int | None:
+    """The epochs a resume checkpoint holds (a torch file of tensors and plain data with the network's
+    ``model`` state and the ``epoch`` it goes on from), or None when the bytes are not one."""
+    import io
+
+    import torch
+
+    try:
+        obj = torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - unpickling errors come in many types
+        return None
+    if not (isinstance(obj, dict) and isinstance(obj.get("model"), dict) and isinstance(obj.get("epoch"), int)):
+        return None
+    return obj["epoch"]
+
+
 def map_problem(body: bytes) -> str | None:
     """Why the bytes are not a MAP checkpoint (a torch file of tensors and plain data with the
     network's ``model`` state), or None."""
@@ -254,7 +294,7 @@ class MergeError(Exception):
 
 
 def _member_kind(name: str) -> str | None:
-    """'record', 'artifact', 'device', 'perf', 'map', or None for a path a device archive never holds."""
+    """'record', 'artifact', 'device', 'perf', 'map', 'partial', or None for a path a device archive never holds."""
     parts = PurePosixPath(name).parts
     if not parts or name.startswith("/") or any(p in ("", ".", "..") or p.startswith(".") for p in parts):
         return None
@@ -266,6 +306,8 @@ def _member_kind(name: str) -> str | None:
         return "artifact"
     if is_map_checkpoint(name):
         return "map"
+    if is_partial_fit(name):
+        return "partial"
     return None
 
 
@@ -285,9 +327,10 @@ def _keep(dest: Path, body: bytes, counts: dict[str, int], overwrite: bool, diff
         print(f"keep_records: {differs}", file=sys.stderr)
 
 
-def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False) -> dict[str, int]:
-    """Merge a device run's ``records.tar.gz`` into the kept records (see the module's text).
-    Everything is read and checked first: a bad archive changes nothing (MergeError)."""
+def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False, partials: Path = PARTIALS) -> dict[str, int]:
+    """Merge a device run's ``records.tar.gz`` into the kept records (see the module's text), its
+    ``partial-<k>.tar`` into ``partials``. Everything is read and checked first: a bad archive
+    changes nothing (MergeError)."""
     from bench.store import record_problem
 
     tarball = Path(tarball)
@@ -307,7 +350,15 @@ def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False) -> dict
         if kind is None:
             raise MergeError(f"{tarball}: {m.name} is outside the kept layout (<suite>/records/**.json, "
                              f"<suite>/artifacts/..., device/*.json, perf/*.json, "
-                             f"<suite>/checkpoints/map/<model>/<hash>/seed<k>.pt)")
+                             f"<suite>/checkpoints/map/<model>/<hash>/seed<k>.pt, a partial fit "
+                             f"<suite>/checkpoints/map/<model>/<hash>/seed<k>.partial or "
+                             f"<suite>/checkpoints/partial/<model>/<method>-<hash>/seed<k>/<tag>.partial)")
+        if kind == "partial":
+            if partial_epoch(body) is None:
+                raise MergeError(f"{tarball}: {m.name}: not a resume checkpoint (a torch file of tensors and plain "
+                                 f"data with the network's 'model' state and its 'epoch')")
+            plan.append((kind, partials / m.name, body))
+            continue
         if kind == "map":
             problem = map_problem(body)
             if problem:
@@ -324,6 +375,14 @@ def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False) -> dict
                     raise MergeError(f"{tarball}: {m.name}: {problem}")
         plan.append((kind, archive / m.name, body))
     counts = {"added": 0, "unchanged": 0, "replaced": 0, "conflicts": 0}
+    for kind, dest, body in plan:  # the trainings that ended in the run: the partial fit it resumed is spent
+        if kind == "device":
+            for rel, digest in ((json.loads(body).get("outputs") or {}).get("partials") or {}).get("consumed",
+                                                                                                 {}).items():
+                spent = partials / rel
+                if is_partial_fit(rel) and spent.is_file() and hashlib.sha256(spent.read_bytes()).hexdigest() == digest:
+                    spent.unlink()
+                    counts["partials_spent"] = counts.get("partials_spent", 0) + 1
     suites = sorted({PurePosixPath(dest.relative_to(archive).as_posix()).parts[0] for kind, dest, _ in plan
                      if kind == "record"})
     packed = {}
@@ -332,6 +391,11 @@ def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False) -> dict
         if pack_path.is_file():
             packed.update(read_pack(pack_path))
     for kind, dest, body in plan:
+        if kind == "partial":  # a later run's fit has gone further: an older one never replaces it
+            old = partial_epoch(dest.read_bytes()) if dest.is_file() else None
+            _keep(dest, body, counts, overwrite=old is None or partial_epoch(body) >= old,
+                  differs=f"{dest} holds more epochs than the archive's; kept as it is")
+            continue
         rel = dest.relative_to(archive).as_posix()
         if kind == "record" and not dest.exists() and rel in packed:
             if packed[rel] == json.loads(body):
@@ -385,17 +449,21 @@ def main(argv=None) -> int:
     p.add_argument("--replace", action="store_true", help="merge: a kept record that differs takes the archive's")
     p.add_argument("--results", default=str(ROOT / "results"))
     p.add_argument("--archive", default=str(ARCHIVE), help="where the records are kept (default: docs/records)")
+    p.add_argument("--partials", default=str(PARTIALS),
+                   help="merge: where the partial fits a device run sends back are kept, for the next call to carry "
+                        "(default: .device/partial)")
     a = p.parse_args(argv)
     results, archive = Path(a.results).resolve(), Path(a.archive).resolve()
     if a.action == "merge":
         for tarball in a.suites:
             try:
-                c = merge(Path(tarball), archive, replace=a.replace)
+                c = merge(Path(tarball), archive, replace=a.replace, partials=Path(a.partials).resolve())
             except MergeError as exc:
                 print(f"keep_records: {exc}", file=sys.stderr)
                 return 2
+            spent = f", {c['partials_spent']} spent partial fit(s) removed" if c.get("partials_spent") else ""
             print(f"merged {tarball} into {archive}: {c['added']} added, {c['unchanged']} unchanged, "
-                  f"{c['replaced']} replaced, {c['conflicts']} conflict(s) kept as they were")
+                  f"{c['replaced']} replaced, {c['conflicts']} conflict(s) kept as they were{spent}")
         return 0
     for suite in a.suites:
         if a.action == "save":

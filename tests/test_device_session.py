@@ -198,7 +198,8 @@ def test_map_networks_go_back_in_archives_of_bounded_size_and_only_torch_files_m
     target = kept / "s" / "checkpoints" / "map" / "m" / "abc" / "seed5.pt"
     for name, body, words in (("s/checkpoints/map/m/abc/seed5.pt", bytes(600), "not a torch file"),
                               ("s/checkpoints/map/m/abc/seed5.pt", _torch_bytes({"w": 1}), "without the network"),
-                              ("s/checkpoints/map/m/abc/seed5.partial", good.getvalue(), "outside the kept layout")):
+                              ("s/checkpoints/map/m/abc/seed5.partial", good.getvalue(), "not a resume checkpoint"),
+                              ("s/checkpoints/map/m/abc/seed5.part", good.getvalue(), "outside the kept layout")):
         with pytest.raises(keep.MergeError, match=words):
             keep.merge(tar_of(name, body), kept)
         assert not target.exists()
@@ -212,6 +213,106 @@ def _torch_bytes(obj) -> bytes:
     buf = io.BytesIO()
     torch.save(obj, buf)
     return buf.getvalue()
+
+
+def _tar(path: Path, members: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w") as tar:
+        for name, body in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    return path
+
+
+def test_partial_fits_merge_beside_the_kept_records_never_backwards_and_leave_once_spent(tmp_path):
+    """A device run's partial-<k>.tar goes to the carried folder (not the kept records); a copy of
+    more epochs is not replaced by one of fewer; the summary's `consumed` digests remove exactly the
+    copies the run resumed and finished."""
+    import torch
+
+    kept, partials = tmp_path / "kept", tmp_path / "carried" / "partial"
+    fit = "s/checkpoints/partial/m/mfvi-0a1b/seed0/mfvi.partial"
+    net = "s/checkpoints/map/m/abc/seed1.partial"
+    assert keep.is_partial_fit(fit) and keep.is_partial_fit(net) and not keep.is_partial_fit("s/checkpoints/map/m/a/x.pt")
+    assert not keep.is_partial_fit("s/checkpoints/partial/m/mfvi-0a1b/mfvi.partial")  # no seed folder
+
+    def state(epoch):
+        return _torch_bytes({"model": {"w": torch.full((3,), float(epoch))}, "epoch": epoch, "train_seconds": 1.0})
+
+    counts = keep.merge(_tar(tmp_path / "p1.tar", {fit: state(4), net: state(2)}), kept, partials=partials)
+    assert counts["added"] == 2 and not kept.exists()  # nothing of it among the kept records
+    assert (partials / fit).read_bytes() == state(4) and (partials / net).read_bytes() == state(2)
+    # an older run's archive merged after a newer one's: the copy with more epochs stays
+    counts = keep.merge(_tar(tmp_path / "p0.tar", {fit: state(3), net: state(5)}), kept, partials=partials)
+    assert counts["conflicts"] == 1 and counts["replaced"] == 1
+    assert (partials / fit).read_bytes() == state(4) and (partials / net).read_bytes() == state(5)
+    # not a resume checkpoint: refused, nothing written
+    with pytest.raises(keep.MergeError, match="not a resume checkpoint"):
+        keep.merge(_tar(tmp_path / "bad.tar", {net: _torch_bytes({"model": {"w": torch.ones(1)}})}), kept,
+                   partials=partials)
+    assert (partials / net).read_bytes() == state(5)
+    # the run that resumed `fit` (the copy of 4 epochs) finished it; another digest names another copy
+    digest = hashlib.sha256(state(4)).hexdigest()
+    summary = {"outputs": {"partials": {"consumed": {fit: digest, net: hashlib.sha256(state(2)).hexdigest()}}}}
+    counts = keep.merge(_tar(tmp_path / "r.tar", {"device/run.json": json.dumps(summary).encode()}), kept,
+                        partials=partials)
+    assert counts["partials_spent"] == 1 and not (partials / fit).exists() and (partials / net).is_file()
+
+
+def test_item_need_counts_the_training_a_partial_fit_holds():
+    assert ds.item_need(0.0, 0.0, 50.0) == 0.0  # nothing known: the item starts
+    assert ds.item_need(300.0, 0.0, 0.0) == 300.0 and ds.item_need(300.0, 400.0, 0.0) == 400.0
+    assert ds.item_need(300.0, 0.0, 120.0) == 180.0 and ds.item_need(300.0, 0.0, 500.0) == 0.0
+
+
+def test_trainings_stopped_at_the_deadline_go_on_in_the_next_call(carried, tmp_path):
+    """Call 1 (two workers) stops two trainings of 10^5 epochs at its deadline, a MAP network's and MC
+    dropout's own, and sends their resume checkpoints back (partial-1.tar); merged into the carried
+    folder, call 2 restores them and goes on from them: each checkpoint it sends back counts the
+    training seconds of the restored one (set to 1000 s here, far above any real value) and more epochs."""
+    import torch
+
+    here = tmp_path / "carried"
+    shutil.copytree(carried, here)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    args = list(FAST)
+    args[args.index("--methods") + 1] = "deterministic,mc_dropout"
+    args += ["--checks", "skip", "--set", "train.epochs=100000", "--min-cell-s", "1", "--finish-s", "4",
+             "--checkpoint-interval-s", "0", "--budget-s", "30", "--grid-workers", "2", "--carried", str(here),
+             "--kept", str(kept)]
+
+    def call(k):
+        out = tmp_path / f"out{k}"
+        assert ds.main([*args, "--out", str(out), "--work", str(tmp_path / f"work{k}")]) == 0
+        return out, json.loads((out / "summary.json").read_text())
+
+    out1, s1 = call(1)
+    assert {c["cell"]: c["status"] for c in s1["grid"]["cells"]} == {
+        "lenet_300_100/map/seed0": "stopped at the deadline",
+        "lenet_300_100/mc_dropout[samples=5]/seed0": "stopped at the deadline"}
+    parts = s1["outputs"]["partials"]
+    net, fit = sorted(parts["files"])
+    assert net.startswith("mnist_rotated/checkpoints/map/lenet_300_100/") and net.endswith("/seed0.partial")
+    assert fit.startswith("mnist_rotated/checkpoints/partial/lenet_300_100/mc_dropout-")
+    assert fit.endswith("/seed0/mc_dropout.partial")
+    assert parts["archives"] == ["partial-1.tar"] and not parts["consumed"]
+    assert all(parts["files"][rel]["epoch"] >= 1 for rel in (net, fit))
+    assert "<files_at>/partial-1.tar" in s1["merge"]
+    for name in ("records.tar.gz", "partial-1.tar"):
+        keep.merge(out1 / name, kept, partials=here / "partial")
+    for rel in (net, fit):
+        state = torch.load(here / "partial" / rel, weights_only=True)
+        assert state["epoch"] == parts["files"][rel]["epoch"]
+        torch.save({**state, "train_seconds": 1000.0}, here / "partial" / rel)
+
+    out2, s2 = call(2)
+    assert {rel: info["train_seconds"] for rel, info in s2["grid"]["restored_partials"].items()} == {
+        net: 1000.0, fit: 1000.0}
+    assert [(c["status"], c["resumed_s"]) for c in s2["grid"]["cells"]] == [("stopped at the deadline", 1000.0)] * 2
+    for rel in (net, fit):
+        again = s2["outputs"]["partials"]["files"][rel]
+        assert again["train_seconds"] > 1000.0 and again["epoch"] > parts["files"][rel]["epoch"]
 
 
 def test_merge_refuses_an_archive_outside_the_kept_layout_and_writes_nothing(tmp_path, capsys):
@@ -255,6 +356,7 @@ def test_an_exhausted_budget_runs_no_cell_and_still_writes_the_summary(carried, 
     (["--perf-cases", "nosuch"], ["nosuch", "harness_vs_bare_loop"]),
     (["--cuda-tests", "tests/nosuch.py"], ["tests/nosuch.py", "test_method_contract.py", "none"]),
     (["--grid-workers", "0"], ["--grid-workers", "at least 1"]),
+    (["--checkpoint-interval-s", "-1"], ["--checkpoint-interval-s", ">= 0"]),
     (["--set", "pbn.nosuch=1"], ["nosuch", "pbn"]),
 ])
 def test_bad_input_exits_2_naming_what_is_valid_and_writes_nothing(args, words, carried, tmp_path, capsys):
