@@ -13,7 +13,8 @@ first), after ``scripts/device_prepare.sh`` filled the carried folders here. In 
 3. the grid: ``--suite`` (``mnist_rotated``) at ``--profile`` (``paper``), seeds 0-2, every
    default method, resumed from the kept records and MAP networks (``docs/records``), in
    ``--grid-workers`` child processes that take the MAP networks still to train and the cells from
-   one list (:func:`grid_items`) until ``--budget-s`` runs out: an item is not started when the
+   one list (:func:`grid_items`, seed 0 of every model and method first: :func:`seed_major`) until
+   ``--budget-s`` runs out: an item is not started when the
    time left is short or when earlier runs showed it needs more (less the training seconds a
    restored partial fit holds); a cell still running at the deadline is stopped and none of its
    records is kept (the store writes each record atomically, so none is half-written), while every
@@ -808,12 +809,22 @@ def grid_worker(spec_path: str) -> int:
         cells.append({"key": f"{model}/{cid.label}/seed{seed}", "cell": (model, method, cfg, seed), "done": done,
                       "needs": deps.get(cell_key((model, method, cfg, seed)), []), "label": cid.label,
                       "run_dir": str(cid.run_dir)})
+    cells = seed_major(cells, plan.seeds)
     by_key = {c["key"]: c for c in cells}
     cached = {(m, k) for c in cells for m, k in c["needs"] if h.map_cache(m).cached_path(k).exists()}
     items = grid_items(cells, cached)
     say(event="plan", cells=len(cells), models=plan.models, seeds=plan.seeds)
     finished, lower = spec.get("history", {}).get("finished", {}), spec.get("history", {}).get("lower_bound", {})
     claims = Claims(Path(spec["claims"]))
+
+    def map_need(model: str, seed: int) -> tuple[float, float]:
+        """(expected seconds, resumed seconds) of the MAP network of ``seed``; (0, 0) once it is there."""
+        if h.map_cache(model).cached_path(seed).exists():
+            return 0.0, 0.0
+        resumed = resumed_seconds([h.map_cache(model).path(seed).with_suffix(".partial")])
+        took = finished.get(f"{model}/map", 0.0) or finished.get(f"{model}/deterministic", 0.0)
+        return item_need(lower.get(f"{model}/map/seed{seed}", 0.0), took, resumed), resumed
+
     while True:
         it, waiting = next_item(items, claims)
         if it is None:
@@ -826,15 +837,15 @@ def grid_worker(spec_path: str) -> int:
         try:
             key, left = it["key"], spec["deadline"] - time.time()
             model = it["key"].split("/", 1)[0]
+            # a partial fit an earlier call stopped goes on from there: its seconds are not needed again
             if it["kind"] == "map":
-                partials = [h.map_cache(model).path(it["seed"]).with_suffix(".partial")]
-                took = finished.get(f"{model}/map", 0.0) or finished.get(f"{model}/deterministic", 0.0)
+                need, resumed = map_need(model, it["seed"])
             else:
                 c = by_key[key]
-                partials = list(h.fit_work_dir(h.cell_identity(*c["cell"])).glob("*.partial"))
-                took = finished.get(f"{model}/{c['label']}", 0.0)
-            resumed = resumed_seconds(partials)  # a partial fit an earlier call stopped: it goes on from there
-            need = item_need(lower.get(key, 0.0), took, resumed)
+                resumed = resumed_seconds(h.fit_work_dir(h.cell_identity(*c["cell"])).glob("*.partial"))
+                need = item_need(lower.get(key, 0.0), finished.get(f"{model}/{c['label']}", 0.0), resumed)
+                # a network it builds on that is not there (e.g. deferred by another worker) is trained in it
+                need = max([need] + [map_need(m, k)[0] for m, k in c["needs"]])
             if not it.get("done") and left < spec["min_cell_s"]:
                 say(event="stop", cell=key,
                     why=f"{left:.0f} s left, a cell is started with at least {spec['min_cell_s']:.0f} s")
@@ -882,6 +893,15 @@ def backbone_suites(suite_name: str, profile: str) -> list[str]:
     run = getattr(suite, "backbone_run", None)
     spec = run(suite.profiles.get(profile, {}).get("data", {})) if run is not None else None
     return [spec["suite"]] if spec else []
+
+
+def seed_major(cells: list[dict], seeds: list[int]) -> list[dict]:
+    """The grid's cells (``{"cell": (model, method, cfg, seed), ...}``, in ``bench run``'s order) with
+    every cell of the first seed first, models and methods in that order, then the next seed's: a
+    series of lent calls reaches seed 0 of every model and method (issue 35's first aim) before
+    seeds 1-2 of any."""
+    rank = {s: i for i, s in enumerate(seeds)}
+    return sorted(cells, key=lambda c: rank.get(c["cell"][3], len(rank)))
 
 
 def grid_history(kept: list[dict], device_type: str) -> dict:

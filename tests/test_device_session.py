@@ -315,6 +315,42 @@ def test_trainings_stopped_at_the_deadline_go_on_in_the_next_call(carried, tmp_p
         assert again["train_seconds"] > 1000.0 and again["epoch"] > parts["files"][rel]["epoch"]
 
 
+def test_the_grid_runs_seed_0_of_every_model_and_method_before_other_seeds():
+    cells = [{"cell": (model, method, {}, seed)} for model in ("a", "b") for method in ("m", "n") for seed in (0, 1, 2)]
+    got = [c["cell"] for c in ds.seed_major(cells, [0, 1, 2])]
+    assert got[:4] == [("a", "m", {}, 0), ("a", "n", {}, 0), ("b", "m", {}, 0), ("b", "n", {}, 0)]
+    assert [c[3] for c in got] == [0] * 4 + [1] * 4 + [2] * 4 and sorted(got) == sorted(c["cell"] for c in cells)
+
+
+def test_a_worker_takes_seed_0_of_every_method_first(carried, tmp_path):
+    args = list(FAST)
+    args[args.index("--seeds") + 1] = "0,1"
+    args[args.index("--methods") + 1] = "deterministic,temperature_scaling"
+    out = tmp_path / "out"
+    assert ds.main([*args, "--checks", "skip", "--carried", str(carried), "--kept", str(tmp_path / "kept"),
+                    "--out", str(out), "--work", str(tmp_path / "work"), "--budget-s", "200"]) == 0
+    g = json.loads((out / "summary.json").read_text())["grid"]
+    assert [c["cell"].split("/")[1:] for c in g["cells"]] == [
+        ["map", "seed0"], ["deterministic", "seed0"], ["temperature_scaling", "seed0"],
+        ["map", "seed1"], ["deterministic", "seed1"], ["temperature_scaling", "seed1"]]
+
+
+def test_a_cell_whose_network_needs_longer_than_the_call_is_deferred_with_it(carried, tmp_path):
+    """A kept summary says the MAP network ran 10^4 s on this kind of device without finishing: the
+    network is deferred, and so is the cell built on it (which would train it inside the cell)."""
+    kept = tmp_path / "kept"
+    (kept / "device").mkdir(parents=True)
+    (kept / "device" / "earlier.json").write_text(json.dumps({"device": {"used": "cpu"}, "grid": {"cells": [
+        {"cell": "lenet_300_100/map/seed0", "status": "stopped at the deadline", "seconds": 1e4}]}}))
+    out = tmp_path / "out"
+    assert ds.main([*FAST, "--checks", "skip", "--carried", str(carried), "--kept", str(kept), "--out", str(out),
+                    "--work", str(tmp_path / "work"), "--budget-s", "60"]) == 0
+    g = json.loads((out / "summary.json").read_text())["grid"]
+    assert g["cells"] == [] and g["status"] == "complete but for the deferred cells"
+    assert [d["cell"] for d in g["deferred"]] == ["lenet_300_100/map/seed0", "lenet_300_100/deterministic/seed0"]
+    assert all("needs more than 10000 s" in d["why"] for d in g["deferred"])
+
+
 def test_merge_refuses_an_archive_outside_the_kept_layout_and_writes_nothing(tmp_path, capsys):
     kept = tmp_path / "kept"
     bad = tmp_path / "bad.tar.gz"
