@@ -1176,7 +1176,7 @@ class Session:
             return
         results = self.work / "grid"
         kept_dir = Path(a.kept) / a.suite
-        if (kept_dir / "records").is_dir() or (kept_dir / self.kr.PACK_NAME).is_file():  # loose or packed
+        if (kept_dir / "records").is_dir() or self.kr.pack_path(kept_dir) is not None:  # loose or packed
             g["restored_records"] = self.kr.restore(results, a.suite, Path(a.kept))
         else:
             g["restored_records"] = 0

@@ -38,7 +38,7 @@ import torch
 from bench import metrics as M
 from bench.errors import BenchError
 from bench.predictions import IDENTITY, SAMPLE_METRICS, SCHEMA, labels_sha256
-from bench.store import PACK_NAME, ResultsStore, _safe, atomic_write_json, read_record
+from bench.store import PACK_NAME, ResultsStore, _safe, atomic_write_json, find_packs, read_record
 
 RTOL, ATOL = 1e-9, 1e-12
 
@@ -78,7 +78,7 @@ def _set(rec: dict) -> str:
 
 def find_records(root: Path, suites) -> tuple[list[Found], int]:
     """The loose evaluation records (status ok) under ``root`` (or its ``suites``), and how many
-    packed records there are (``records.jsonl.gz`` of docs/records: read-only, not rescored)."""
+    packed records there are (``records.jsonl.xz`` of docs/records: read-only, not rescored)."""
     bases = [root / _safe(s) for s in suites] if suites else [root]
     out, packed = [], 0
     for base in bases:
@@ -91,7 +91,7 @@ def find_records(root: Path, suites) -> tuple[list[Found], int]:
                 continue
             if rec["status"] == "ok" and rec["kind"] != "fit":
                 out.append(Found(path, rec))
-        packed += sum(1 for _ in base.rglob(PACK_NAME))
+        packed += len(find_packs(base))
     return out, packed
 
 

@@ -7,11 +7,12 @@ longer than one machine's life resumes where it stopped and its tables stay repr
     .venv/bin/python scripts/keep_records.py pack SUITE [SUITE ...]     # loose kept records -> the suite's pack
     .venv/bin/python scripts/keep_records.py save-maps SUITE [SUITE ...]  # results' MAP networks -> docs/records
 
-Kept records are packed: ``docs/records/<suite>/records.jsonl.gz`` holds every kept record of the
+Kept records are packed: ``docs/records/<suite>/records.jsonl.xz`` holds every kept record of the
 suite, a line each naming its path in the store's layout (``bench.store``: the store, the report and
 the leaderboard read packs and loose files alike). ``save`` and ``merge`` write loose files and then
-pack the suites they touched; ``pack`` does it by hand. Thousands of small JSON files were 31 MB of
-the tree, which must travel to a GPU machine beside a dataset (docs/device.md).
+pack the suites they touched; ``pack`` does it by hand (and replaces a gzip pack of older code,
+``records.jsonl.gz``, with the xz one). Thousands of small JSON files were 31 MB of the tree, which
+must travel to a GPU machine beside a dataset (docs/device.md); in gzip packs they were 28.5 MB, in xz 18.9 MB.
 
 ``save`` copies every record of the suites (``<results>/<suite>/records/**.json``, the store's
 layout) without its ``curves`` (entropy histograms, reliability bins, confusion matrices: 2/3 of a
@@ -60,7 +61,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.checkpoints import one_fit  # noqa: E402
-from bench.store import PACK_NAME, atomic_write_bytes, pack_bytes, read_pack, read_record  # noqa: E402
+from bench.store import (OLD_PACK_NAME, PACK_NAME, atomic_write_bytes, pack_bytes, pack_path, read_pack,  # noqa: E402
+                         read_record)
 
 ARCHIVE = ROOT / "docs" / "records"
 #: where ``merge`` keeps the partial fits a device run sends back (``partial-<k>.tar``): the carried,
@@ -166,9 +168,9 @@ def kept(archive: Path, suite: str) -> dict[str, dict]:
     """Every kept record of ``suite``: ``{path relative to the archive (posix): record}``, from the
     suite's pack and its loose files (a loose file wins)."""
     out = {}
-    pack_path = archive / suite / PACK_NAME
-    if pack_path.is_file():
-        out.update(read_pack(pack_path))
+    packed = pack_path(archive / suite)
+    if packed is not None:
+        out.update(read_pack(packed))
     src = archive / suite / "records"
     for path in sorted(src.rglob("*.json")) if src.is_dir() else []:
         rec, problem = read_record(path)
@@ -189,6 +191,7 @@ def pack(suite: str, archive: Path = ARCHIVE, new: dict[str, dict] | None = None
     dest = archive / suite / PACK_NAME
     if not dest.exists() or dest.read_bytes() != body:
         atomic_write_bytes(dest, body)
+    (archive / suite / OLD_PACK_NAME).unlink(missing_ok=True)  # older code's gzip pack: its records are in this one
     src = archive / suite / "records"
     if src.is_dir():
         for path in sorted(src.rglob("*.json")):
@@ -387,9 +390,9 @@ def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False, partial
                      if kind == "record"})
     packed = {}
     for suite in suites:
-        pack_path = archive / suite / PACK_NAME
-        if pack_path.is_file():
-            packed.update(read_pack(pack_path))
+        found = pack_path(archive / suite)
+        if found is not None:
+            packed.update(read_pack(found))
     for kind, dest, body in plan:
         if kind == "partial":  # a later run's fit has gone further: an older one never replaces it
             old = partial_epoch(dest.read_bytes()) if dest.is_file() else None

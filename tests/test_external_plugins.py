@@ -5,9 +5,7 @@ import failures (exit 2), ``--force-method``, the inferred ``STARTS_FROM`` and t
 contract warnings."""
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 from pathlib import Path
 
 import pytest
@@ -180,30 +178,28 @@ def test_built_in_config_hashes_are_those_of_the_kept_records():
     bench.harness.cell_identity computes for its configuration now (the source hash is provenance)."""
     from bench.config import RunPlan
     from bench.harness import cell_identity
-    from bench.store import ResultsStore
+    from bench.store import ResultsStore, find_packs, read_pack
     from bench.suites import SUITES
     from bench.training import TrainConfig
     from methods import METHODS
 
     checked = set()
-    for pack in sorted((REPO / "docs" / "records").glob("*/records.jsonl.gz")):
-        with gzip.open(pack, "rt") as f:
-            for line in f:
-                rec = json.loads(line)["record"]
-                key = (rec["suite"], rec["method"])
-                if key in checked or rec["method"] not in METHODS or rec["suite"] not in SUITES:
-                    continue
-                plan = RunPlan(rec["suite"], rec["profile"], [rec["model"]], [rec["seed"]],
-                               TrainConfig.from_dict(rec["train_config"]), rec["data_config"])
-                suite = SUITES.get(rec["suite"])()
-                if rec.get("model_identity"):  # e.g. a backbone network's digest (data.backbone): its file is
-                    # in the run's results folder, not in a clone; the method's part of the identity is checked
-                    suite.model_identity = lambda *_, _ident=rec["model_identity"]: dict(_ident)
-                cid = cell_identity(suite, plan, ResultsStore("unused"), METHODS, rec["model"],
-                                    rec["method"], rec["method_config"], rec["seed"], torch.device("cpu"))
-                assert cid.chash == rec["config_hash"], (pack, rec["method"])
-                assert "plugin_source_sha256" not in cid.identity and cid.base["plugin_origin"] == "builtin"
-                checked.add(key)
+    for pack in find_packs(REPO / "docs" / "records"):
+        for rec in read_pack(pack).values():
+            key = (rec["suite"], rec["method"])
+            if key in checked or rec["method"] not in METHODS or rec["suite"] not in SUITES:
+                continue
+            plan = RunPlan(rec["suite"], rec["profile"], [rec["model"]], [rec["seed"]],
+                           TrainConfig.from_dict(rec["train_config"]), rec["data_config"])
+            suite = SUITES.get(rec["suite"])()
+            if rec.get("model_identity"):  # e.g. a backbone network's digest (data.backbone): its file is
+                # in the run's results folder, not in a clone; the method's part of the identity is checked
+                suite.model_identity = lambda *_, _ident=rec["model_identity"]: dict(_ident)
+            cid = cell_identity(suite, plan, ResultsStore("unused"), METHODS, rec["model"],
+                                rec["method"], rec["method_config"], rec["seed"], torch.device("cpu"))
+            assert cid.chash == rec["config_hash"], (pack, rec["method"])
+            assert "plugin_source_sha256" not in cid.identity and cid.base["plugin_origin"] == "builtin"
+            checked.add(key)
     assert len({m for _, m in checked}) >= 8, checked
 
 

@@ -118,6 +118,40 @@ def test_kept_records_are_one_pack_per_suite_read_by_the_store(tmp_path):
     assert sorted(load_records(archive, "toy")["metrics.accuracy"]) == [0.25, 0.9]
 
 
+def test_a_gzip_pack_of_older_code_is_read_and_repacking_makes_it_xz(tmp_path):
+    """Packs were gzip (records.jsonl.gz) before 2026-12-06: the store and keep_records read one; a
+    pack beside it in xz (the current name) is read instead of it, never both; packing writes xz
+    and removes the gzip one."""
+    import gzip
+
+    from bench.store import OLD_PACK_NAME, PACK_NAME, find_packs, pack_bytes, read_pack
+
+    results, archive = tmp_path / "results", tmp_path / "kept"
+    store = ResultsStore(results)
+    run = store.run_dir("toy", "mlp", "deterministic", "abc", 0)
+    store.write(run, record("noise", 0.5))
+    store.write(run, record("blur", 0.25))
+    keep.save(results, "toy", archive)
+    entries = read_pack(archive / "toy" / PACK_NAME)
+    assert (archive / "toy" / PACK_NAME).read_bytes()[:6] == b"\xfd7zXZ\x00"  # the xz magic
+    old = archive / "toy" / OLD_PACK_NAME
+    with gzip.open(old, "wt", encoding="utf-8") as fh:
+        for rel in sorted(entries):
+            fh.write(json.dumps({"path": rel, "record": entries[rel]}) + "\n")
+    (archive / "toy" / PACK_NAME).unlink()
+    assert read_pack(old) == entries and find_packs(archive) == [old]
+    assert sorted(load_records(archive, "toy")["metrics.accuracy"]) == [0.25, 0.5]
+    assert keep.kept(archive, "toy") == entries
+    # an xz pack beside it wins (an interrupted repack): its records are read, the gzip one's are not
+    one = {k: v for k, v in entries.items() if v["shift"] == "blur"}
+    (archive / "toy" / PACK_NAME).write_bytes(pack_bytes(one))
+    assert find_packs(archive) == [archive / "toy" / PACK_NAME]
+    assert sorted(load_records(archive, "toy")["metrics.accuracy"]) == [0.25]
+    (archive / "toy" / PACK_NAME).unlink()
+    assert keep.pack("toy", archive) == 2 and not old.exists()
+    assert read_pack(archive / "toy" / PACK_NAME) == entries
+
+
 def test_merge_compares_with_the_packed_records(tmp_path):
     import io
     import tarfile

@@ -155,7 +155,6 @@ def test_bad_class_weights_exit_2_when_the_run_is_planned(tmp_path, capsys):
 @pytest.mark.parametrize("method", ["pbn", "mfvi"])
 def test_the_default_keeps_the_kept_records_identity(method):
     """class_weights at "none" (LATER_OPTIONS) is no part of a cell's identity; another value is."""
-    import gzip
     import json
     from pathlib import Path
 
@@ -165,9 +164,10 @@ def test_the_default_keeps_the_kept_records_identity(method):
     from bench.suites import SUITES
 
     root = Path(__file__).resolve().parents[1] / "docs" / "records"
-    kept = {r["record"]["config_hash"] for r in map(json.loads, gzip.open(root / "mnist_rotated" / "records.jsonl.gz", "rt"))
-            if r["record"]["method"] == method and r["record"]["profile"] == "quick"
-            and r["record"]["model"] == "lenet_300_100"}
+    from bench.store import pack_path, read_pack
+
+    kept = {r["config_hash"] for r in read_pack(pack_path(root / "mnist_rotated")).values()
+            if r["method"] == method and r["profile"] == "quick" and r["model"] == "lenet_300_100"}
     assert kept
     suite = SUITES.get("mnist_rotated")()
     plan = resolve_plan(suite, "quick", [method], {"train.epochs": [5]}, method_registry=METHODS)

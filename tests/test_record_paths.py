@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.store import ResultsStore, config_hash, pack_bytes, read_pack, record_problem
+from bench.store import PACK_NAME, ResultsStore, config_hash, pack_bytes, read_pack, record_problem
 
 #: every field of a record that could reach a file name, with path parts
 EVIL = "../../../escape"
@@ -44,7 +44,7 @@ def _evil_records(root: Path) -> list[Path]:
         path.write_text(json.dumps(rec))
         paths.append(path)
     # a pack naming a record path outside the store
-    (root / "cifar10c" / "records.jsonl.gz").write_bytes(pack_bytes({"../../../outside.json": dict(base)}))
+    (root / "cifar10c" / PACK_NAME).write_bytes(pack_bytes({"../../../outside.json": dict(base)}))
     return paths
 
 
@@ -95,7 +95,7 @@ def test_each_name_field_with_path_parts_is_refused():
 
 def test_packs_naming_paths_outside_the_store_are_refused(tmp_path):
     for bad in ("../x.json", "a/../../x.json", "/etc/x.json", "a\\..\\x.json", "C:/x.json"):
-        pack = tmp_path / "records.jsonl.gz"
+        pack = tmp_path / PACK_NAME
         pack.write_bytes(pack_bytes({bad: {}}))
         with pytest.raises(ValueError, match="outside the store"):
             read_pack(pack)

@@ -662,7 +662,6 @@ def test_kl_scale_at_its_earlier_behaviour_keeps_the_kept_records_identity(metho
     """An option added later (Method.LATER_OPTIONS) at the value that reproduces the earlier
     behaviour is no part of the cell's identity: the kept rotated-MNIST records (made before
     kl_scale existed) are the cells the current plan names, so a rerun skips them."""
-    import gzip
     import json
     from pathlib import Path
 
@@ -673,9 +672,10 @@ def test_kl_scale_at_its_earlier_behaviour_keeps_the_kept_records_identity(metho
     from methods import METHODS
 
     root = Path(__file__).resolve().parents[1] / "docs" / "records"
-    kept = {(r["record"]["config_hash"]) for r in map(json.loads, gzip.open(root / "mnist_rotated" / "records.jsonl.gz", "rt"))
-            if r["record"]["method"] == method and r["record"]["profile"] == "quick"
-            and r["record"]["model"] == "lenet_300_100"}
+    from bench.store import pack_path, read_pack
+
+    kept = {r["config_hash"] for r in read_pack(pack_path(root / "mnist_rotated")).values()
+            if r["method"] == method and r["profile"] == "quick" and r["model"] == "lenet_300_100"}
     assert kept, "no kept record to compare with"
     suite = SUITES.get("mnist_rotated")()
     # the kept records ran the quick profile's earlier 5 epochs (the profile trains 15 now; the
