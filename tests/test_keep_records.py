@@ -90,18 +90,24 @@ def test_segmentation_maps_are_kept_for_each_configurations_first_seed_only(tmp_
     assert load_records(fresh, "toy").set_index("seed").loc[1, "curves"] == {"maps": maps}
 
 
-def test_kept_records_are_one_pack_per_suite_read_by_the_store(tmp_path):
-    """save packs the suite (no loose file left); the store reads the pack like loose records, a
-    loose file of the same path wins; saving the same records again leaves the pack's bytes as
-    they were (git sees no change)."""
-    from bench.store import PACK_NAME, read_pack
-
+def _two_kept_records(tmp_path):
+    """A results folder with two toy records, saved (and packed) into a kept archive."""
     results, archive = tmp_path / "results", tmp_path / "kept"
     store = ResultsStore(results)
     run = store.run_dir("toy", "mlp", "deterministic", "abc", 0)
     store.write(run, record("noise", 0.5))
     store.write(run, record("blur", 0.25))
     keep.save(results, "toy", archive)
+    return results, archive
+
+
+def test_kept_records_are_one_pack_per_suite_read_by_the_store(tmp_path):
+    """save packs the suite (no loose file left); the store reads the pack like loose records, a
+    loose file of the same path wins; saving the same records again leaves the pack's bytes as
+    they were (git sees no change)."""
+    from bench.store import PACK_NAME, read_pack
+
+    results, archive = _two_kept_records(tmp_path)
     pack = archive / "toy" / PACK_NAME
     assert pack.is_file() and not list(archive.rglob("*.json")) and len(read_pack(pack)) == 2
     before = pack.read_bytes()
@@ -126,12 +132,7 @@ def test_a_gzip_pack_of_older_code_is_read_and_repacking_makes_it_xz(tmp_path):
 
     from bench.store import OLD_PACK_NAME, PACK_NAME, find_packs, pack_bytes, read_pack
 
-    results, archive = tmp_path / "results", tmp_path / "kept"
-    store = ResultsStore(results)
-    run = store.run_dir("toy", "mlp", "deterministic", "abc", 0)
-    store.write(run, record("noise", 0.5))
-    store.write(run, record("blur", 0.25))
-    keep.save(results, "toy", archive)
+    results, archive = _two_kept_records(tmp_path)
     entries = read_pack(archive / "toy" / PACK_NAME)
     assert (archive / "toy" / PACK_NAME).read_bytes()[:6] == b"\xfd7zXZ\x00"  # the xz magic
     old = archive / "toy" / OLD_PACK_NAME
