@@ -671,21 +671,29 @@ def item_need(lower: float, finished: float, resumed: float) -> float:
     return max(0.0, need - resumed) if need else 0.0
 
 
-def partial_outputs(results: Path, suite: str, out: Path, restored: dict[str, dict], most: int) -> dict:
+def partial_outputs(results: Path, suite: str, out: Path, restored: dict[str, dict], most: int,
+                    limit: int = MAP_ARCHIVE_BYTES) -> dict:
     """Send back the partial fits left in ``results`` in ``partial-<k>.tar`` (at most ``most`` archives
-    of :data:`MAP_ARCHIVE_BYTES`): each with its progress, those left out (too large, or no archive
+    of ``limit`` bytes): each with its progress, those left out (too large, or no archive
     left: their trainings start again, or from the copy kept here), and the restored ones that are
     gone (``consumed``: their trainings ended, so ``keep_records.py merge`` removes the kept copy
-    whose digest it names)."""
-    files = partial_files(results, suite)
-    got = write_file_archives(files, results, out, "partial", most=most) if most > 0 else \
+    whose digest it names). Where the archives cannot take them all, the ones holding the most
+    training seconds go first."""
+    progress = {p: partial_progress(p) for p in partial_files(results, suite)}
+
+    def held(path):
+        t = progress[path].get("train_seconds", 0.0)
+        return -(t if t == t else 0.0)
+
+    files = sorted(progress, key=held)  # stable: path order among equals
+    got = write_file_archives(files, results, out, "partial", limit, most) if most > 0 else \
         {"archives": [], "files": 0, "left_out": [p.relative_to(results).as_posix() for p in files]}
     if most <= 0:
         for old in out.glob("partial-*.tar"):
             old.unlink()
     present = {p.relative_to(results).as_posix() for p in files}
     return {"archives": got["archives"], "left_out": got["left_out"],
-            "files": {p.relative_to(results).as_posix(): partial_progress(p) for p in files},
+            "files": {p.relative_to(results).as_posix(): progress[p] for p in sorted(files)},
             "consumed": {rel: info["sha256"] for rel, info in restored.items() if rel not in present}}
 
 

@@ -259,6 +259,30 @@ def test_partial_fits_merge_beside_the_kept_records_never_backwards_and_leave_on
     assert counts["partials_spent"] == 1 and not (partials / fit).exists() and (partials / net).is_file()
 
 
+def test_the_partial_fits_holding_the_most_training_go_back_first(tmp_path):
+    """Two partial fits, room for one: the one of more training seconds goes back; the summary gives
+    both with their progress, the other as left out, and a restored one that is gone as consumed."""
+    import torch
+
+    results, out = tmp_path / "results", tmp_path / "out"
+    out.mkdir()
+    small = results / "s" / "checkpoints" / "map" / "m" / "abc" / "seed0.partial"
+    large = results / "s" / "checkpoints" / "partial" / "m" / "mfvi-1" / "seed0" / "mfvi.partial"
+    for path, seconds in ((small, 10.0), (large, 300.0)):
+        path.parent.mkdir(parents=True)
+        torch.save({"model": {"w": torch.zeros(100)}, "epoch": 3, "train_seconds": seconds}, path)
+    got = ds.partial_outputs(results, "s", out, {"s/checkpoints/map/m/abc/seed9.partial": {"sha256": "ab"}}, most=1,
+                             limit=large.stat().st_size + 1500)  # one of the two
+    rel = {p: p.relative_to(results).as_posix() for p in (small, large)}
+    assert got["archives"] == ["partial-1.tar"] and list(_members(out / "partial-1.tar")) == [rel[large]]
+    assert got["left_out"] == [rel[small]] and sorted(got["files"]) == sorted(rel.values())
+    assert got["files"][rel[large]]["train_seconds"] == 300.0 and got["files"][rel[small]]["epoch"] == 3
+    assert got["consumed"] == {"s/checkpoints/map/m/abc/seed9.partial": "ab"}
+    # no archive left (the MAP networks took them all): every partial fit is left out, none written
+    assert sorted(ds.partial_outputs(results, "s", out, {}, most=0)["left_out"]) == sorted(rel.values())
+    assert not list(out.glob("partial-*.tar"))
+
+
 def test_item_need_counts_the_training_a_partial_fit_holds():
     assert ds.item_need(0.0, 0.0, 50.0) == 0.0  # nothing known: the item starts
     assert ds.item_need(300.0, 0.0, 0.0) == 300.0 and ds.item_need(300.0, 400.0, 0.0) == 400.0
