@@ -27,7 +27,8 @@ rows as ``perf/<device>.json``; and ``maps-<k>.tar``: the MAP networks the grid 
 kept records lack (``<suite>/checkpoints/map/...``, at most :data:`MAP_ARCHIVES` archives of
 :data:`MAP_ARCHIVE_BYTES`), which the next run restores instead of training them again.
 At the end, ``partial-<k>.tar`` (in the archive slots the MAP networks left): the resume
-checkpoints of the trainings the deadline stopped (written every ``--checkpoint-interval-s``),
+checkpoints of the trainings the deadline stopped (written every ``--checkpoint-interval-s``) and
+the fitted methods of the cells it stopped while they were evaluated,
 which ``keep_records.py merge`` keeps in ``.device/partial`` and the next call restores, so that a
 training longer than one call goes on call after call (:func:`partial_outputs`).
 ``scripts/keep_records.py merge records.tar.gz maps-*.tar partial-*.tar`` merges them here.
@@ -623,25 +624,33 @@ def partial_files(results: Path, suite: str) -> list[Path]:
 
 def partial_progress(path: Path) -> dict:
     """What a resume checkpoint holds: the epochs it finished, the training seconds they took (across
-    the processes that ran them), its size and digest. A file that does not load says why."""
+    the processes that ran them), its size and digest; a fitted method's checkpoint (a cell stopped
+    after its fit, while it was evaluated): ``fitted`` and its fit's seconds. A file that does not
+    load says why."""
     import torch
 
     info = {"bytes": path.stat().st_size, "sha256": _digest(path, "sha256")}
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-        info.update(epoch=int(state["epoch"]), train_seconds=float(state.get("train_seconds", math.nan)))
+        if path.suffix == ".pt":
+            info.update(fitted=True, train_seconds=float(state["fit_cost"].get("fit_time_s", math.nan)))
+        else:
+            info.update(epoch=int(state["epoch"]), train_seconds=float(state.get("train_seconds", math.nan)))
     except Exception as exc:  # noqa: BLE001 - a damaged file is reported, and the training starts again
         info["problem"] = f"{type(exc).__name__}: {exc}"[:300]
     return info
 
 
 def restore_partials(carried: Path, results: Path, suite: str) -> dict[str, dict]:
-    """Copy the partial fits an earlier call sent back (``<carried>/partial/<suite>/checkpoints/...``)
-    into the grid's results, never over a file there; the trainings they belong to resume from them.
-    Returns each restored file's :func:`partial_progress` by its path under ``results``."""
+    """Copy the partial fits an earlier call sent back (``<carried>/partial/<suite>/checkpoints/...``:
+    resume checkpoints, and the fitted methods of cells stopped while they were evaluated) into the
+    grid's results, never over a file there; the trainings they belong to resume from them, the
+    cells fitted already are only evaluated. Returns each restored file's :func:`partial_progress`
+    by its path under ``results``."""
     src_root = carried / PARTIAL_DIR
+    fitted = src_root / suite / "checkpoints" / "fitted"
     restored = {}
-    for src in partial_files(src_root, suite):
+    for src in partial_files(src_root, suite) + (sorted(fitted.rglob("seed*.pt")) if fitted.is_dir() else []):
         rel = src.relative_to(src_root)
         dest = results / rel
         if dest.exists():
@@ -672,14 +681,17 @@ def item_need(lower: float, finished: float, resumed: float) -> float:
 
 
 def partial_outputs(results: Path, suite: str, out: Path, restored: dict[str, dict], most: int,
-                    limit: int = MAP_ARCHIVE_BYTES) -> dict:
+                    limit: int = MAP_ARCHIVE_BYTES, fitted=(), finished=()) -> dict:
     """Send back the partial fits left in ``results`` in ``partial-<k>.tar`` (at most ``most`` archives
     of ``limit`` bytes): each with its progress, those left out (too large, or no archive
     left: their trainings start again, or from the copy kept here), and the restored ones that are
     gone (``consumed``: their trainings ended, so ``keep_records.py merge`` removes the kept copy
-    whose digest it names). Where the archives cannot take them all, the ones holding the most
-    training seconds go first."""
-    progress = {p: partial_progress(p) for p in partial_files(results, suite)}
+    whose digest it names). ``fitted``: the fitted-method checkpoints of the cells stopped while they
+    were evaluated (paths under ``results``), sent back too; ``finished``: those of the restored ones
+    whose cells ended in this call (consumed). Where the archives cannot take them all, the ones
+    holding the most training seconds go first."""
+    progress = {p: partial_progress(p) for p in partial_files(results, suite)
+                + [results / rel for rel in fitted if (results / rel).is_file()]}
 
     def held(path):
         t = progress[path].get("train_seconds", 0.0)
@@ -694,7 +706,8 @@ def partial_outputs(results: Path, suite: str, out: Path, restored: dict[str, di
     present = {p.relative_to(results).as_posix() for p in files}
     return {"archives": got["archives"], "left_out": got["left_out"],
             "files": {p.relative_to(results).as_posix(): progress[p] for p in sorted(files)},
-            "consumed": {rel: info["sha256"] for rel, info in restored.items() if rel not in present}}
+            "consumed": {rel: info["sha256"] for rel, info in restored.items()
+                         if (rel not in present if rel.endswith(".partial") else rel in set(finished))}}
 
 
 def grid_items(cells: list[dict], cached: set = frozenset()) -> list[dict]:
@@ -850,7 +863,8 @@ def grid_worker(spec_path: str) -> int:
                 need, resumed = map_need(model, it["seed"])
             else:
                 c = by_key[key]
-                resumed = resumed_seconds(h.fit_work_dir(h.cell_identity(*c["cell"])).glob("*.partial"))
+                cid = h.cell_identity(*c["cell"])  # its partial fit, or its fitted method (stopped while evaluated)
+                resumed = resumed_seconds([*h.fit_work_dir(cid).glob("*.partial"), h.fitted_path(cid)])
                 need = item_need(lower.get(key, 0.0), finished.get(f"{model}/{c['label']}", 0.0), resumed)
                 # a network it builds on that is not there (e.g. deferred by another worker) is trained in it
                 need = max([need] + [map_need(m, k)[0] for m, k in c["needs"]])
@@ -875,8 +889,9 @@ def grid_worker(spec_path: str) -> int:
                     seconds=round(time.perf_counter() - t0, 2))
                 continue
             model, method, cfg, seed = c["cell"]
+            fitted = h.fitted_path(h.cell_identity(model, method, cfg, seed)).relative_to(spec["results"]).as_posix()
             say(event="start", cell=key, model=model, method=method, label=c["label"], seed=seed, run_dir=c["run_dir"],
-                resumed_s=resumed)
+                resumed_s=resumed, fitted=fitted)
             before = (h.summary.fitted, h.summary.loaded, h.summary.skipped, len(h.summary.failed))
             t0 = time.perf_counter()
             h.run_cell(model, method, cfg, seed)
@@ -956,6 +971,8 @@ class Session:
         self._maps: dict = {"archives": [], "networks": 0, "left_out": []}
         self._maps_written: list = []
         self.restored_partials: dict[str, dict] = {}
+        self.stopped_fitted: list[str] = []  # fitted methods of cells stopped while evaluated (sent back)
+        self.finished_fitted: set[str] = set()  # fitted methods of cells that ended here
         self._partials: dict = {"archives": [], "left_out": [], "files": {}, "consumed": {}}
         self.summary = {
             "schema": SCHEMA, "run_id": self.run_id, "started_at": _dt.datetime.fromtimestamp(
@@ -1001,7 +1018,8 @@ class Session:
             self._maps_written = [(p, p.stat().st_mtime) for p in maps]
         if final:  # the trainings stopped at the deadline, to go on in the next call (archives the maps left)
             self._partials = partial_outputs(results, self.a.suite, self.out, self.restored_partials,
-                                             MAP_ARCHIVES - len(self._maps["archives"]))
+                                             MAP_ARCHIVES - len(self._maps["archives"]), fitted=self.stopped_fitted,
+                                             finished=self.finished_fitted)
         s["outputs"] = {"archive": "records.tar.gz", "records": n, "summary": "summary.json", "maps": self._maps,
                         "partials": self._partials}
         s["merge"] = " ".join(["python scripts/keep_records.py merge <files_at>/records.tar.gz",
@@ -1232,8 +1250,13 @@ class Session:
                         for proc in procs:
                             _stop(proc)
                         for cell in running.values():
-                            g["cells"].append({**cell, "status": "stopped at the deadline",
-                                               "seconds": round(time.time() - cell["t"], 2)})
+                            entry = {**cell, "status": "stopped at the deadline",
+                                     "seconds": round(time.time() - cell["t"], 2)}
+                            fitted = entry.pop("fitted", None)
+                            if fitted and (results / fitted).is_file():  # stopped while evaluated: its fit goes back
+                                entry["fitted_checkpoint"] = fitted
+                                self.stopped_fitted.append(fitted)
+                            g["cells"].append(entry)
                         running.clear()
                         g["status"] = "stopped: budget (the running cells were stopped; none of their records is kept)"
                         break
@@ -1251,8 +1274,12 @@ class Session:
                     running[worker] = {"cell": ev["cell"], "worker": worker, "t": time.time()}
                     if ev.get("resumed_s"):  # from a partial fit an earlier call sent back
                         running[worker]["resumed_s"] = round(ev["resumed_s"], 2)
+                    if ev.get("fitted"):
+                        running[worker]["fitted"] = ev["fitted"]
                 elif kind == "done":
                     started = running.pop(worker, None) or {}
+                    if started.get("fitted") and ev["status"] in ("fitted", "loaded"):
+                        self.finished_fitted.add(started["fitted"])
                     cell = {k: ev[k] for k in ("cell", "status", "seconds")}
                     cell["worker"] = worker
                     if started.get("resumed_s"):

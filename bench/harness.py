@@ -523,6 +523,14 @@ class Harness:
         return (self.store.checkpoint_dir(self.suite.name) / "partial" / ident["model"]
                 / f"{ident['method']}-{fit_hashes(self.suite, cid)[0]}" / f"seed{cid.base['seed']}")
 
+    def fitted_path(self, cid: CellIdentity, fhash: str | None = None):
+        """Where the cell's fitted method is kept once its fit ends (``fhash``: the fit hash, or an
+        older one): ``checkpoints/fitted/<model>/<method>-<fit hash>/seed<k>.pt``."""
+        ident = cid.identity
+        fhash = fhash or fit_hashes(self.suite, cid)[0]
+        return (self.store.checkpoint_dir(self.suite.name) / "fitted" / ident["model"] / f"{ident['method']}-{fhash}"
+                / f"seed{cid.base['seed']}.pt")
+
     def run_cell(self, model_name, method_name, cfg, seed):
         cid = self.cell_identity(model_name, method_name, cfg, seed)
         with file_lock(cid.lock, wait=self.wait_for_locks) as held:
@@ -567,9 +575,7 @@ class Harness:
         fit_seed = derive_seed(self.suite.name, model_name, method_name, fhash, seed)
         seed_everything(fit_seed)  # initialisation inside the constructor depends on it
         method = cls(ctx, **cfg)
-        fitted_dir = self.store.checkpoint_dir(self.suite.name) / "fitted" / model_name
-        ckpt = fitted_dir / f"{method_name}-{fhash}" / f"seed{seed}.pt"
-        old_ckpt = fitted_dir / f"{method_name}-{legacy_fhash}" / f"seed{seed}.pt"
+        ckpt, old_ckpt = self.fitted_path(cid, fhash), self.fitted_path(cid, legacy_fhash)
         if not ckpt.exists() and legacy_fhash != fhash and old_ckpt.exists() and not self.forced(method_name):
             ckpt = old_ckpt  # fitted by older code under the identity that included evaluation options
         try:

@@ -43,8 +43,11 @@ networks a seed model, more than one call can train (docs/device.md). Its ``part
 archives hold the resume checkpoints of the trainings its deadline stopped (``*.partial``, the
 results layout): they go to ``--partials`` (default ``.device/partial``, git-excluded, carried by
 the next call, which resumes those trainings), each checked to load with its ``epoch``; one already
-there is replaced only by one of as many epochs or more. The run's summary names the partial fits it
-resumed whose trainings then ended (``outputs.partials.consumed``, with their digests): merging it
+there is replaced only by one of as many epochs or more; beside them, the fitted methods of the cells
+the deadline stopped while they were evaluated (``<suite>/checkpoints/fitted/...``, checked to load
+with their ``method`` state and ``fit_cost``), which the next call evaluates without fitting again.
+The run's summary names the partial fits it resumed whose trainings then ended, and the fitted
+methods whose cells then ended (``outputs.partials.consumed``, with their digests): merging it
 removes those copies.
 """
 from __future__ import annotations
@@ -252,10 +255,14 @@ _PARTIAL_FIT = re.compile(r"[A-Za-z0-9_.-]+\.partial")
 def is_partial_fit(name: str) -> bool:
     """A training's resume checkpoint, in the results layout: a MAP network's
     (``<suite>/checkpoints/map/<model>/<key hash>/seed<k>.partial``) or a fit's
-    (``<suite>/checkpoints/partial/<model>/<method>-<fit hash>/seed<k>/<tag>.partial``)."""
+    (``<suite>/checkpoints/partial/<model>/<method>-<fit hash>/seed<k>/<tag>.partial``); or the fitted
+    method of a cell a device call stopped while it was evaluated
+    (``<suite>/checkpoints/fitted/<model>/<method>-<fit hash>/seed<k>.pt``)."""
     parts = PurePosixPath(name).parts
     if len(parts) == 6 and parts[1:3] == ("checkpoints", "map"):
         return bool(re.fullmatch(r"seed\d+\.partial", parts[5]))
+    if len(parts) == 6 and parts[1:3] == ("checkpoints", "fitted"):
+        return "-" in parts[4] and bool(re.fullmatch(r"seed\d+\.pt", parts[5]))
     return (len(parts) == 7 and parts[1:3] == ("checkpoints", "partial") and bool(re.fullmatch(r"seed\d+", parts[5]))
             and bool(_PARTIAL_FIT.fullmatch(parts[6])))
 
@@ -263,17 +270,28 @@ def is_partial_fit(name: str) -> bool:
 def partial_epoch(body: bytes) -> int | None:
     """The epochs a resume checkpoint holds (a torch file of tensors and plain data with the network's
     ``model`` state and the ``epoch`` it goes on from), or None when the bytes are not one."""
+    obj = _torch_dict(body)
+    if not (isinstance(obj, dict) and isinstance(obj.get("model"), dict) and isinstance(obj.get("epoch"), int)):
+        return None
+    return obj["epoch"]
+
+
+def is_fitted_method(body: bytes) -> bool:
+    """A fitted method's checkpoint: a torch file of tensors and plain data with its ``method`` state
+    and its ``fit_cost``."""
+    obj = _torch_dict(body)
+    return isinstance(obj, dict) and isinstance(obj.get("method"), dict) and isinstance(obj.get("fit_cost"), dict)
+
+
+def _torch_dict(body: bytes):
     import io
 
     import torch
 
     try:
-        obj = torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
+        return torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
     except Exception:  # noqa: BLE001 - unpickling errors come in many types
         return None
-    if not (isinstance(obj, dict) and isinstance(obj.get("model"), dict) and isinstance(obj.get("epoch"), int)):
-        return None
-    return obj["epoch"]
 
 
 def map_problem(body: bytes) -> str | None:
@@ -355,9 +373,13 @@ def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False, partial
                              f"<suite>/artifacts/..., device/*.json, perf/*.json, "
                              f"<suite>/checkpoints/map/<model>/<hash>/seed<k>.pt, a partial fit "
                              f"<suite>/checkpoints/map/<model>/<hash>/seed<k>.partial or "
-                             f"<suite>/checkpoints/partial/<model>/<method>-<hash>/seed<k>/<tag>.partial)")
+                             f"<suite>/checkpoints/partial/<model>/<method>-<hash>/seed<k>/<tag>.partial, "
+                             f"a fitted method <suite>/checkpoints/fitted/<model>/<method>-<hash>/seed<k>.pt)")
         if kind == "partial":
-            if partial_epoch(body) is None:
+            if m.name.endswith(".pt") and not is_fitted_method(body):
+                raise MergeError(f"{tarball}: {m.name}: not a fitted method's checkpoint (a torch file of tensors "
+                                 f"and plain data with its 'method' state and 'fit_cost')")
+            if m.name.endswith(".partial") and partial_epoch(body) is None:
                 raise MergeError(f"{tarball}: {m.name}: not a resume checkpoint (a torch file of tensors and plain "
                                  f"data with the network's 'model' state and its 'epoch')")
             plan.append((kind, partials / m.name, body))
@@ -395,7 +417,7 @@ def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False, partial
             packed.update(read_pack(found))
     for kind, dest, body in plan:
         if kind == "partial":  # a later run's fit has gone further: an older one never replaces it
-            old = partial_epoch(dest.read_bytes()) if dest.is_file() else None
+            old = partial_epoch(dest.read_bytes()) if dest.is_file() and dest.suffix == ".partial" else None
             _keep(dest, body, counts, overwrite=old is None or partial_epoch(body) >= old,
                   differs=f"{dest} holds more epochs than the archive's; kept as it is")
             continue

@@ -257,6 +257,61 @@ def test_partial_fits_merge_beside_the_kept_records_never_backwards_and_leave_on
     counts = keep.merge(_tar(tmp_path / "r.tar", {"device/run.json": json.dumps(summary).encode()}), kept,
                         partials=partials)
     assert counts["partials_spent"] == 1 and not (partials / fit).exists() and (partials / net).is_file()
+    # a cell's fitted method (stopped while it was evaluated) goes there too, once it loads as one
+    done = "s/checkpoints/fitted/m/mfvi-0a1b/seed0.pt"
+    assert keep.is_partial_fit(done) and not keep.is_partial_fit("s/checkpoints/fitted/m/mfvi/seed0.pt")
+    with pytest.raises(keep.MergeError, match="not a fitted method"):
+        keep.merge(_tar(tmp_path / "f0.tar", {done: state(1)}), kept, partials=partials)
+    body = _torch_bytes({"method": {"w": torch.ones(2)}, "fit_cost": {"fit_time_s": 3.0}})
+    assert keep.merge(_tar(tmp_path / "f1.tar", {done: body}), kept, partials=partials)["added"] == 1
+    assert (partials / done).read_bytes() == body and not (kept / "s").exists()
+
+
+def _two_call_setup(carried: Path, tmp_path: Path, methods: str) -> tuple[Path, Path, list[str]]:
+    """A carried folder of its own (the partial fits go into it), an empty kept folder, and the
+    arguments of a grid of ``methods`` whose deadline may stop an item at any time (no checks)."""
+    here = tmp_path / "carried"
+    shutil.copytree(carried, here)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    args = list(FAST)
+    args[args.index("--methods") + 1] = methods
+    return here, kept, args + ["--checks", "skip", "--min-cell-s", "1", "--finish-s", "4", "--carried", str(here),
+                               "--kept", str(kept)]
+
+
+def test_a_cell_stopped_while_evaluated_is_not_fitted_again(carried, tmp_path):
+    """Call 1 fits MC dropout and is stopped while it predicts with 20,000 samples: its fitted method
+    goes back (partial-1.tar). Call 2 asks for 2 samples (a prediction option: the same fit), restores
+    that fit, loads it instead of fitting again and finishes the cell; the fit is then consumed, and
+    merging call 2's records removes the carried copy."""
+    here, kept, args = _two_call_setup(carried, tmp_path, "mc_dropout")
+    args += ["--set", "data.eval_batch_size=10"]
+    out1 = tmp_path / "out1"
+    assert ds.main([*args, "--set", "mc_dropout.samples=20000", "--budget-s", "30", "--out", str(out1),
+                    "--work", str(tmp_path / "work1")]) == 0
+    s1 = json.loads((out1 / "summary.json").read_text())
+    (cell,) = s1["grid"]["cells"]
+    assert cell["status"] == "stopped at the deadline", cell
+    rel = cell["fitted_checkpoint"]
+    assert rel.startswith("mnist_rotated/checkpoints/fitted/lenet_300_100/mc_dropout-") and rel.endswith("/seed0.pt")
+    info = s1["outputs"]["partials"]["files"][rel]
+    assert info["fitted"] is True and info["train_seconds"] > 0
+    assert list(_members(out1 / "partial-1.tar")) == [rel]
+    for name in ("records.tar.gz", "partial-1.tar"):
+        keep.merge(out1 / name, kept, partials=here / "partial")
+    assert (here / "partial" / rel).is_file()
+
+    out2 = tmp_path / "out2"
+    assert ds.main([*args, "--set", "mc_dropout.samples=2", "--budget-s", "120", "--out", str(out2),
+                    "--work", str(tmp_path / "work2")]) == 0
+    s2 = json.loads((out2 / "summary.json").read_text())
+    assert list(s2["grid"]["restored_partials"]) == [rel]
+    (cell,) = s2["grid"]["cells"]
+    assert cell["status"] == "loaded" and cell["resumed_s"] == round(info["train_seconds"], 2)
+    assert s2["outputs"]["partials"]["consumed"] == {rel: info["sha256"]} and not list(out2.glob("partial-*.tar"))
+    assert keep.merge(out2 / "records.tar.gz", kept, partials=here / "partial")["partials_spent"] == 1
+    assert not (here / "partial" / rel).exists()
 
 
 def test_the_partial_fits_holding_the_most_training_go_back_first(tmp_path):
@@ -296,15 +351,8 @@ def test_trainings_stopped_at_the_deadline_go_on_in_the_next_call(carried, tmp_p
     training seconds of the restored one (set to 1000 s here, far above any real value) and more epochs."""
     import torch
 
-    here = tmp_path / "carried"
-    shutil.copytree(carried, here)
-    kept = tmp_path / "kept"
-    kept.mkdir()
-    args = list(FAST)
-    args[args.index("--methods") + 1] = "deterministic,mc_dropout"
-    args += ["--checks", "skip", "--set", "train.epochs=100000", "--min-cell-s", "1", "--finish-s", "4",
-             "--checkpoint-interval-s", "0", "--budget-s", "30", "--grid-workers", "2", "--carried", str(here),
-             "--kept", str(kept)]
+    here, kept, args = _two_call_setup(carried, tmp_path, "deterministic,mc_dropout")
+    args += ["--set", "train.epochs=100000", "--checkpoint-interval-s", "0", "--budget-s", "30", "--grid-workers", "2"]
 
     def call(k):
         out = tmp_path / f"out{k}"
