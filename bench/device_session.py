@@ -645,8 +645,10 @@ def restore_partials(carried: Path, results: Path, suite: str) -> dict[str, dict
     """Copy the partial fits an earlier call sent back (``<carried>/partial/<suite>/checkpoints/...``:
     resume checkpoints, and the fitted methods of cells stopped while they were evaluated) into the
     grid's results, never over a file there; the trainings they belong to resume from them, the
-    cells fitted already are only evaluated. Returns each restored file's :func:`partial_progress`
-    by its path under ``results``."""
+    cells fitted already are only evaluated. A MAP network's partial fit whose finished network is
+    there (kept since) is not copied (``stale``: consumed). Returns each file's :func:`partial_progress`
+    by its path under ``results``. A worker removes the partial fits of the items it finds done
+    (their records kept), so those are consumed too."""
     src_root = carried / PARTIAL_DIR
     fitted = src_root / suite / "checkpoints" / "fitted"
     restored = {}
@@ -654,6 +656,9 @@ def restore_partials(carried: Path, results: Path, suite: str) -> dict[str, dict
         rel = src.relative_to(src_root)
         dest = results / rel
         if dest.exists():
+            continue
+        if dest.suffix == ".partial" and dest.with_suffix(".pt").is_file():  # a MAP network kept since: stale
+            restored[rel.as_posix()] = {**partial_progress(src), "stale": "its network is kept"}
             continue
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dest)
@@ -861,10 +866,12 @@ def grid_worker(spec_path: str) -> int:
             # a partial fit an earlier call stopped goes on from there: its seconds are not needed again
             if it["kind"] == "map":
                 need, resumed = map_need(model, it["seed"])
+                partials = [h.map_cache(model).path(it["seed"]).with_suffix(".partial")]
             else:
                 c = by_key[key]
                 cid = h.cell_identity(*c["cell"])  # its partial fit, or its fitted method (stopped while evaluated)
-                resumed = resumed_seconds([*h.fit_work_dir(cid).glob("*.partial"), h.fitted_path(cid)])
+                partials = list(h.fit_work_dir(cid).glob("*.partial"))
+                resumed = resumed_seconds([*partials, h.fitted_path(cid)])
                 need = item_need(lower.get(key, 0.0), finished.get(f"{model}/{c['label']}", 0.0), resumed)
                 # a network it builds on that is not there (e.g. deferred by another worker) is trained in it
                 need = max([need] + [map_need(m, k)[0] for m, k in c["needs"]])
@@ -876,7 +883,8 @@ def grid_worker(spec_path: str) -> int:
                 say(event="deferred", cell=key, why=f"needs more than {need:.0f} s (earlier runs), {left:.0f} s left")
                 continue
             if it["kind"] == "map":
-                say(event="start", cell=key, kind="map", model=model, seed=it["seed"], resumed_s=resumed)
+                say(event="start", cell=key, kind="map", model=model, seed=it["seed"], resumed_s=resumed,
+                    partials=_under(partials, spec["results"]))
                 t0 = time.perf_counter()
                 cache = h.map_cache(model)
                 before, error = len(cache.trained_now), None
@@ -891,7 +899,7 @@ def grid_worker(spec_path: str) -> int:
             model, method, cfg, seed = c["cell"]
             fitted = h.fitted_path(h.cell_identity(model, method, cfg, seed)).relative_to(spec["results"]).as_posix()
             say(event="start", cell=key, model=model, method=method, label=c["label"], seed=seed, run_dir=c["run_dir"],
-                resumed_s=resumed, fitted=fitted)
+                resumed_s=resumed, fitted=fitted, partials=_under(partials, spec["results"]))
             before = (h.summary.fitted, h.summary.loaded, h.summary.skipped, len(h.summary.failed))
             t0 = time.perf_counter()
             h.run_cell(model, method, cfg, seed)
@@ -904,6 +912,11 @@ def grid_worker(spec_path: str) -> int:
             claims.finish(it["key"])
     say(event="end")
     return 0
+
+
+def _under(paths, root) -> list[str]:
+    """The paths among ``paths`` that exist, relative to ``root`` (posix)."""
+    return [Path(p).relative_to(root).as_posix() for p in paths if Path(p).is_file()]
 
 
 def backbone_suites(suite_name: str, profile: str) -> list[str]:
@@ -1253,6 +1266,7 @@ class Session:
                             entry = {**cell, "status": "stopped at the deadline",
                                      "seconds": round(time.time() - cell["t"], 2)}
                             fitted = entry.pop("fitted", None)
+                            entry.pop("partials", None)
                             if fitted and (results / fitted).is_file():  # stopped while evaluated: its fit goes back
                                 entry["fitted_checkpoint"] = fitted
                                 self.stopped_fitted.append(fitted)
@@ -1276,10 +1290,14 @@ class Session:
                         running[worker]["resumed_s"] = round(ev["resumed_s"], 2)
                     if ev.get("fitted"):
                         running[worker]["fitted"] = ev["fitted"]
+                    running[worker]["partials"] = ev.get("partials") or []
                 elif kind == "done":
                     started = running.pop(worker, None) or {}
-                    if started.get("fitted") and ev["status"] in ("fitted", "loaded"):
+                    if started.get("fitted") and ev["status"] in ("fitted", "loaded", "kept (skipped)"):
                         self.finished_fitted.add(started["fitted"])
+                    if ev["status"] in ("kept (skipped)", "cached"):  # done before: a partial fit of it is stale
+                        for rel in started.get("partials", []):
+                            (results / rel).unlink(missing_ok=True)
                     cell = {k: ev[k] for k in ("cell", "status", "seconds")}
                     cell["worker"] = worker
                     if started.get("resumed_s"):
@@ -1316,6 +1334,7 @@ class Session:
                 err.close()
         for c in g["cells"]:
             c.pop("t", None)
+            c.pop("partials", None)
         if ended == workers and g["status"] == "running":
             g["status"] = "complete" if not g["deferred"] else "complete but for the deferred cells"
         elif ended < workers and g["status"] == "running":

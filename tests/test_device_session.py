@@ -314,6 +314,36 @@ def test_a_cell_stopped_while_evaluated_is_not_fitted_again(carried, tmp_path):
     assert not (here / "partial" / rel).exists()
 
 
+def test_partial_fits_of_items_done_since_are_consumed_not_sent_back(first_run, carried, tmp_path):
+    """Partial fits carried for a MAP network and a cell that the kept records hold finished (merged
+    from another call) are spent: the MAP network's is not restored, the cell's is removed when the
+    worker finds the cell done; both are `consumed`, and none goes back."""
+    import torch
+
+    out1, _ = first_run
+    here = tmp_path / "carried"
+    shutil.copytree(carried, here)
+    kept = tmp_path / "kept"
+    for name in ("records.tar.gz", "maps-1.tar"):
+        keep.merge(out1 / name, kept, partials=here / "partial")
+    (net,) = [p.relative_to(kept).with_suffix(".partial").as_posix()
+              for p in (kept / "mnist_rotated" / "checkpoints" / "map").rglob("seed0.pt")]
+    fit_hash = {r["fit_hash"] for r in load_records(kept, "mnist_rotated").to_dict("records")}.pop()
+    fit = f"mnist_rotated/checkpoints/partial/lenet_300_100/deterministic-{fit_hash}/seed0/deterministic.partial"
+    for rel in (net, fit):
+        (here / "partial" / rel).parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"model": {"w": torch.ones(2)}, "epoch": 1, "train_seconds": 5.0}, here / "partial" / rel)
+    out = tmp_path / "out"
+    assert ds.main([*FAST, "--checks", "skip", "--carried", str(here), "--kept", str(kept), "--out", str(out),
+                    "--work", str(tmp_path / "work"), "--budget-s", "120"]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["grid"]["kept_cells"] == 1 and s["grid"]["restored_partials"][net]["stale"]
+    assert sorted(s["outputs"]["partials"]["consumed"]) == sorted([net, fit])
+    assert not s["outputs"]["partials"]["files"] and not list(out.glob("partial-*.tar"))
+    assert keep.merge(out / "records.tar.gz", kept, partials=here / "partial")["partials_spent"] == 2
+    assert not list((here / "partial").rglob("*.partial"))
+
+
 def test_the_partial_fits_holding_the_most_training_go_back_first(tmp_path):
     """Two partial fits, room for one: the one of more training seconds goes back; the summary gives
     both with their progress, the other as left out, and a restored one that is gone as consumed."""
