@@ -259,6 +259,8 @@ def is_partial_fit(name: str) -> bool:
     method of a cell a device call stopped while it was evaluated
     (``<suite>/checkpoints/fitted/<model>/<method>-<fit hash>/seed<k>.pt``)."""
     parts = PurePosixPath(name).parts
+    if name.startswith("/") or any(p.startswith(".") for p in parts):  # nothing outside the folder it names
+        return False
     if len(parts) == 6 and parts[1:3] == ("checkpoints", "map"):
         return bool(re.fullmatch(r"seed\d+\.partial", parts[5]))
     if len(parts) == 6 and parts[1:3] == ("checkpoints", "fitted"):

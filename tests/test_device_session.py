@@ -235,6 +235,8 @@ def test_partial_fits_merge_beside_the_kept_records_never_backwards_and_leave_on
     net = "s/checkpoints/map/m/abc/seed1.partial"
     assert keep.is_partial_fit(fit) and keep.is_partial_fit(net) and not keep.is_partial_fit("s/checkpoints/map/m/a/x.pt")
     assert not keep.is_partial_fit("s/checkpoints/partial/m/mfvi-0a1b/mfvi.partial")  # no seed folder
+    assert not keep.is_partial_fit("../checkpoints/map/m/abc/seed1.partial")  # outside the folder
+    assert not keep.is_partial_fit("s/checkpoints/map/../abc/seed1.partial")
 
     def state(epoch):
         return _torch_bytes({"model": {"w": torch.full((3,), float(epoch))}, "epoch": epoch, "train_seconds": 1.0})
