@@ -622,16 +622,16 @@ def partial_files(results: Path, suite: str) -> list[Path]:
     return sorted(p for p in root.rglob("*.partial") if p.is_file()) if root.is_dir() else []
 
 
-def partial_progress(path: Path) -> dict:
+def partial_progress(path: Path, digest: bool = True) -> dict:
     """What a resume checkpoint holds: the epochs it finished, the training seconds they took (across
-    the processes that ran them), its size and digest; a fitted method's checkpoint (a cell stopped
-    after its fit, while it was evaluated): ``fitted`` and its fit's seconds. A file that does not
-    load says why."""
-    import torch
+    the processes that ran them), its size and (``digest``) SHA-256; a fitted method's checkpoint (a
+    cell stopped after its fit, while it was evaluated): ``fitted`` and its fit's seconds. A file
+    that does not load says why."""
+    from bench.torch_files import load_torch
 
-    info = {"bytes": path.stat().st_size, "sha256": _digest(path, "sha256")}
+    info = {"bytes": path.stat().st_size, **({"sha256": _digest(path, "sha256")} if digest else {})}
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = load_torch(path)
         if path.suffix == ".pt":
             info.update(fitted=True, train_seconds=float(state["fit_cost"].get("fit_time_s", math.nan)))
         else:
@@ -666,15 +666,16 @@ def restore_partials(carried: Path, results: Path, suite: str) -> dict[str, dict
     return restored
 
 
+def held_seconds(info: dict) -> float:
+    """The training seconds a :func:`partial_progress` says its file holds (0.0 when it does not say)."""
+    t = info.get("train_seconds", 0.0)
+    return t if t == t else 0.0
+
+
 def resumed_seconds(paths) -> float:
     """The training seconds the resume checkpoints among ``paths`` hold (the most of them; 0.0 when
     none exists or none says)."""
-    best = 0.0
-    for path in paths:
-        if Path(path).is_file():
-            t = partial_progress(Path(path)).get("train_seconds", 0.0)
-            best = max(best, t if t == t else 0.0)
-    return best
+    return max([held_seconds(partial_progress(Path(p), digest=False)) for p in paths if Path(p).is_file()] + [0.0])
 
 
 def item_need(lower: float, finished: float, resumed: float) -> float:
@@ -698,16 +699,8 @@ def partial_outputs(results: Path, suite: str, out: Path, restored: dict[str, di
     progress = {p: partial_progress(p) for p in partial_files(results, suite)
                 + [results / rel for rel in fitted if (results / rel).is_file()]}
 
-    def held(path):
-        t = progress[path].get("train_seconds", 0.0)
-        return -(t if t == t else 0.0)
-
-    files = sorted(progress, key=held)  # stable: path order among equals
-    got = write_file_archives(files, results, out, "partial", limit, most) if most > 0 else \
-        {"archives": [], "files": 0, "left_out": [p.relative_to(results).as_posix() for p in files]}
-    if most <= 0:
-        for old in out.glob("partial-*.tar"):
-            old.unlink()
+    files = sorted(progress, key=lambda path: -held_seconds(progress[path]))  # stable: path order among equals
+    got = write_file_archives(files, results, out, "partial", limit, most)  # most 0: every one left out
     present = {p.relative_to(results).as_posix() for p in files}
     return {"archives": got["archives"], "left_out": got["left_out"],
             "files": {p.relative_to(results).as_posix(): progress[p] for p in sorted(files)},
@@ -870,8 +863,9 @@ def grid_worker(spec_path: str) -> int:
             else:
                 c = by_key[key]
                 cid = h.cell_identity(*c["cell"])  # its partial fit, or its fitted method (stopped while evaluated)
+                fitted = h.fitted_path(cid)
                 partials = list(h.fit_work_dir(cid).glob("*.partial"))
-                resumed = resumed_seconds([*partials, h.fitted_path(cid)])
+                resumed = resumed_seconds([*partials, fitted])
                 need = item_need(lower.get(key, 0.0), finished.get(f"{model}/{c['label']}", 0.0), resumed)
                 # a network it builds on that is not there (e.g. deferred by another worker) is trained in it
                 need = max([need] + [map_need(m, k)[0] for m, k in c["needs"]])
@@ -897,9 +891,9 @@ def grid_worker(spec_path: str) -> int:
                     seconds=round(time.perf_counter() - t0, 2))
                 continue
             model, method, cfg, seed = c["cell"]
-            fitted = h.fitted_path(h.cell_identity(model, method, cfg, seed)).relative_to(spec["results"]).as_posix()
             say(event="start", cell=key, model=model, method=method, label=c["label"], seed=seed, run_dir=c["run_dir"],
-                resumed_s=resumed, fitted=fitted, partials=_under(partials, spec["results"]))
+                resumed_s=resumed, fitted=fitted.relative_to(spec["results"]).as_posix(),
+                partials=_under(partials, spec["results"]))
             before = (h.summary.fitted, h.summary.loaded, h.summary.skipped, len(h.summary.failed))
             t0 = time.perf_counter()
             h.run_cell(model, method, cfg, seed)
@@ -1334,7 +1328,6 @@ class Session:
                 err.close()
         for c in g["cells"]:
             c.pop("t", None)
-            c.pop("partials", None)
         if ended == workers and g["status"] == "running":
             g["status"] = "complete" if not g["deferred"] else "complete but for the deferred cells"
         elif ended < workers and g["status"] == "running":

@@ -516,12 +516,13 @@ class Harness:
         return cell_identity(self.suite, self.plan, self.store, self.methods_registry, model_name, method_name, cfg,
                              seed, self.device, self.pretrained)
 
-    def fit_work_dir(self, cid: CellIdentity):
+    def fit_work_dir(self, cid: CellIdentity, fhash: str | None = None):
         """Where the cell's fit keeps its resume checkpoints (``<tag>.partial``, removed when the
-        training ends): ``checkpoints/partial/<model>/<method>-<fit hash>/seed<k>``."""
+        training ends; ``fhash``: the fit hash, when known): ``checkpoints/partial/<model>/<method>-<fit
+        hash>/seed<k>``."""
         ident = cid.identity
         return (self.store.checkpoint_dir(self.suite.name) / "partial" / ident["model"]
-                / f"{ident['method']}-{fit_hashes(self.suite, cid)[0]}" / f"seed{cid.base['seed']}")
+                / f"{ident['method']}-{fhash or fit_hashes(self.suite, cid)[0]}" / f"seed{cid.base['seed']}")
 
     def fitted_path(self, cid: CellIdentity, fhash: str | None = None):
         """Where the cell's fitted method is kept once its fit ends (``fhash``: the fit hash, or an
@@ -568,7 +569,7 @@ class Harness:
         ctx_cls = sys.modules["methods.base"].MethodContext
         fhash, legacy_fhash = fit_hashes(self.suite, cid)
         base["fit_hash"] = fhash  # the fitted checkpoint's folder: checkpoints/fitted/<model>/<method>-<fit_hash>
-        work_dir = self.fit_work_dir(cid)
+        work_dir = self.fit_work_dir(cid, fhash)
         ctx = ctx_cls(task=self.suite.task, build_model=build, train=self.plan.train, device=self.device,
                       seed=seed, map_cache=map_cache, num_train=self.num_observations(), work_dir=work_dir,
                       progress=self.progress, extras=self.data.extras)

@@ -272,7 +272,7 @@ def is_partial_fit(name: str) -> bool:
 def partial_epoch(body: bytes) -> int | None:
     """The epochs a resume checkpoint holds (a torch file of tensors and plain data with the network's
     ``model`` state and the ``epoch`` it goes on from), or None when the bytes are not one."""
-    obj = _torch_dict(body)
+    obj, _ = _torch_load(body)
     if not (isinstance(obj, dict) and isinstance(obj.get("model"), dict) and isinstance(obj.get("epoch"), int)):
         return None
     return obj["epoch"]
@@ -281,32 +281,28 @@ def partial_epoch(body: bytes) -> int | None:
 def is_fitted_method(body: bytes) -> bool:
     """A fitted method's checkpoint: a torch file of tensors and plain data with its ``method`` state
     and its ``fit_cost``."""
-    obj = _torch_dict(body)
+    obj, _ = _torch_load(body)
     return isinstance(obj, dict) and isinstance(obj.get("method"), dict) and isinstance(obj.get("fit_cost"), dict)
 
 
-def _torch_dict(body: bytes):
+def _torch_load(body: bytes) -> tuple[object, str | None]:
+    """(the object, None) of a torch file of tensors and plain data; (None, the error's type) else."""
     import io
 
     import torch
 
     try:
-        return torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
-    except Exception:  # noqa: BLE001 - unpickling errors come in many types
-        return None
+        return torch.load(io.BytesIO(body), map_location="cpu", weights_only=True), None
+    except Exception as exc:  # noqa: BLE001 - unpickling errors come in many types
+        return None, type(exc).__name__
 
 
 def map_problem(body: bytes) -> str | None:
     """Why the bytes are not a MAP checkpoint (a torch file of tensors and plain data with the
     network's ``model`` state), or None."""
-    import io
-
-    import torch
-
-    try:
-        obj = torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - unpickling errors come in many types
-        return f"not a torch file of tensors and plain data ({type(exc).__name__})"
+    obj, error = _torch_load(body)
+    if error:
+        return f"not a torch file of tensors and plain data ({error})"
     if not isinstance(obj, dict) or not isinstance(obj.get("model"), dict):
         return "a torch file without the network's 'model' state"
     return None
