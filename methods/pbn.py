@@ -35,8 +35,8 @@ from bench.network import PROBE_EXAMPLES, check_stochastic_layers
 from bench.options import Check, OneOf, Range
 from bench.seeding import derive_seed
 from bench.subnet.partial_vi import PartialVI, elbo_loss, forward_flops
-from bench.subnet.selection import (CRITERIA, VarianceCriterion, candidate_indices, data_seed, layer_distribution,
-                                    make_criterion, param_layout, subnet_digest)
+from bench.subnet.selection import (CRITERIA, LargestVarianceSWAGCriterion, VarianceCriterion, candidate_indices,
+                                    data_seed, layer_distribution, make_criterion, param_layout, subnet_digest)
 from bench.subnet.sigma_stats import last_rel_change, sigma_change, sigma_summary
 from bench.subnet.stationarity import sigma_stationarity
 from bench.subnet.ssvi import softplus_inv
@@ -397,11 +397,14 @@ class PBN(VIMethod):
             # the subnetwork Laplace's criteria at their defaults (SWAG: 256 snapshots, this
             # project's choice, at lr 1e-2) and with its seed: the same mask as subnet_laplace on the same MAP network
             opts["seed"] = data_seed(name, self.ctx.seed)
+            if issubclass(CRITERIA.get(name), LargestVarianceSWAGCriterion):
+                opts["resume_path"] = self.ctx.resume_path("swag")  # a stopped SWAG run resumes
 
         criterion = make_criterion(name, size, **opts)
         t0 = time.perf_counter()
         indices = criterion.select(map_net, train, loss_fn=self.ctx.task.loss)
-        meta = {"criterion": {"name": name, **{k: v for k, v in opts.items() if k != "seed"}, "size": size},
+        described = {k: v for k, v in opts.items() if k not in ("seed", "resume_path")}
+        meta = {"criterion": {"name": name, **described, "size": size},
                 "select_time_s": time.perf_counter() - t0, "subnet_digest": subnet_digest(indices),
                 "select_info": getattr(criterion, "info", {}),
                 "n_candidates": int(candidate_indices(map_net).numel()), "init": c["init"]}

@@ -419,6 +419,40 @@ def test_trainings_stopped_at_the_deadline_go_on_in_the_next_call(carried, tmp_p
         assert again["train_seconds"] > 1000.0 and again["epoch"] > parts["files"][rel]["epoch"]
 
 
+def test_a_swag_selection_stopped_at_the_deadline_goes_on_in_the_next_call(carried, tmp_path):
+    """The subnetwork Laplace's SWAG run (here 10^6 snapshots, one an epoch) stopped by call 1's
+    deadline goes back as the fit's partial file (``swag.partial``); merged, with the MAP network,
+    call 2 restores it and continues it: what it sends back holds the restored seconds (set to
+    1000 s) and more epochs, and the stopped cell says it resumed."""
+    import torch
+
+    here, kept, args = _two_call_setup(carried, tmp_path, "subnet_laplace")
+    args += ["--set", "subnet_laplace.swag_n_snapshots=1000000", "--checkpoint-interval-s", "0", "--budget-s", "25"]
+
+    def call(k):
+        out = tmp_path / f"out{k}"
+        assert ds.main([*args, "--out", str(out), "--work", str(tmp_path / f"work{k}")]) == 0
+        return out, json.loads((out / "summary.json").read_text())
+
+    out1, s1 = call(1)
+    stopped = [c for c in s1["grid"]["cells"] if "/subnet_laplace" in c["cell"]]
+    assert [c["status"] for c in stopped] == ["stopped at the deadline"], s1["grid"]["cells"]
+    (rel,) = s1["outputs"]["partials"]["files"]
+    assert rel.startswith("mnist_rotated/checkpoints/partial/lenet_300_100/subnet_laplace-")
+    assert rel.endswith("/seed0/swag.partial") and s1["outputs"]["partials"]["files"][rel]["epoch"] >= 1
+    for archive in sorted(out1.glob("*.tar*")):
+        keep.merge(archive, kept, partials=here / "partial")
+    state = torch.load(here / "partial" / rel, weights_only=False)
+    torch.save({**state, "train_seconds": 1000.0}, here / "partial" / rel)
+
+    out2, s2 = call(2)
+    assert {r: info["train_seconds"] for r, info in s2["grid"]["restored_partials"].items()} == {rel: 1000.0}
+    (cell,) = [c for c in s2["grid"]["cells"] if "/subnet_laplace" in c["cell"]]
+    assert (cell["status"], cell["resumed_s"]) == ("stopped at the deadline", 1000.0)
+    again = s2["outputs"]["partials"]["files"][rel]
+    assert again["train_seconds"] > 1000.0 and again["epoch"] > state["epoch"]
+
+
 def test_the_grid_runs_seed_0_of_every_model_and_method_before_other_seeds():
     cells = [{"cell": (model, method, {}, seed)} for model in ("a", "b") for method in ("m", "n") for seed in (0, 1, 2)]
     got = [c["cell"] for c in ds.seed_major(cells, [0, 1, 2])]

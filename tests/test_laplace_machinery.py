@@ -70,6 +70,95 @@ def test_swag_snapshot_every_steps_counts_snapshots_and_steps():
     assert info["n_snapshots"] == 5 and info["steps"] == 15 and info["snapshot_unit"] == "steps"
 
 
+class _Stop(Exception):
+    pass
+
+
+def _stopping_loss(at_step: int | None):
+    """Cross-entropy that raises _Stop at its ``at_step``-th call (a run stopped part way)."""
+    calls = [0]
+
+    def loss(out, y):
+        calls[0] += 1
+        if at_step is not None and calls[0] == at_step:
+            raise _Stop()
+        return F.cross_entropy(out, y)
+
+    return loss
+
+
+def _dropout_net():
+    torch.manual_seed(1)
+    return nn.Sequential(nn.Linear(D_IN, 6), nn.Tanh(), nn.Dropout(0.3), nn.Linear(6, N_CLASSES))
+
+
+@pytest.mark.parametrize("every", [None, 3], ids=["one-per-epoch", "every-3-steps"])
+def test_swag_stopped_part_way_resumes_to_the_uninterrupted_variances(every, tmp_path, monkeypatch):
+    """A SWAG run stopped in its 6th epoch (4 steps an epoch; checkpoints after every epoch) and
+    called again goes on from its last checkpoint: the variances equal those of the run never
+    stopped, bit for bit (dropout in the network: torch's random state is restored too), the
+    earlier seconds count, and the checkpoint is gone once the run ends."""
+    monkeypatch.setenv("BENCH_CHECKPOINT_INTERVAL_S", "0")
+    net, (x, y) = _dropout_net(), data(64)
+    kw = dict(n_snapshots=9, snapshot_every=every, lr=0.05, batch_size=16, seed=4)
+    torch.manual_seed(7)
+    ref, ref_info = fit_diagonal_swag(net, x, y, _stopping_loss(None), **kw)
+    path = tmp_path / "swag.partial"
+    torch.manual_seed(7)
+    with pytest.raises(_Stop):
+        fit_diagonal_swag(net, x, y, _stopping_loss(22), resume_path=path, **kw)
+    saved = torch.load(path, weights_only=False)
+    assert saved["epoch"] == 5 and saved["step"] == 20 and saved["train_seconds"] > 0 and "model" in saved
+    torch.manual_seed(7)  # as the criterion seeds each call: the checkpoint's random state must take over
+    var, info = fit_diagonal_swag(net, x, y, _stopping_loss(None), resume_path=path, **kw)
+    assert torch.equal(var, ref) and float(var.max()) > 1e-6
+    assert (info["steps"], info["n_snapshots"]) == (ref_info["steps"], ref_info["n_snapshots"])
+    assert info["resumed_s"] == saved["train_seconds"] and info["fit_time_s"] > info["resumed_s"]
+    assert not path.exists()
+
+
+def test_a_swag_checkpoint_of_other_settings_is_set_aside_and_the_run_starts_over(tmp_path, monkeypatch):
+    monkeypatch.setenv("BENCH_CHECKPOINT_INTERVAL_S", "0")
+    net, (x, y) = _dropout_net(), data(64)
+    kw = dict(n_snapshots=6, batch_size=16, seed=4)
+    path = tmp_path / "swag.partial"
+    torch.manual_seed(7)
+    with pytest.raises(_Stop):
+        fit_diagonal_swag(net, x, y, _stopping_loss(10), resume_path=path, lr=0.05, **kw)
+    torch.manual_seed(7)
+    ref, _ = fit_diagonal_swag(net, x, y, _stopping_loss(None), lr=0.04, **kw)
+    torch.manual_seed(7)
+    var, info = fit_diagonal_swag(net, x, y, _stopping_loss(None), resume_path=path, lr=0.04, **kw)
+    assert torch.equal(var, ref) and info["resumed_s"] == 0.0
+    assert (tmp_path / "swag.partial.bad").is_file() and not path.exists()
+
+
+@pytest.mark.parametrize("method", ["subnet_laplace", "pbn"])
+def test_the_subnetwork_methods_run_swag_resumable_in_their_fit_work_folder(method, tmp_path, monkeypatch):
+    """subnet_laplace and PBN with the Wasserstein (SWAG) criterion hand the SWAG run a resume path
+    in the fit's work folder, where a stopped fit's partial files are found (the device session
+    sends them back); without a work folder, none."""
+    import bench.laplace.swag as swag
+    from methods.pbn import PBN
+    from tests.test_subnet_laplace import ctx_for as method_ctx, loader, plain_net
+
+    seen = []
+
+    def stop(*args, resume_path=None, **kw):
+        seen.append(resume_path)
+        raise _Stop()
+
+    monkeypatch.setattr(swag, "fit_diagonal_swag", stop)
+    for work in (tmp_path, None):
+        ctx = method_ctx(plain_net)
+        ctx.work_dir = work
+        m = (SubnetLaplace(ctx, criterion="wasserstein", n_subnet=5) if method == "subnet_laplace"
+             else PBN(ctx, criterion="wasserstein", n_bayes=5))
+        with pytest.raises(_Stop):
+            m.fit(loader(), data(16, 1))
+    assert seen == [tmp_path / "swag.partial", None]
+
+
 def test_wasserstein_criterion_ranks_by_swag_variance_of_an_independent_computation():
     from laplace.utils.swag import fit_diagonal_swag_var
 

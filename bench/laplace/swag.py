@@ -16,11 +16,15 @@ the snapshot interval can be given in optimiser steps (``snapshot_every``) inste
 With ``snapshot_every=None`` (one epoch) it reproduces ``fit_diagonal_swag_var`` exactly on the
 same batches (tests/test_laplace_machinery.py). A shorter interval is a cheaper estimate of the
 same stationary spread (docs/subnet_laplace.md measures how much the selected subnet changes).
+Given a ``resume_path`` (the subnetwork methods pass their fit's work folder), a run stopped part
+way (a device call's deadline, a killed job) continues where its last checkpoint stands.
 """
 from __future__ import annotations
 
 import copy
-import time
+import hashlib
+import os
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -28,20 +32,30 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector
 
 from bench.data import TensorLoader
+from bench.torch_files import load_or_set_aside, save_torch
+from bench.training import CheckpointSchedule, TrainingClock
 
 
 def fit_diagonal_swag(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: Callable, *,
                       n_snapshots: int = 256, snapshot_every: int | None = None, lr: float = 0.01,
                       momentum: float = 0.9, weight_decay: float = 3e-4, batch_size: int = 128,
                       min_var: float = 1e-30, seed: int = 0, device: torch.device | str | None = None,
-                      batches=None) -> tuple[torch.Tensor, dict]:
+                      batches=None, resume_path: str | os.PathLike | None = None) -> tuple[torch.Tensor, dict]:
     """Diagonal SWAG variances of every entry of ``parameters_to_vector(model.parameters())``.
 
     ``model`` is not modified (a copy is trained, in train mode). ``snapshot_every`` is the
     number of SGD steps between snapshots (None: one epoch, as the authors). ``batches`` (an
     iterable factory ``batches(epoch) -> iterable of (x, y)``) replaces the seeded shuffling,
     e.g. to feed the exact batches of a reference implementation. Returns ``(variances,
-    info)``; ``info`` holds the steps, epochs, snapshots and the time taken.
+    info)``; ``info`` holds the steps, epochs, snapshots and the time taken (``fit_time_s``, the
+    whole run's, earlier processes' epochs included; ``resumed_s`` that earlier part).
+
+    With ``resume_path`` the run is resumable as :func:`bench.training.train_model` is: after an
+    epoch, at most once every :func:`~bench.training.checkpoint_interval` seconds, the network,
+    optimiser, data order, torch's random state and the running moments are checkpointed there
+    (atomically); a later call with the same arguments continues from that epoch and returns the
+    variances of the uninterrupted run. A checkpoint of other settings or another starting network
+    is set aside and the run starts over; the file is removed when the run ends.
     """
     net = copy.deepcopy(model)
     device = torch.device(device) if device is not None else next(net.parameters()).device
@@ -55,7 +69,17 @@ def fit_diagonal_swag(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_f
     loader = TensorLoader(x, y, int(batch_size), shuffle=True, seed=int(seed))
     mean = sq_mean = None
     n, step, epoch = 0, 0, 0
-    t0 = time.perf_counter()
+    resume_path = Path(resume_path) if resume_path else None
+    # what a checkpoint must have been written by: these settings, from this network
+    identity = {"n_snapshots": int(n_snapshots), "snapshot_every": every, "lr": float(lr), "momentum": float(momentum),
+                "weight_decay": float(weight_decay), "batch_size": int(batch_size), "seed": int(seed),
+                "n_examples": len(x), "start": _digest(parameters_to_vector(params))}
+    state = _restore(resume_path, identity, net, opt, loader)
+    if state is not None:
+        mean, sq_mean = state["mean"].to(device), state["sq_mean"].to(device)
+        n, step, epoch = int(state["n"]), int(state["step"]), int(state["epoch"])
+    clock = TrainingClock(state)  # the seconds a resumed checkpoint holds count (and go to the fit's time)
+    checkpoints = CheckpointSchedule() if resume_path is not None else None
 
     def snapshot():
         nonlocal mean, sq_mean, n
@@ -82,9 +106,46 @@ def fit_diagonal_swag(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_f
         epoch += 1
         if every is None:
             snapshot()
+        if checkpoints is not None and n < n_snapshots and checkpoints.due():
+            save_torch({"model": net.state_dict(), "optimizer": opt.state_dict(), "loader": loader.state_dict(),
+                        "torch_rng": torch.get_rng_state(), "epoch": epoch, "step": step, "n": n,
+                        "mean": mean, "sq_mean": sq_mean, "identity": identity,
+                        "train_seconds": clock.seconds(), "train_usage": clock.usage()}, resume_path)
+    if resume_path is not None and resume_path.exists():
+        resume_path.unlink()
     var = torch.clamp(sq_mean - mean ** 2, min_var)
     info = {"n_snapshots": n, "snapshot_every_steps": every if every is not None else steps_per_epoch,
             "snapshot_unit": "steps" if every is not None else "epoch", "steps": step,
             "epochs": step / steps_per_epoch if steps_per_epoch else epoch, "lr": lr, "momentum": momentum,
-            "weight_decay": weight_decay, "batch_size": int(batch_size), "fit_time_s": time.perf_counter() - t0}
+            "weight_decay": weight_decay, "batch_size": int(batch_size), "fit_time_s": clock.seconds(),
+            "resumed_s": clock.earlier}
     return var.cpu(), info
+
+
+def _digest(w: torch.Tensor) -> str:
+    """SHA-256 of a weight vector's bytes: which network a SWAG checkpoint started from."""
+    return hashlib.sha256(w.detach().float().cpu().numpy().tobytes()).hexdigest()
+
+
+def _restore(path: Path | None, identity: dict, net: nn.Module, opt, loader: TensorLoader) -> dict | None:
+    """The checkpoint at ``path`` restored into network, optimiser, loader and torch's random
+    state, or None (no file; a damaged one or one of another run, set aside: the run starts over)."""
+    if path is None or not path.exists():
+        return None
+    initial = copy.deepcopy((net.state_dict(), opt.state_dict(), loader.state_dict()))
+
+    def apply(state):
+        if state.get("identity") != identity:
+            raise ValueError(f"a SWAG run of other settings or from another network ({state.get('identity')}, "
+                             f"not {identity})")
+        net.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        loader.load_state_dict(state["loader"])
+        torch.set_rng_state(state["torch_rng"])
+
+    state = load_or_set_aside(path, apply)
+    if state is None:  # start over from the network, optimiser and data order given
+        net.load_state_dict(initial[0])
+        opt.load_state_dict(initial[1])
+        loader.load_state_dict(initial[2])
+    return state

@@ -681,16 +681,19 @@ class LargestVarianceSWAGCriterion(VarianceCriterion):
     subnetwork-Laplace authors' mask): SGD (momentum 0.9, weight decay 3e-4) at a constant learning rate from the MAP
     weights, the variance of ``n_snapshots`` iterates. Defaults: 256 snapshots (this project's
     choice: the paper gives none, laplace-torch's mask defaults to 40), lr 1e-2 and one snapshot per
-    epoch (as laplace-torch's); ``snapshot_every`` (SGD steps) shortens the run."""
+    epoch (as laplace-torch's); ``snapshot_every`` (SGD steps) shortens the run. ``resume_path``:
+    where the SWAG run checkpoints, so that a stopped selection resumes (:func:`fit_diagonal_swag`)."""
 
     def __init__(self, size, *, n_snapshots: int = 256, snapshot_every: int | None = None, lr: float = 0.01,
                  momentum: float = 0.9, weight_decay: float = 3e-4,
                  likelihood: str = "classification", batch_size: int = 128, max_examples: int | None = None,
                  seed: int = 0, per_layer: bool = False, exclude_non_identifiable: bool = True,
-                 identifiability_rtol: float = 1e-8, param_filter: ParamFilter | None = None):
+                 identifiability_rtol: float = 1e-8, param_filter: ParamFilter | None = None,
+                 resume_path=None):
         super().__init__(size, likelihood=likelihood, batch_size=batch_size, max_examples=max_examples,
                          seed=seed, per_layer=per_layer, exclude_non_identifiable=exclude_non_identifiable,
                          identifiability_rtol=identifiability_rtol, param_filter=param_filter)
+        self.resume_path = resume_path  # where the SWAG run checkpoints (None: it does not)
         self.n_snapshots, self.lr = int(n_snapshots), float(lr)
         self.snapshot_every = None if snapshot_every is None else int(snapshot_every)
         self.momentum, self.weight_decay = float(momentum), float(weight_decay)
@@ -711,7 +714,7 @@ class LargestVarianceSWAGCriterion(VarianceCriterion):
                 var, info = fit_diagonal_swag(model, x, y, loss_fn, n_snapshots=self.n_snapshots,
                                               snapshot_every=self.snapshot_every, lr=self.lr, momentum=self.momentum,
                                               weight_decay=self.weight_decay, batch_size=self.batch_size,
-                                              seed=self.seed)
+                                              seed=self.seed, resume_path=self.resume_path)
             while len(_SWAG_CACHE) >= _SWAG_CACHE_SIZE:
                 _SWAG_CACHE.pop(next(iter(_SWAG_CACHE)))
             _SWAG_CACHE[key] = (var, info)
