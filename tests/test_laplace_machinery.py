@@ -133,6 +133,31 @@ def test_a_swag_checkpoint_of_other_settings_is_set_aside_and_the_run_starts_ove
     assert (tmp_path / "swag.partial.bad").is_file() and not path.exists()
 
 
+@pytest.mark.cuda
+def test_swag_on_cuda_gives_the_cpu_variances_without_a_host_copy_per_step():
+    """On a GPU the SWAG run gathers its batches there (the training set copied once): the CPU
+    run's variances within float tolerance, and a handful of synchronisations, not one a step."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA: runs on a lent GPU machine (python -m bench.device_session, docs/device.md)")
+    net, (x, y) = _dropout_net().eval(), data(640)
+    net[2].p = 0.0  # no dropout: the two devices' random streams differ
+    kw = dict(n_snapshots=6, lr=0.05, batch_size=16, seed=4)
+    ref, _ = fit_diagonal_swag(net, x, y, F.cross_entropy, **kw)
+    fit_diagonal_swag(net, x, y, F.cross_entropy, device="cuda", **{**kw, "n_snapshots": 2})  # warm-up
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            var, info = fit_diagonal_swag(net, x, y, F.cross_entropy, device="cuda", **kw)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [str(w.message).splitlines()[0] for w in caught if "called a synchronizing" in str(w.message)]
+    assert info["steps"] == 6 * 40 and len(syncs) <= 10, syncs
+    # E[w^2] - E[w]^2 cancels: judged against the largest variance, not entry by entry
+    torch.testing.assert_close(var, ref, rtol=1e-2, atol=1e-3 * float(ref.max()))
+
+
 @pytest.mark.parametrize("method", ["subnet_laplace", "pbn"])
 def test_the_subnetwork_methods_run_swag_resumable_in_their_fit_work_folder(method, tmp_path, monkeypatch):
     """subnet_laplace and PBN with the Wasserstein (SWAG) criterion hand the SWAG run a resume path

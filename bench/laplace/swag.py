@@ -66,7 +66,8 @@ def fit_diagonal_swag(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_f
     opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
     steps_per_epoch = -(-len(x) // int(batch_size)) if batches is None else None
     every = snapshot_every
-    loader = TensorLoader(x, y, int(batch_size), shuffle=True, seed=int(seed))
+    # on a GPU the data is copied there once, not batch by batch from the host (the same batches)
+    loader = TensorLoader(x, y, int(batch_size), shuffle=True, seed=int(seed), device=device)
     mean = sq_mean = None
     n, step, epoch = 0, 0, 0
     resume_path = Path(resume_path) if resume_path else None
