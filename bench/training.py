@@ -316,6 +316,38 @@ def divergence_check_steps(device: torch.device) -> int:
     return 1 if device.type == "cpu" else DIVERGENCE_CHECK_STEPS
 
 
+class RunningLoss:
+    """An epoch's summed training loss, kept on the loss's device (float64; float32 on MPS) and read
+    on the host every :func:`divergence_check_steps` steps and at the epoch's last step: on a GPU a
+    per-step read waits for the step to finish (a LeNet step on an H200 is bound by the host's kernel
+    launches, which it then cannot run ahead). :meth:`add` raises :class:`DivergedError` at the first
+    read that finds it non-finite, naming the step (every step on the CPU) or the steps it lies between."""
+
+    def __init__(self, epoch: int, steps_per_epoch: int, desc: str):
+        self.epoch, self.last_step, self.desc = epoch, steps_per_epoch - 1, desc
+        self.sum, self.count, self.checked, self.check = None, 0, -1, 1
+
+    def add(self, i: int, loss: torch.Tensor, n: int) -> None:
+        """Step ``i``'s mean loss over its ``n`` examples (before the step's backward pass)."""
+        if self.sum is None:
+            self.sum = torch.zeros((), dtype=torch.float32 if loss.device.type == "mps" else torch.float64,
+                                   device=loss.device)
+            self.check = divergence_check_steps(loss.device)
+        self.sum += loss.detach().to(self.sum.dtype) * n
+        self.count += n
+        if (i - self.checked) >= self.check or i == self.last_step:
+            if not torch.isfinite(self.sum):
+                if i - self.checked == 1:
+                    raise DivergedError(f"non-finite loss {loss.item()} at epoch {self.epoch} step {i} ({self.desc})")
+                raise DivergedError(f"non-finite loss at epoch {self.epoch}, in steps {self.checked + 1}-{i} "
+                                    f"({self.desc})")
+            self.checked = i
+
+    def mean(self) -> float:
+        """The epoch's mean loss per example so far (0.0 before any step)."""
+        return float(self.sum) / max(self.count, 1) if self.sum is not None else 0.0
+
+
 class StepFormat:
     """The arithmetic and memory layout of a training loop's steps (``train.precision``,
     ``train.channels_last``), for :func:`train_model` and the methods with a loop of their own: made
@@ -413,10 +445,7 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
                disable=not progress_enabled(progress), leave=False, mininterval=0.5)
     model.train()
     for epoch in range(start_epoch, cfg.epochs):
-        # the epoch's summed loss stays on the loss's device (float64, the sum a Python float made),
-        # read every `check` steps: on a GPU a per-step read waits for the step to finish (a LeNet
-        # step on an H200 is bound by the host's kernel launches, which it then cannot run ahead)
-        running, count, checked, check = None, 0, -1, 1
+        running = RunningLoss(epoch, steps_per_epoch, desc)  # read on the host every few steps only
         for i, (x, y) in enumerate(loader):
             step = epoch * steps_per_epoch + i
             f = lr_factor(cfg, step, steps_per_epoch)
@@ -425,28 +454,20 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
             x = fmt.batch(x)
             with fmt.forward(x.device):
                 loss = loss_fn(model, x, y, step / total_steps)
-            if running is None:
-                running = torch.zeros((), dtype=torch.float32 if loss.device.type == "mps" else torch.float64,
-                                      device=loss.device)
-                check = divergence_check_steps(loss.device)
-            running += loss.detach().to(running.dtype) * len(x)
-            if (i - checked) >= check or i == steps_per_epoch - 1:
-                if not torch.isfinite(running):
-                    bar.close()
-                    if i - checked == 1:
-                        raise DivergedError(f"non-finite loss {loss.item()} at epoch {epoch} step {i} ({desc})")
-                    raise DivergedError(f"non-finite loss at epoch {epoch}, in steps {checked + 1}-{i} ({desc})")
-                checked = i
+            try:
+                running.add(i, loss, len(x))
+            except DivergedError:
+                bar.close()
+                raise
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.grad_clip:
                 nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], cfg.grad_clip)
             optimizer.step()
-            count += len(x)
             bar.update(1)
             if i % 20 == 0 and not bar.disable:
-                bar.set_postfix(epoch=epoch, loss=f"{float(running) / count:.4f}")
-        log["epoch_loss"].append(float(running) / max(count, 1) if running is not None else 0.0)
+                bar.set_postfix(epoch=epoch, loss=f"{running.mean():.4f}")
+        log["epoch_loss"].append(running.mean())
         if epoch_stats is not None:
             log.setdefault("epoch_stats", []).append(epoch_stats())
         if on_epoch_end is not None:

@@ -41,7 +41,7 @@ from bench.seeding import derive_seed
 from bench.subnet.ssvi import (CRITERIA, GROW_MODES, SSVINet, as_float, kl_warmup_beta, update_fraction)
 from bench.subnet.sigma_stats import last_rel_change, sigma_change, sigma_summary
 from bench.subnet.stationarity import sigma_stationarity
-from bench.training import (OPTIMIZERS, CheckpointSchedule, TrainingClock, make_optimizer, own_group,
+from bench.training import (OPTIMIZERS, CheckpointSchedule, RunningLoss, TrainingClock, make_optimizer, own_group,
                             restore_training_state, save_training_state)
 from methods.base import Method, register_method
 
@@ -214,7 +214,7 @@ class SSVI(Method):
         fmt = StepFormat(cfg, model)  # the profile's precision and memory layout, as train_model's
         model.train()
         for epoch in range(start_epoch, cfg.epochs):
-            running, count = 0.0, 0
+            running = RunningLoss(epoch, steps_per_epoch, self.name)  # read on the host every few steps only
             for i, (x, y) in enumerate(train):
                 step = epoch * steps_per_epoch + i
                 t = step + 1  # the official scheduler counts calls from 1
@@ -235,9 +235,11 @@ class SSVI(Method):
                 beta = kl_warmup_beta(step, total, beta_max, warm)
                 kl = model.kl()
                 loss = nll + beta * kl / num_train
-                if not torch.isfinite(loss):
+                try:
+                    running.add(i, loss, len(x))
+                except DivergedError:
                     bar.close()
-                    raise DivergedError(f"non-finite loss {loss.item()} at epoch {epoch} step {i} (ssvi)")
+                    raise
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if update:
@@ -256,11 +258,10 @@ class SSVI(Method):
                     if cfg.grad_clip:
                         torch.nn.utils.clip_grad_norm_(list(model.parameters()), cfg.grad_clip)
                     opt.step()
-                running += loss.item() * len(x)
-                count += len(x)
                 bar.update(1)
-                last = {"nll": float(nll.detach()), "kl": float(kl.detach()), "beta": beta}
-            log["epoch_loss"].append(running / max(count, 1))
+                last = {"nll": nll.detach(), "kl": kl.detach(), "beta": beta}  # read at the epoch's end
+            last = {k: float(v) for k, v in last.items()}
+            log["epoch_loss"].append(running.mean())
             sig = torch.cat([v.reshape(-1) for v in self.named_sigmas().values()])
             log.setdefault("epoch_stats", []).append({"sigma_mean": float(sig.mean()), "sigma_median": float(sig.median()),
                                                       **last})

@@ -280,6 +280,24 @@ def test_state_dict_round_trip_gives_identical_predictions(fitted):
     assert all(torch.equal(a.w_idx, b.w_idx) for (_, a), (_, b) in zip(fitted.model.layers(), other.model.layers()))
 
 
+@pytest.mark.parametrize("check, words", [(1, r"non-finite loss nan at epoch 0 step 5 \(ssvi\)"),
+                                          (4, r"non-finite loss at epoch 0, in steps 4-7 \(ssvi\)")],
+                         ids=["cpu-every-step", "accelerator-every-4-steps"])
+def test_a_diverging_fit_fails_at_the_check_after_its_first_non_finite_loss(check, words, monkeypatch):
+    """A non-finite input in batch 5 makes the loss NaN there: on the CPU the fit fails at that step;
+    with the accelerator's schedule (the loss read every few steps, not at each) at the next check,
+    naming the steps between, as bench.training.train_model."""
+    from bench import training
+    from bench.errors import DivergedError
+
+    monkeypatch.setattr(training, "divergence_check_steps", lambda device: check)
+    x, y = _data()
+    x[5 * 32 + 3] = float("nan")
+    m = METHODS.get("ssvi")(_ctx(epochs=1), density=0.2, delta=1000)
+    with pytest.raises(DivergedError, match=words):
+        m.fit(TensorLoader(x, y, 32, shuffle=False), None)
+
+
 def test_bad_options_are_rejected():
     for bad in ({"criterion": "x"}, {"grow": "x"}, {"grow_sigma": "x"}, {"delta": 0}, {"nope": 1}):
         with pytest.raises(BenchError):
