@@ -316,6 +316,12 @@ def divergence_check_steps(device: torch.device) -> int:
     return 1 if device.type == "cpu" else DIVERGENCE_CHECK_STEPS
 
 
+def host_float(value) -> float | None:
+    """A loss term a training step left on its device (a tensor), read as a Python float; None stays
+    None. The loss functions' ``log`` holds tensors, read at an epoch's end, not at every step."""
+    return None if value is None else float(value)
+
+
 class RunningLoss:
     """An epoch's summed training loss, kept on the loss's device (float64; float32 on MPS) and read
     on the host every :func:`divergence_check_steps` steps and at the epoch's last step: on a GPU a

@@ -40,7 +40,7 @@ from bench.subnet.selection import (CRITERIA, LargestVarianceSWAGCriterion, Vari
 from bench.subnet.sigma_stats import last_rel_change, sigma_change, sigma_summary
 from bench.subnet.stationarity import sigma_stationarity
 from bench.subnet.ssvi import softplus_inv
-from bench.training import OPTIMIZERS, own_group, train_model
+from bench.training import OPTIMIZERS, host_float, own_group, train_model
 from methods.base import Method, register_method
 
 
@@ -191,7 +191,8 @@ class VIMethod(Method):
             sig = self.vi.sigma().detach()
             return {"sigma_mean": float(sig.mean()) if sig.numel() else None,
                     "sigma_median": float(sig.median()) if sig.numel() else None,
-                    "beta": last.get("beta"), "nll": last.get("nll"), "kl": last.get("kl")}
+                    "beta": last.get("beta"), "nll": host_float(last.get("nll")),
+                    "kl": host_float(last.get("kl"))}
 
         log = train_model(self.vi, train, cfg.replace(weight_decay=0.0), loss_fn, params=self.param_groups(),
                           epoch_stats=epoch_stats, desc=self.name,
@@ -202,7 +203,8 @@ class VIMethod(Method):
                          "epoch_loss": [float(v) for v in log.get("epoch_loss", [])],
                          "epoch_stats": log.get("epoch_stats", []),
                          "sigma_last_epoch_rel_change": last_rel_change(log.get("epoch_stats", []), "sigma_mean"),
-                         "final_nll": last.get("nll"), "final_kl": last.get("kl"), "final_beta": last.get("beta"),
+                         "final_nll": host_float(last.get("nll")), "final_kl": host_float(last.get("kl")),
+                         "final_beta": last.get("beta"),
                          "num_train": int(num_train), "kl_divisor": int(kl_divisor),
                          "mean_optimizer": cfg.optimizer, "mean_lr": cfg.lr, "schedule": cfg.schedule,
                          "rho_optimizer": str(c["rho_optimizer"]), "rho_lr": float(c["rho_lr"])}

@@ -44,7 +44,7 @@ from bench.predictive import ClassificationPredictive, MultilabelPredictive
 from bench.seeding import derive_seed
 from bench.subnet.sigma_stats import adam_travel_ratio, last_rel_change, sigma_change, sigma_summary
 from bench.subnet.stationarity import sigma_stationarity
-from bench.training import OPTIMIZERS, own_group, train_model
+from bench.training import OPTIMIZERS, host_float, own_group, train_model
 from bench.vdp import LIKELIHOODS, VDPNetwork, VDPWeightLayer, sigmoid_moments, softmax_moments, to_vdp, vdp_loss
 from bench.vdp.layers import SIGMA_PER
 from methods.base import Method, register_method
@@ -182,7 +182,7 @@ class VDP(Method):
         def epoch_stats():  # convergence evidence: sigma and the two ELBO terms after every epoch
             sig = torch.cat([v.reshape(-1) for v in self.named_sigmas().values()])
             return {"sigma_mean": float(sig.mean()), "sigma_median": float(sig.median()),
-                    "nll": last.get("nll"), "kl": last.get("kl")}
+                    "nll": host_float(last.get("nll")), "kl": host_float(last.get("kl"))}
 
         log = train_model(self.net, train, cfg, self._loss(last), params=groups, epoch_stats=epoch_stats, desc="vdp",
                           progress=self.ctx.progress, resume_path=self.ctx.resume_path("vdp"))
@@ -198,7 +198,7 @@ class VDP(Method):
                               "epoch_loss": [float(v) for v in log.get("epoch_loss", [])], "epoch_stats": stats,
                               "sigma_last_epoch_rel_change": last_rel_change(stats, "sigma_mean"),
                               "rho_adam_travel_ratio": travel,
-                              "final_nll": last.get("nll"), "final_kl": last.get("kl"),
+                              "final_nll": host_float(last.get("nll")), "final_kl": host_float(last.get("kl")),
                               "steps": cfg.epochs * len(train), "kl_divisor": int(self.meta["kl_divisor"])}
         c = self.config
         nll_only = vdp_loss(self.meta["kl_divisor"], kl_weight=0.0, likelihood=str(c["likelihood"]),

@@ -268,3 +268,56 @@ def test_ssvi_trains_at_the_configured_precision(monkeypatch):
         m = cls(ctx, train_samples=1).fit(TensorLoader(x, y, 16, seed=1), (x[:8], y[:8]))
         assert len(entered) == want and all(e == ("cpu", torch.bfloat16) for e in entered), entered
         assert all(p.dtype == torch.float32 for p in m.model.parameters())
+
+
+def _count_host_reads(monkeypatch) -> list[str]:
+    """Record every Python-level read of a tensor's value from now on (HOST_READS)."""
+    reads: list[str] = []
+    for name in HOST_READS:
+        original = getattr(torch.Tensor, name)
+
+        def wrapped(self, *a, _n=name, _original=original, **k):
+            reads.append(_n)
+            return _original(self, *a, **k)
+        monkeypatch.setattr(torch.Tensor, name, wrapped)
+    return reads
+
+
+@pytest.mark.parametrize("kind", ["pbn-elbo", "mfvi-elbo-local-reparam", "vdp", "ssvi-lrt"])
+def test_a_training_step_of_the_variational_losses_reads_nothing_on_the_host(kind, monkeypatch):
+    """The ELBO of PBN / mean-field VI and VDP++'s loss leave their terms (NLL, KL) in ``log`` as
+    tensors on the device: a step (loss, backward) reads no value on the host, which on a GPU would
+    wait for the step to finish; the terms are read at the epoch's end (host_float). SSVI's network
+    (its loop keeps the terms itself) reads nothing either."""
+    from bench.subnet.partial_vi import PartialVI, elbo_loss
+    from bench.vdp import to_vdp
+    from bench.vdp.loss import vdp_loss
+
+    x, y = _data(20)
+    log: dict = {}
+    if kind == "ssvi-lrt":  # SSVI's own loop: the same terms, its network in local-reparameterisation mode
+        from bench.subnet.ssvi import SSVINet
+
+        model = SSVINet(_net(), 0.3, generator=torch.Generator().manual_seed(1))
+        task = classification(3)
+
+        def fn(m, xb, yb, _f):
+            nll, kl = task.loss(m(xb), yb), m.kl()
+            log["nll"], log["kl"] = nll.detach(), kl.detach()
+            return nll + 0.5 * kl / 100
+    elif kind == "vdp":
+        model = to_vdp(_net(), rho_init=-3.0)
+        fn = vdp_loss(100, kl_weight=1.0, likelihood="cross_entropy", log=log)
+    else:
+        net = _net()
+        n = sum(p.numel() for p in net.parameters())
+        idx = torch.arange(n) if kind.startswith("mfvi") else torch.arange(0, n, 7)
+        model = PartialVI(net, idx)
+        fn = elbo_loss(classification(3), 100, samples=3, weight_decay=1e-4, log=log,
+                       local_reparam=kind.endswith("local-reparam"))
+    fn(model, x, y, 0.0).backward()  # warm-up: first-call work may read
+    reads = _count_host_reads(monkeypatch)
+    fn(model, x, y, 0.5).backward()
+    assert reads == [] and {"nll", "kl"} <= set(log)
+    monkeypatch.undo()
+    assert all(isinstance(training.host_float(log[k]), float) for k in ("nll", "kl"))

@@ -70,7 +70,7 @@ def test_the_elbo_of_a_multilabel_network_is_its_label_nll_plus_the_scaled_kl():
     mu, var = net(x)
     want = multilabel_nll(mu, var, y, "cross_entropy").mean() + 0.5 * net.kl() / 40
     torch.testing.assert_close(loss, want)
-    assert log["nll"] == pytest.approx(float(multilabel_nll(mu, var, y, "cross_entropy").mean()), rel=1e-6)
+    assert float(log["nll"]) == pytest.approx(float(multilabel_nll(mu, var, y, "cross_entropy").mean()), rel=1e-6)
 
 
 def test_presence_pooling_moments_match_monte_carlo_over_the_pixel_logits():

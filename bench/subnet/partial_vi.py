@@ -509,8 +509,8 @@ def elbo_loss(task, num_train: int, *, samples: int = 5, beta_start: float = 0.2
         loss = nll + beta * kl / num_train
         if weight_decay:
             loss = loss + 0.5 * weight_decay * sum(p.square().sum() for p in model.net.parameters())
-        if log is not None:
-            log["nll"], log["kl"], log["beta"] = float(nll.detach()), float(kl.detach()), beta
+        if log is not None:  # tensors: the caller reads them when it needs them, not at every step
+            log["nll"], log["kl"], log["beta"] = nll.detach(), kl.detach(), beta
         return loss
 
     return fn

@@ -115,8 +115,8 @@ def vdp_loss(num_train: int, *, kl_weight: float, likelihood: str = "gaussian", 
                        multilabel=multilabel).mean()
         kl = model.kl(prior_scale)
         loss = nll + float(kl_weight) * kl / num_train
-        if log is not None:
-            log["nll"], log["kl"] = float(nll.detach()), float(kl.detach())
+        if log is not None:  # tensors: the caller reads them when it needs them, not at every step
+            log["nll"], log["kl"] = nll.detach(), kl.detach()
         return loss
 
     return fn
