@@ -1,5 +1,6 @@
 """The training loop and loader on an accelerator: the loss read on the host every
 ``divergence_check_steps`` steps, not every step, and in-memory data gathered on the device."""
+import collections
 import math
 
 import pytest
@@ -270,14 +271,19 @@ def test_ssvi_trains_at_the_configured_precision(monkeypatch):
         assert all(p.dtype == torch.float32 for p in m.model.parameters())
 
 
-def _count_host_reads(monkeypatch) -> list[str]:
-    """Record every Python-level read of a tensor's value from now on (HOST_READS)."""
+def _count_host_reads(monkeypatch, only_under: str | None = None) -> list[str]:
+    """Record every Python-level read of a tensor's value from now on (HOST_READS); with
+    ``only_under``, the reads made by code in files under that folder only (installed packages aside)."""
+    import sys
+
     reads: list[str] = []
     for name in HOST_READS:
         original = getattr(torch.Tensor, name)
 
         def wrapped(self, *a, _n=name, _original=original, **k):
-            reads.append(_n)
+            caller = sys._getframe(1).f_code.co_filename
+            if only_under is None or (caller.startswith(only_under) and "site-packages" not in caller):
+                reads.append(f"{_n} {caller}:{sys._getframe(1).f_lineno}")
             return _original(self, *a, **k)
         monkeypatch.setattr(torch.Tensor, name, wrapped)
     return reads
@@ -321,3 +327,40 @@ def test_a_training_step_of_the_variational_losses_reads_nothing_on_the_host(kin
     assert reads == [] and {"nll", "kl"} <= set(log)
     monkeypatch.undo()
     assert all(isinstance(training.host_float(log[k]), float) for k in ("nll", "kl"))
+
+
+@pytest.mark.parametrize("method", ["mc_dropout", "pbn", "mfvi", "vdp", "ssvi"])
+def test_a_methods_training_reads_the_host_a_few_times_an_epoch_not_every_step(method, monkeypatch):
+    """Each method's fit on the accelerator's schedule (the loss checked every 50 steps), 1 epoch
+    against 3 of 16 steps each: the reads of tensor values that the two extra epochs add in this
+    project's code (the checks, the epoch's mean loss, the sigma and ELBO-term statistics) stay at
+    most 8 an epoch; a read at every step would be at least 16 more. (torch's Adam reads its step
+    count, a tensor it keeps on the host, at every step: no wait for the device, and not ours.)"""
+    from pathlib import Path
+
+    from bench.models import build_model
+    from methods.base import METHODS, MethodContext
+    from tests.test_subnet_laplace import StubCache
+
+    root = str(Path(__file__).resolve().parent.parent)
+    monkeypatch.setattr(training, "divergence_check_steps", lambda device: 50)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(256, 1, 6, 6, generator=g), torch.randint(0, 5, (256,), generator=g)
+
+    def build(dropout=0.0):
+        torch.manual_seed(0)
+        return build_model("lenet_300_100", (1, 6, 6), 5, dropout=dropout)
+
+    def reads_of_fit(epochs):
+        cfg = TrainConfig(epochs=epochs, batch_size=16, lr=0.01, momentum=0.9)
+        ctx = MethodContext(task=classification(5), build_model=build, train=cfg, device=torch.device("cpu"),
+                            seed=0, map_cache=StubCache(build()), num_train=256)
+        opts = {"ssvi": {"delta": 10_000}, "mc_dropout": {"samples": 2}}.get(method, {})
+        m = METHODS.get(method)(ctx, **opts)
+        with pytest.MonkeyPatch.context() as mp:
+            reads = _count_host_reads(mp, only_under=root)
+            m.fit(TensorLoader(x, y, 16, seed=0), (x[:32], y[:32]))
+        return reads
+
+    one, three = reads_of_fit(1), reads_of_fit(3)
+    assert len(three) - len(one) <= 2 * 8, collections.Counter(three) - collections.Counter(one)
