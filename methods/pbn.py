@@ -36,7 +36,8 @@ from bench.options import Check, OneOf, Range
 from bench.seeding import derive_seed
 from bench.subnet.partial_vi import PartialVI, elbo_loss, forward_flops
 from bench.subnet.selection import (CRITERIA, LargestVarianceSWAGCriterion, VarianceCriterion, candidate_indices,
-                                    data_seed, layer_distribution, make_criterion, param_layout, subnet_digest)
+                                    data_seed, earlier_select_seconds, layer_distribution, make_criterion,
+                                    param_layout, subnet_digest)
 from bench.subnet.sigma_stats import last_rel_change, sigma_change, sigma_summary
 from bench.subnet.stationarity import sigma_stationarity
 from bench.subnet.ssvi import softplus_inv
@@ -407,7 +408,9 @@ class PBN(VIMethod):
         indices = criterion.select(map_net, train, loss_fn=self.ctx.task.loss)
         described = {k: v for k, v in opts.items() if k not in ("seed", "resume_path")}
         meta = {"criterion": {"name": name, **described, "size": size},
-                "select_time_s": time.perf_counter() - t0, "subnet_digest": subnet_digest(indices),
+                # the whole selection's time: a resumed SWAG run counts its earlier seconds
+                "select_time_s": time.perf_counter() - t0 + earlier_select_seconds(getattr(criterion, "info", {})),
+                "subnet_digest": subnet_digest(indices),
                 "select_info": getattr(criterion, "info", {}),
                 "n_candidates": int(candidate_indices(map_net).numel()), "init": c["init"]}
         net = map_net if c["init"] == "map" else self.fresh_network("random-init").to(self.ctx.device)

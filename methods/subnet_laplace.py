@@ -48,8 +48,9 @@ from methods._laplace_base import LaplaceMethod
 from bench.laplace.subnet_jacobians import MULTILABEL_BACKENDS, SUBNET_BACKENDS, subnet_jacobian_backend
 from bench.seeding import derive_seed
 from bench.options import OneOf, Range
-from bench.subnet.selection import (CRITERIA, DegenerateSubnetError, candidate_indices, data_seed, layer_distribution,
-                                    make_criterion, resolve_subnet_size, subnet_digest)
+from bench.subnet.selection import (CRITERIA, DegenerateSubnetError, candidate_indices, data_seed,
+                                    earlier_select_seconds, layer_distribution, make_criterion, resolve_subnet_size,
+                                    subnet_digest)
 from methods.base import register_method
 
 
@@ -241,9 +242,10 @@ class SubnetLaplace(LaplaceMethod):
         criterion = make_criterion(name, s, **self.criterion_options(name))
         t0 = time.perf_counter()
         self.indices = criterion.select(model, train, loss_fn=self.ctx.task.loss).cpu()
-        self.meta["select_time_s"] = time.perf_counter() - t0
         self.meta["criterion"] = {"name": name, "size": size}
         self.meta["select_info"] = getattr(criterion, "info", {})
+        # the whole selection's time: a SWAG run resumed from a stopped one counts its earlier seconds
+        self.meta["select_time_s"] = time.perf_counter() - t0 + earlier_select_seconds(self.meta["select_info"])
         if "n_non_identifiable" in self.meta["select_info"]:
             self.meta["n_non_identifiable"] = self.meta["select_info"]["n_non_identifiable"]
         self.meta["subnet_size"] = int(self.indices.numel())

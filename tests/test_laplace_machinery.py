@@ -184,6 +184,36 @@ def test_the_subnetwork_methods_run_swag_resumable_in_their_fit_work_folder(meth
     assert seen == [tmp_path / "swag.partial", None]
 
 
+@pytest.mark.parametrize("method", ["subnet_laplace", "pbn"])
+def test_the_selection_time_counts_a_resumed_swag_runs_earlier_seconds_once(method, monkeypatch):
+    """select_time_s is the whole selection's: a SWAG run that resumed one said to have run 1000 s
+    before adds them; the same variances from this process's cache (a second fit) do not."""
+    import bench.laplace.swag as swag
+    from bench.subnet import selection
+    from methods.pbn import PBN
+    from tests.test_subnet_laplace import ctx_for as method_ctx, loader, plain_net
+
+    real = swag.fit_diagonal_swag
+
+    def resumed(*args, **kw):
+        var, info = real(*args, **kw)
+        return var, {**info, "resumed_s": 1000.0}
+
+    monkeypatch.setattr(swag, "fit_diagonal_swag", resumed)
+    monkeypatch.setattr(selection, "_SWAG_CACHE", {})
+    times = []
+    for _ in range(2):
+        ctx = method_ctx(plain_net)
+        m = (SubnetLaplace(ctx, criterion="wasserstein", n_subnet=5, swag_n_snapshots=4) if method == "subnet_laplace"
+             else PBN(ctx, criterion="wasserstein", n_bayes=5))
+        if method == "pbn":  # its selection alone (build_posterior's metadata)
+            times.append(m.build_posterior(loader())[2]["select_time_s"])
+        else:
+            m.fit(loader(), data(16, 1))
+            times.append(m.meta["select_time_s"])
+    assert times[0] >= 1000.0 and times[1] < 1000.0
+
+
 def test_wasserstein_criterion_ranks_by_swag_variance_of_an_independent_computation():
     from laplace.utils.swag import fit_diagonal_swag_var
 

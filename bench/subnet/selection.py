@@ -723,6 +723,13 @@ class LargestVarianceSWAGCriterion(VarianceCriterion):
         return var, var > 1e-30, {**info, "estimator": "swag"}
 
 
+def earlier_select_seconds(info: dict) -> float:
+    """The seconds earlier processes spent on a selection that this one resumed (a stopped SWAG
+    run's, ``info["resumed_s"]``); 0.0 when nothing was resumed or the variances came from this
+    process's cache (whose run those seconds belong to)."""
+    return 0.0 if info.get("cached") else float(info.get("resumed_s") or 0.0)
+
+
 #: SWAG variances already computed in this process, by (network, data, settings)
 _SWAG_CACHE: "dict[tuple, tuple]" = {}
 _SWAG_CACHE_SIZE = 8
