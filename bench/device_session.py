@@ -99,7 +99,7 @@ CUDA_TESTS = ("tests/test_method_contract.py,tests/test_training_loop.py,tests/t
 
 #: bench perf cases that measure the device (the others time CPU threads, processes or loaders)
 PERF_CASES = ("harness_vs_bare_loop", "ensemble_vs_single", "mc_dropout_vs_single", "pbn_vs_mfvi_train_step",
-              "ssvi_vs_mfvi_train_step", "pbn_predict_vs_single", "vdp_predict_vs_single",
+              "vi_training_loop_vs_bare_steps", "ssvi_vs_mfvi_train_step", "pbn_predict_vs_single", "vdp_predict_vs_single",
               "laplace_glm_jvp_vs_moments", "segmentation_jvp_vs_forward", "diag_glm_grid_pairs_vs_per_vector",
               "subnet_posterior_memory")
 NO_CUDA = "skipped: no CUDA"

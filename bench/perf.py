@@ -277,6 +277,42 @@ def pbn_vs_mfvi_train_step(model_name, in_shape, device, repeats, tmp, batch=128
 
 
 @case
+def vi_training_loop_vs_bare_steps(model_name, in_shape, device, repeats, tmp, batch=50, steps=60, r_bayes=0.01):
+    """PBN's training as the method runs it (:func:`bench.training.train_model`: the learning-rate
+    schedule, the loss summed on the device and checked every few steps, the ELBO's terms kept in its
+    log and read after the epoch) against the same steps in a bare loop (forward, negative ELBO,
+    backward, update) over the same loader, at the paper's batch of 50: what the loop adds to a
+    step. On a GPU a read of a value on the host waits for the step (docs/device.md)."""
+    from bench.data import TensorLoader
+    from bench.training import host_float, make_optimizer, train_model
+
+    task = classification(10)
+    x, y = torch.randn(batch * steps, *in_shape), torch.randint(0, 10, (batch * steps,))
+    loader = TensorLoader(x, y, batch, seed=0, device=device)
+    cfg = TrainConfig(epochs=1, batch_size=batch, lr=1e-3, momentum=0.9)
+    looped, bare_vi = (_partial_vi(model_name, in_shape, device, r_bayes) for _ in range(2))
+    last: dict = {}
+    logged = elbo_loss(task, 60_000, samples=5, log=last)
+    plain = elbo_loss(task, 60_000, samples=5)
+    opt = make_optimizer(bare_vi.parameters(), cfg)
+
+    def loop():
+        train_model(looped, loader, cfg, logged,
+                    epoch_stats=lambda: {"nll": host_float(last.get("nll")), "kl": host_float(last.get("kl"))})
+
+    def bare():
+        bare_vi.train()
+        for xb, yb in loader:
+            opt.zero_grad(set_to_none=True)
+            plain(bare_vi, xb, yb, 0.5).backward()
+            opt.step()
+
+    c, r = side_by_side(loop, bare, repeats, device)
+    return ("PBN training loop / bare steps", c / r, "<=", 1.1,
+            f"{c / steps * 1e3:.2f} ms vs {r / steps * 1e3:.2f} ms per step, batch {batch}, {steps} steps")
+
+
+@case
 def ssvi_vs_mfvi_train_step(model_name, in_shape, device, repeats, tmp, batch=128, steps=3, density=0.1):
     """SSVI (10 %, LRT, one draw, its default) train step vs mfvi's (dense, S = 5 weight draws, its
     default) and vs dense VI with SSVI's own estimator (density 1); variational state sizes."""

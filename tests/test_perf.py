@@ -138,3 +138,25 @@ def test_the_harness_loop_is_timed_on_the_same_work_as_the_bare_loop(tmp_path, m
     harness_rate = float(detail.split(" vs ")[0].replace(",", ""))
     # the harness predicted 400 inputs in 11 ms beside a training job (CI, 2026-12-04); scoring inside: >= 500 ms
     assert n / harness_rate < delay_s / 2, detail
+
+
+def test_the_vi_training_loop_case_times_the_method_loop_against_bare_steps_of_one_loader(tmp_path, monkeypatch):
+    """vi_training_loop_vs_bare_steps runs train_model (PBN's loss with its log) and the bare loop
+    over the same loader, the same number of steps each; no timing is judged here."""
+    import torch
+
+    from bench import perf, training
+
+    calls = []
+    real = training.train_model
+
+    def counted(model, loader, cfg, loss_fn, **kw):
+        calls.append((len(loader), cfg.epochs, "epoch_stats" in kw))
+        return real(model, loader, cfg, loss_fn, **kw)
+
+    monkeypatch.setattr(training, "train_model", counted)
+    (name, ratio, op, target, detail) = perf.vi_training_loop_vs_bare_steps(
+        "lenet_300_100", (1, 28, 28), torch.device("cpu"), 1, tmp_path, batch=8, steps=3)
+    assert calls == [(3, 1, True)] * 2  # the warm-up and the one repeat
+    assert name == "PBN training loop / bare steps" and ratio > 0 and (op, target) == ("<=", 1.1)
+    assert detail.endswith("batch 8, 3 steps")
