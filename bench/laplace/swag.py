@@ -71,11 +71,12 @@ def fit_diagonal_swag(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_f
     mean = sq_mean = None
     n, step, epoch = 0, 0, 0
     resume_path = Path(resume_path) if resume_path else None
-    # what a checkpoint must have been written by: these settings, from this network
-    identity = {"n_snapshots": int(n_snapshots), "snapshot_every": every, "lr": float(lr), "momentum": float(momentum),
-                "weight_decay": float(weight_decay), "batch_size": int(batch_size), "seed": int(seed),
-                "n_examples": len(x), "start": _digest(parameters_to_vector(params))}
-    state = _restore(resume_path, identity, net, opt, loader)
+    identity = state = None
+    if resume_path is not None:  # what a checkpoint must have been written by: these settings, from this network
+        identity = {"n_snapshots": int(n_snapshots), "snapshot_every": every, "lr": float(lr),
+                    "momentum": float(momentum), "weight_decay": float(weight_decay), "batch_size": int(batch_size),
+                    "seed": int(seed), "n_examples": len(x), "start": _digest(parameters_to_vector(params))}
+        state = _restore(resume_path, identity, net, opt, loader)
     if state is not None:
         mean, sq_mean = state["mean"].to(device), state["sq_mean"].to(device)
         n, step, epoch = int(state["n"]), int(state["step"]), int(state["epoch"])
@@ -128,10 +129,10 @@ def _digest(w: torch.Tensor) -> str:
     return hashlib.sha256(w.detach().float().cpu().numpy().tobytes()).hexdigest()
 
 
-def _restore(path: Path | None, identity: dict, net: nn.Module, opt, loader: TensorLoader) -> dict | None:
+def _restore(path: Path, identity: dict, net: nn.Module, opt, loader: TensorLoader) -> dict | None:
     """The checkpoint at ``path`` restored into network, optimiser, loader and torch's random
     state, or None (no file; a damaged one or one of another run, set aside: the run starts over)."""
-    if path is None or not path.exists():
+    if not path.exists():
         return None
     initial = copy.deepcopy((net.state_dict(), opt.state_dict(), loader.state_dict()))
 
