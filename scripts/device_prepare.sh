@@ -7,8 +7,10 @@
 #             versions pinned in pyproject.toml (the others at the versions in .venv)
 #   .device/  data/: the archives of --data (default MNIST,FashionMNIST-test) from ../shared/data with their
 #             checksums (MD5SUMS, SHA256SUMS-<name>), and commit.txt (the device gets no .git: the records
-#             it writes name this commit); partial/ (left as it is): the partial fits earlier calls sent back
-#             (keep_records.py merge), which the session resumes
+#             it writes name this commit); partial/: the partial fits earlier calls sent back
+#             (keep_records.py merge), which the session resumes, as many as the room the data leaves holds (the
+#             most training seconds first)
+#   .device-held/partial/  the partial fits that did not fit this call, not carried (the next prepare tries again)
 #   .device-stage-<k>/  an archive too large to travel beside the tree, in parts (with .device/data/parts.json),
 #             one folder per earlier call that stages it there (scripts/device_stage.sh)
 # Arguments after -- are added to the printed session command. All are listed in .git/info/exclude.
@@ -32,7 +34,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 mkdir -p .git/info && touch .git/info/exclude
-for p in /.whl/ /.device/ '/.device-stage-*/' /.device-staged/; do
+for p in /.whl/ /.device/ '/.device-stage-*/' /.device-staged/ /.device-held/; do
   grep -qxF "$p" .git/info/exclude || echo "$p" >> .git/info/exclude
 done
 
@@ -82,9 +84,7 @@ for f in ["MD5SUMS", *(f"SHA256SUMS-{n}" for n in names)]:
     if (shared / f).is_file():
         shutil.copyfile(shared / f, dest / f)
 wheels = sum(p.stat().st_size for p in Path(".whl").glob("*") if p.is_file())
-# the partial fits an earlier call sent back (.device/partial, kept by keep_records.py merge) travel too
-partials = sum(p.stat().st_size for p in Path(".device/partial").rglob("*") if p.is_file())
-room = LIMIT - tree - wheels - partials - sum(p.stat().st_size for p in dest.iterdir()) - MARGIN  # the session's call
+room = LIMIT - tree - wheels - sum(p.stat().st_size for p in dest.iterdir()) - MARGIN  # the session's call
 stage_room = LIMIT - tree - MARGIN  # each staging call carries the tree and one folder of parts
 if stage_room <= 0:
     sys.exit("device_prepare.sh: the tree alone leaves no room for data in a call")
@@ -116,6 +116,61 @@ for n in names:
     parts[n] = {"sha256": digest.hexdigest(), "bytes": size, "parts": entry}
 if parts:
     (dest / "parts.json").write_text(json.dumps(parts, indent=1) + "\n")
+
+
+# The partial fits earlier calls sent back (keep_records.py merge keeps them in .device/partial) travel in
+# the room the data leaves, those holding the most training seconds first; the others wait, not carried,
+# in .device-held/partial for a call with room (a training whose partial fit stays behind starts again
+# there). Of two copies of one training (a held one, and a newer one a call sent back) the one of more
+# seconds stays.
+_seconds = {}
+
+
+def seconds(path):
+    if path not in _seconds:
+        try:
+            import torch
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            value = float(state.get("train_seconds", float("nan"))) if isinstance(state, dict) else float("nan")
+            _seconds[path] = value if value == value else 0.0  # NaN: the seconds are unknown
+        except Exception:  # noqa: BLE001 - a file that does not load travels last
+            _seconds[path] = -1.0
+    return _seconds[path]
+
+
+carried, held = Path(".device/partial"), Path(".device-held/partial")
+copies = {}
+for base in (carried, held):
+    for f in sorted(base.rglob("*")) if base.is_dir() else []:
+        if f.is_file():
+            copies.setdefault(str(f.relative_to(base)), []).append(f)
+chosen = {}
+for rel, files in copies.items():
+    best = max(files, key=seconds)
+    for f in files:
+        if f != best:
+            f.unlink()
+    chosen[rel] = best
+room = max(room, 0)
+n_carried = n_held = 0
+for rel, f in sorted(chosen.items(), key=lambda kv: -seconds(kv[1])):
+    size = f.stat().st_size
+    fits = size <= room
+    to = (carried if fits else held) / rel
+    if fits:
+        room, n_carried = room - size, n_carried + 1
+    else:
+        n_held += 1
+    if to != f:
+        to.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(f, to)
+for base in (carried, held):  # the folders moves emptied
+    for d in sorted((p for p in base.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) if base.is_dir() else []:
+        if not any(d.iterdir()):
+            d.rmdir()
+if n_held:
+    print(f"device_prepare.sh: {n_held} partial fit(s) held back in {held} (no room in this call; the call carries "
+          f"{n_carried}, those of the most training seconds)")
 PY
 commit=$(git rev-parse HEAD)
 # "+dirty" where the code differs, not the prose or the kept records (bench.provenance.NOT_CODE)
@@ -133,7 +188,6 @@ partial=$(size_of .device/partial)
 [ "$partial" -eq 0 ] || echo "device_prepare.sh: .device/partial (partial fits to resume): $(mib "$partial") of it"
 if [ "$total" -gt "$limit" ]; then
   echo "device_prepare.sh: over the ${BENCH_DEVICE_CARRY_MIB:-64} MiB a device call carries" >&2
-  [ "$partial" -eq 0 ] || echo "  (remove the partial fits in .device/partial you can spare: their trainings start again)" >&2
   exit 1
 fi
 stages=()

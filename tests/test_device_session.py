@@ -790,6 +790,65 @@ def test_grid_workers_take_map_networks_and_cells_from_one_list_side_by_side(car
     assert s["outputs"]["maps"]["networks"] == 4 and len(_members(out / "maps-1.tar")) == 4
 
 
+def test_partial_fits_travel_as_far_as_the_call_has_room_the_most_training_seconds_first(tmp_path):
+    """device_prepare.sh with a 1 MiB carry limit, a small data archive and three partial fits of
+    ~400 KB (10, 30 and 20 training seconds): the two of most seconds travel in .device/partial, the
+    third waits in .device-held/partial (not carried). After a merge brings back a newer copy of the held
+    training (40 s) beside the held one, the next prepare keeps the newer copy only, and it travels with
+    the one of 30 s while the one of 20 s is held; a copy of fewer seconds (a fresh start) does not replace it."""
+    import numpy as np
+    import torch
+
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "device_prepare.sh", repo / "scripts" / "device_prepare.sh")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@example.org", "-c", "user.name=t", "commit", "-qm",
+                    "scripts"], check=True)
+    shared = tmp_path / "shared"
+    (shared / "src" / "SMALL").mkdir(parents=True)
+    (shared / "src" / "SMALL" / "note.txt").write_text("hello\n")
+    with tarfile.open(shared / "SMALL.tar.xz", "w:xz") as tar:
+        tar.add(shared / "src" / "SMALL", arcname="SMALL")
+    (shared / "MD5SUMS").write_text("")
+    rels = {s: f"mnist_rotated/checkpoints/partial/lenet5/pbn-abc/seed{k}/pbn.partial"
+            for k, s in enumerate((10.0, 30.0, 20.0))}
+
+    def partial(path, secs):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        blob = torch.from_numpy(np.random.default_rng(int(secs)).standard_normal(100_000).astype(np.float32))
+        torch.save({"model": {"w": blob}, "epoch": 3, "train_seconds": secs}, path)
+
+    for secs, rel in rels.items():
+        partial(repo / ".device" / "partial" / rel, secs)
+    env = {**os.environ, "BENCH_SHARED_DATA": str(shared), "BENCH_DEVICE_CARRY_MIB": "1", "PYTHON": sys.executable}
+
+    def prepare():
+        res = subprocess.run(["bash", "scripts/device_prepare.sh", "--no-wheels", "--data", "SMALL"], cwd=repo,
+                             env=env, capture_output=True, text=True)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert sum(f.stat().st_size for f in (repo / ".device").rglob("*") if f.is_file()) <= 2**20
+        on = {str(f.relative_to(repo / ".device" / "partial")) for f in (repo / ".device" / "partial").rglob("*.partial")}
+        off = {str(f.relative_to(repo / ".device-held" / "partial"))
+               for f in (repo / ".device-held" / "partial").rglob("*.partial")}
+        return on, off, res.stdout
+
+    on, off, out = prepare()
+    assert (on, off) == ({rels[30.0], rels[20.0]}, {rels[10.0]})
+    assert "1 partial fit(s) held back" in out and "/.device-held/" in (repo / ".git/info/exclude").read_text()
+    partial(repo / ".device" / "partial" / rels[10.0], 40.0)  # a newer copy of the held training, merged back
+    on, off, _ = prepare()
+    assert (on, off) == ({rels[10.0], rels[30.0]}, {rels[20.0]})
+    kept = torch.load(repo / ".device" / "partial" / rels[10.0], weights_only=True)
+    assert kept["train_seconds"] == 40.0
+    # a call that started the held training afresh sends back a copy of fewer seconds: the held one stays
+    partial(repo / ".device" / "partial" / rels[20.0], 5.0)
+    on, off, _ = prepare()
+    assert (on, off) == ({rels[10.0], rels[30.0]}, {rels[20.0]})
+    assert torch.load(repo / ".device-held" / "partial" / rels[20.0], weights_only=True)["train_seconds"] == 20.0
+
+
 def test_an_archive_too_large_for_one_call_travels_in_parts_and_is_put_together(tmp_path):
     """device_prepare.sh --data BIG with a 1 MiB carry limit (BENCH_DEVICE_CARRY_MIB) on a tiny tree:
     BIG (~1.3 MiB) is split between a stage folder and the session's .device/data with a manifest;
