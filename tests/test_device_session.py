@@ -790,6 +790,18 @@ def test_grid_workers_take_map_networks_and_cells_from_one_list_side_by_side(car
     assert s["outputs"]["maps"]["networks"] == 4 and len(_members(out / "maps-1.tar")) == 4
 
 
+def _scripts_repo(repo: Path, *scripts: str) -> Path:
+    """A git repository holding only ``scripts/<name>`` of this one, committed: a tiny tree."""
+    (repo / "scripts").mkdir(parents=True)
+    for f in scripts:
+        shutil.copy(ROOT / "scripts" / f, repo / "scripts" / f)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@example.org", "-c", "user.name=t", "commit", "-qm",
+                    "scripts"], check=True)
+    return repo
+
+
 def test_partial_fits_travel_as_far_as_the_call_has_room_the_most_training_seconds_first(tmp_path):
     """device_prepare.sh with a 1 MiB carry limit, a small data archive and three partial fits of
     ~400 KB (10, 30 and 20 training seconds): the two of most seconds travel in .device/partial, the
@@ -799,13 +811,7 @@ def test_partial_fits_travel_as_far_as_the_call_has_room_the_most_training_secon
     import numpy as np
     import torch
 
-    repo = tmp_path / "repo"
-    (repo / "scripts").mkdir(parents=True)
-    shutil.copy(ROOT / "scripts" / "device_prepare.sh", repo / "scripts" / "device_prepare.sh")
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
-    subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@example.org", "-c", "user.name=t", "commit", "-qm",
-                    "scripts"], check=True)
+    repo = _scripts_repo(tmp_path / "repo", "device_prepare.sh")
     shared = tmp_path / "shared"
     (shared / "src" / "SMALL").mkdir(parents=True)
     (shared / "src" / "SMALL" / "note.txt").write_text("hello\n")
@@ -857,14 +863,7 @@ def test_an_archive_too_large_for_one_call_travels_in_parts_and_is_put_together(
     the session refuses to start (exit 2), naming the missing part."""
     import numpy as np
 
-    repo = tmp_path / "repo"
-    (repo / "scripts").mkdir(parents=True)
-    for f in ("device_prepare.sh", "device_stage.sh"):
-        shutil.copy(ROOT / "scripts" / f, repo / "scripts" / f)
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
-    subprocess.run(["git", "-C", str(repo), "-c", "user.email=t@example.org", "-c", "user.name=t", "commit", "-qm",
-                    "scripts"], check=True)
+    repo = _scripts_repo(tmp_path / "repo", "device_prepare.sh", "device_stage.sh")
     shared = tmp_path / "shared"
     (shared / "src" / "BIG").mkdir(parents=True)
     payload = np.random.default_rng(0).integers(0, 256, 1_300_000, dtype=np.uint8).tobytes()  # incompressible
