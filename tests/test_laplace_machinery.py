@@ -153,7 +153,8 @@ def test_swag_on_cuda_gives_the_cpu_variances_without_a_host_copy_per_step():
         finally:
             torch.cuda.set_sync_debug_mode("default")
     syncs = [str(w.message).splitlines()[0] for w in caught if "called a synchronizing" in str(w.message)]
-    assert info["steps"] == 6 * 40 and len(syncs) <= 10, syncs
+    # the network's and the data's copies to the device and the variances' back: a dozen at most, not one a step
+    assert info["steps"] == 6 * 40 and len(syncs) <= 12, syncs
     # E[w^2] - E[w]^2 cancels: judged against the largest variance, not entry by entry
     torch.testing.assert_close(var, ref, rtol=1e-2, atol=1e-3 * float(ref.max()))
 
