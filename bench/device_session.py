@@ -525,6 +525,19 @@ def passed_before(kept: list[dict], suite: str, info: dict) -> str | None:
     return kept_pass(kept, info, parts, ("torch",))
 
 
+def perf_cases_measured_before(kept: list[dict], info: dict) -> dict[str, str]:
+    """``{case: run id}`` of the perf cases kept CUDA summaries measured (status ok) on a GPU of this
+    name, the latest run of each: a case added to :data:`PERF_CASES` since is in none of them."""
+    out: dict[str, str] = {}
+    for s in kept:
+        dev = s.get("device") or {}
+        perf = (s.get("checks") or {}).get("perf") or {}
+        if dev.get("used", "").startswith("cuda") and dev.get("name") == info.get("name") and \
+                perf.get("status") == "ok":
+            out.update(dict.fromkeys(perf.get("cases") or [], s.get("run_id", "?")))
+    return out
+
+
 def test_file_digests(paths: list[str]) -> dict[str, str | None]:
     """``{path: sha256 of its bytes}`` of the test files ``pytest -m cuda`` runs (None: no such file)."""
     import hashlib
@@ -1171,17 +1184,20 @@ class Session:
             return {"status": NO_CUDA}
         if a.perf_cases == ["none"]:
             return {"status": "skipped: --perf-cases none"}
-        prior = kept_pass(self.kept, self.info, lambda chk: [chk.get("perf")], ("name",)) \
-            if a.checks == "auto" else None
-        if prior:
-            return {"status": "ok", "note": f"skipped: measured in kept run {prior}"}
+        cases = a.perf_cases or list(PERF_CASES)
+        # a case kept runs measured on this GPU is not measured again (--checks always measures every one)
+        before = perf_cases_measured_before(self.kept, self.info) if a.checks == "auto" else {}
+        if all(c in before for c in cases):
+            return {"status": "ok", "note": "skipped: measured in kept run(s) "
+                                            f"{', '.join(sorted(set(before[c] for c in cases)))}"}
+        skipped = [c for c in cases if c in before]
+        cases = [c for c in cases if c not in before]
         left = min(a.started_at + a.check_share * a.budget_s, self.deadline) - time.time()
         if left < a.min_check_s:
             return {"status": "not run", "why": f"budget: {max(left, 0):.0f} s left for checks"}
         save = self.work / "perf.json"
         save.unlink(missing_ok=True)
         log = self.work / "logs" / "perf.log"
-        cases = a.perf_cases or list(PERF_CASES)
         self.say(f"perf on {self.device}: {', '.join(cases)}")
         t0 = time.perf_counter()
         proc, fh = _start_bench(["perf", "--device", str(self.device), "--repeats", str(a.perf_repeats), "--case",
@@ -1193,6 +1209,8 @@ class Session:
                "seconds": round(time.perf_counter() - t0, 2), "cases": cases, "rows": rows,
                "missed_targets": [f"{r['model']}: {r['measure']} = {r['ratio']:.3f} (target {r['op']} {r['target']})"
                                   for r in rows if not r.get("ok")]}
+        if skipped:
+            res["note"] = f"{', '.join(skipped)}: measured in kept run(s) {', '.join(sorted(set(before[c] for c in skipped)))}"
         if res["status"] != "ok":
             res["log_tail"] = _tail(log)
         return res

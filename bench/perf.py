@@ -40,7 +40,7 @@ from bench.cost import synchronize
 from bench.harness import predict_all, score_set
 from bench.measurement import OtherWork, ThreadUsage, host_load, usage_fractions
 from bench.models import build_model
-from bench.perf_cases import MODELS, REGISTERED, case
+from bench.perf_cases import MODELS, REGISTERED, case, merge_rows
 from bench.provenance import resolve_device
 from bench.subnet.partial_vi import PartialVI, elbo_loss
 from bench.subnet.selection import candidate_indices, make_criterion
@@ -798,16 +798,10 @@ def eval_memory_many_cells_vs_one(model_name, in_shape, device, repeats, tmp, pe
             "resnet_small")
 
 
-def _unmeasured(row: dict) -> bool:
-    """A row that measured nothing: its peer is not installed (op ``skip``, no ratio)."""
-    return row["op"] == "skip" and row["ratio"] != row["ratio"]
-
-
 def _save(path, rows: list[dict], meta: dict) -> list[tuple[str, str]]:
-    """Merge ``rows`` into the JSON file at ``path``: a later run of a case replaces every row that
-    case stored before (also rows whose measure it no longer reports), except that a run which
-    measured nothing for a (case, network) (its peer not installed here) leaves the
-    measured rows stored for it in place; each keeps its own date and commit. Returns those kept."""
+    """Merge ``rows`` into the JSON file at ``path`` (:func:`bench.perf_cases.merge_rows`: a later run
+    of a case replaces what that case stored, unless it measured nothing there). Returns the (case,
+    network) pairs whose stored rows were kept."""
     import json
     from pathlib import Path
 
@@ -815,16 +809,9 @@ def _save(path, rows: list[dict], meta: dict) -> list[tuple[str, str]]:
 
     path = Path(path)
     old = json.loads(path.read_text()).get("rows", []) if path.exists() else []
-    key = lambda r: (r["case"], r["model"])  # noqa: E731
-    new_keys = {key(r) for r in rows}
-    keep_old = {k for k in new_keys
-                if all(_unmeasured(r) for r in rows if key(r) == k)
-                and any(not _unmeasured(o) for o in old if key(o) == k)}
-    new_cases = {r["case"] for r in rows}
-    merged = ([r for r in old if r["case"] not in new_cases or key(r) in keep_old]
-              + [r for r in rows if key(r) not in keep_old])
+    merged, keep_old = merge_rows(old, rows)
     atomic_write_json(path, {"rows": merged})
-    return sorted(keep_old)
+    return keep_old
 
 
 def main(repeats: int = 5, device: str = "auto", cases: list[str] | None = None, save: str | None = None) -> int:

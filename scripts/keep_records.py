@@ -30,7 +30,8 @@ records are not all there refits from its seed.
 ``merge`` takes the ``records.tar.gz`` a device run (``python -m bench.device_session``,
 docs/device.md) sends back: records already slimmed by ``save``, in the kept layout
 (``<suite>/records/...``, ``<suite>/artifacts/...``), that run's summary (``device/<run_id>.json``)
-and its perf rows (``perf/<device>.json``). A record is added when absent and left alone when the
+and its perf rows (``perf/<device>.json``, merged: the cases the run measured replace those cases' rows, the
+others stay). A record is added when absent and left alone when the
 kept one is the same; a different kept record is kept (a conflict, reported; ``--replace`` takes the
 archive's); perf rows, artifacts and the run's summary (a later archive of the same run) replace
 the kept file. Merging twice changes nothing. The same run's ``maps-<k>.tar`` archives hold the MAP
@@ -431,6 +432,11 @@ def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False, partial
                 print(f"keep_records: {rel} (packed) differs from the archive's; kept as it is (--replace takes "
                       f"the archive's)", file=sys.stderr)
             continue
+        if kind == "perf" and dest.is_file():  # the cases the run measured replace theirs; the others stay
+            from bench.perf_cases import merge_rows
+
+            rows, _ = merge_rows(json.loads(dest.read_text()).get("rows", []), json.loads(body).get("rows", []))
+            body = (json.dumps({"rows": rows}, indent=1, sort_keys=True) + "\n").encode()
         newer = kind in ("perf", "artifact", "device")  # a newer measurement, image or summary
         _keep(dest, body, counts, overwrite=replace or newer,
               differs=f"{dest} differs from the archive's; kept as it is (--replace takes the archive's)")

@@ -685,6 +685,59 @@ def test_the_cuda_branch_runs_with_cpu0_standing_in_for_the_gpu(carried, tmp_pat
     assert {r["case"] for r in perf["rows"]} == {"ensemble_vs_single"}
 
 
+def test_perf_measures_the_cases_no_kept_run_measured_on_this_gpu(carried, tmp_path):
+    """A kept summary measured ensemble_vs_single on this GPU: asked for it and mc_dropout_vs_single
+    (a case added since), the session measures the new case only and says which kept run measured the
+    other; asked for the old case alone, it measures nothing; another GPU's run counts for nothing.
+    (Before, any kept perf run skipped them all, so a case added later never ran on a GPU.)"""
+    import time
+
+    import torch
+
+    def session(cases, name="stand-in GPU"):
+        out, work = tmp_path / f"out-{cases}-{name}", tmp_path / f"work-{cases}-{name}"
+        a = ds.build_parser().parse_args([
+            "--out", str(out), "--device", "cpu", "--threads", "1", "--perf-cases", cases, "--perf-repeats", "1",
+            "--budget-s", "300", "--kept", str(tmp_path / "kept"), "--carried", str(carried)])
+        a.started_at = time.time()
+        ds.validate(a)
+        out.mkdir()
+        work.mkdir()
+        s = ds.Session(a, torch.device("cpu:0"), out, work)
+        s.cuda, s.info["name"] = True, name
+        s.kept = [{"run_id": "r1", "device": {"used": "cuda:0", "name": "stand-in GPU"},
+                   "checks": {"perf": {"status": "ok", "cases": ["ensemble_vs_single"], "rows": []}}}]
+        return s.run_perf()
+
+    both = session("ensemble_vs_single,mc_dropout_vs_single")
+    assert both["status"] == "ok" and both["cases"] == ["mc_dropout_vs_single"]
+    assert {r["case"] for r in both["rows"]} == {"mc_dropout_vs_single"}
+    assert both["note"] == "ensemble_vs_single: measured in kept run(s) r1"
+    old = session("ensemble_vs_single")
+    assert old == {"status": "ok", "note": "skipped: measured in kept run(s) r1"}
+    other = session("ensemble_vs_single", name="another GPU")
+    assert other["cases"] == ["ensemble_vs_single"] and other["rows"]
+
+
+def test_merged_perf_rows_replace_the_cases_the_run_measured_and_keep_the_others(tmp_path):
+    kept = tmp_path / "kept"
+    (kept / "perf").mkdir(parents=True)
+
+    def row(case, model, ratio):
+        return {"case": case, "model": model, "measure": f"{case} ratio", "ratio": ratio, "op": "<=", "target": 1.0,
+                "ok": True, "detail": "", "device": "cuda:X"}
+
+    (kept / "perf" / "cuda-X.json").write_text(json.dumps({"rows": [row("a", "m1", 1.0), row("b", "m1", 2.0)]}))
+    run = {"rows": [row("b", "m1", 0.5), row("c", "m1", 0.7)]}
+    archive = _tar(tmp_path / "records.tar.gz", {"perf/cuda-X.json": json.dumps(run, indent=1).encode()})
+    keep.merge(archive, kept)
+    got = json.loads((kept / "perf" / "cuda-X.json").read_text())["rows"]
+    assert [(r["case"], r["ratio"]) for r in got] == [("a", 1.0), ("b", 0.5), ("c", 0.7)]
+    before = (kept / "perf" / "cuda-X.json").read_bytes()
+    keep.merge(archive, kept)  # twice: nothing changes
+    assert (kept / "perf" / "cuda-X.json").read_bytes() == before
+
+
 def test_device_cuda_without_cuda_is_exit_2(carried, tmp_path, capsys):
     import torch
 
