@@ -327,8 +327,14 @@ class CamVidC(_CorruptedSegmentation):
     # bench tune's space for VDP++ here: its KL weight a decade below the global space (since 2026-12-06,
     # as camvid_binary's since 2026-12-05). On the rerun's test-like split (val_sequences 0006R0, 30
     # epochs) its tune over 1e-4 .. 0.1 chose 1e-4, the smallest, the validation NLL falling towards it
-    # and every larger weight failing its checks (docs/records-rerun/camvid/tuning/quick.json)
-    tuning_spaces = {"vdp": {"kl_weight": [1e-5, 1e-4, 1e-3, 1e-2]}}
+    # and every larger weight failing its checks (docs/records-rerun/camvid/tuning/quick.json).
+    # PBN's (since 2026-12-06) camvid_binary's: a static KL weight (the KL per image) over 1e-6 .. 1e-3 at
+    # sigma rate 0.1. Over the global space (annealed from 0.01 or 0.2, sigma rates 0.05 and 0.1) no
+    # candidate of the rerun passed its checks: every one rate-limited in the 2-epoch VI phase (134 steps
+    # on the training frames left beside 0006R0; at rate 0.1 log sigma travelled 56 % of Adam's ceiling,
+    # the KL still pulling it up), three of the four not at rest either
+    tuning_spaces = {"vdp": {"kl_weight": [1e-5, 1e-4, 1e-3, 1e-2]},
+                     "pbn": {"beta_start+beta_end": [1e-6, 1e-5, 1e-4, 1e-3], "rho_lr": [0.1]}}
     EVAL_ONLY_DATA = Suite.EVAL_ONLY_DATA | {"corruptions", "severities", "n_test", "n_per_cell", "generator_seed"}
     DEFAULT_DATA = {"corruptions": "all", "severities": list(SEVERITIES), "n_train": None, "n_test": None, "n_per_cell": None,
                     "size": None, "generator_seed": 0, "eval_batch_size": 8, "val_sequences": None}
