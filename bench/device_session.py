@@ -99,9 +99,9 @@ CUDA_TESTS = ("tests/test_method_contract.py,tests/test_training_loop.py,tests/t
 
 #: bench perf cases that measure the device (the others time CPU threads, processes or loaders)
 PERF_CASES = ("harness_vs_bare_loop", "ensemble_vs_single", "mc_dropout_vs_single", "pbn_vs_mfvi_train_step",
-              "vi_training_loop_vs_bare_steps", "ssvi_vs_mfvi_train_step", "pbn_predict_vs_single", "vdp_predict_vs_single",
-              "laplace_glm_jvp_vs_moments", "segmentation_jvp_vs_forward", "diag_glm_grid_pairs_vs_per_vector",
-              "subnet_posterior_memory")
+              "vi_training_loop_vs_bare_steps", "ssvi_vs_mfvi_train_step", "pbn_predict_vs_single",
+              "vdp_predict_vs_single", "laplace_glm_jvp_vs_moments", "segmentation_jvp_vs_forward",
+              "diag_glm_grid_pairs_vs_per_vector", "subnet_posterior_memory")
 NO_CUDA = "skipped: no CUDA"
 CELL_TAG = "@@cell "
 SCHEMA = "bench.device_session/1"
@@ -1187,9 +1187,12 @@ class Session:
         cases = a.perf_cases or list(PERF_CASES)
         # a case kept runs measured on this GPU is not measured again (--checks always measures every one)
         before = perf_cases_measured_before(self.kept, self.info) if a.checks == "auto" else {}
+
+        def measured_in(cs):
+            return f"measured in kept run(s) {', '.join(sorted({before[c] for c in cs}))}"
+
         if all(c in before for c in cases):
-            return {"status": "ok", "note": "skipped: measured in kept run(s) "
-                                            f"{', '.join(sorted(set(before[c] for c in cases)))}"}
+            return {"status": "ok", "note": f"skipped: {measured_in(cases)}"}
         skipped = [c for c in cases if c in before]
         cases = [c for c in cases if c not in before]
         left = min(a.started_at + a.check_share * a.budget_s, self.deadline) - time.time()
@@ -1210,7 +1213,7 @@ class Session:
                "missed_targets": [f"{r['model']}: {r['measure']} = {r['ratio']:.3f} (target {r['op']} {r['target']})"
                                   for r in rows if not r.get("ok")]}
         if skipped:
-            res["note"] = f"{', '.join(skipped)}: measured in kept run(s) {', '.join(sorted(set(before[c] for c in skipped)))}"
+            res["note"] = f"{', '.join(skipped)}: {measured_in(skipped)}"
         if res["status"] != "ok":
             res["log_tail"] = _tail(log)
         return res

@@ -1,6 +1,7 @@
 """One training loop for every method: SGD/Adam, schedules, divergence check, resumable epochs."""
 from __future__ import annotations
 
+import copy
 import math
 import os
 import sys
@@ -285,23 +286,30 @@ def save_training_state(path, model: nn.Module, optimizer, loader: TensorLoader,
                 "torch_rng": torch.get_rng_state(), **extra}, Path(path))
 
 
-def restore_training_state(path, model: nn.Module, optimizer, loader: TensorLoader) -> dict | None:
+def restore_training_state(path, model: nn.Module, optimizer, loader: TensorLoader,
+                           identity: dict | None = None) -> dict | None:
     """Restore what :func:`save_training_state` wrote at ``path`` into model, optimiser, loader and
     torch's random state, and return the whole saved dict; None when there is nothing to resume
-    (no file, or a damaged one, which is set aside and the model put back to its initial weights)."""
+    (no file, or a damaged one, which is set aside and model, optimiser and data order put back as
+    they were given). ``identity``: what the checkpoint must have been saved with (its ``identity``
+    extra, e.g. the settings and starting network of the run); one saved with another is set aside too."""
     if path is None or not Path(path).exists():
         return None
 
     def restore(state):
+        if identity is not None and state.get("identity") != identity:
+            raise ValueError(f"saved by another run ({state.get('identity')}, not {identity})")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         loader.load_state_dict(state["loader"])
         torch.set_rng_state(state["torch_rng"])
 
-    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    initial = copy.deepcopy((model.state_dict(), optimizer.state_dict(), loader.state_dict()))
     state = load_or_set_aside(Path(path), restore)
-    if state is None:  # train from the start, from the initial weights
-        model.load_state_dict(initial)
+    if state is None:  # train from the start, from what was given
+        model.load_state_dict(initial[0])
+        optimizer.load_state_dict(initial[1])
+        loader.load_state_dict(initial[2])
     return state
 
 
@@ -327,10 +335,11 @@ class RunningLoss:
     on the host every :func:`divergence_check_steps` steps and at the epoch's last step: on a GPU a
     per-step read waits for the step to finish (a LeNet step on an H200 is bound by the host's kernel
     launches, which it then cannot run ahead). :meth:`add` raises :class:`DivergedError` at the first
-    read that finds it non-finite, naming the step (every step on the CPU) or the steps it lies between."""
+    read that finds it non-finite, naming the step (every step on the CPU) or the steps it lies between,
+    after calling ``on_diverge`` (e.g. closing the loop's progress bar)."""
 
-    def __init__(self, epoch: int, steps_per_epoch: int, desc: str):
-        self.epoch, self.last_step, self.desc = epoch, steps_per_epoch - 1, desc
+    def __init__(self, epoch: int, steps_per_epoch: int, desc: str, on_diverge: Callable[[], None] | None = None):
+        self.epoch, self.last_step, self.desc, self.on_diverge = epoch, steps_per_epoch - 1, desc, on_diverge
         self.sum, self.count, self.checked, self.check = None, 0, -1, 1
 
     def add(self, i: int, loss: torch.Tensor, n: int) -> None:
@@ -343,6 +352,8 @@ class RunningLoss:
         self.count += n
         if (i - self.checked) >= self.check or i == self.last_step:
             if not torch.isfinite(self.sum):
+                if self.on_diverge is not None:
+                    self.on_diverge()
                 if i - self.checked == 1:
                     raise DivergedError(f"non-finite loss {loss.item()} at epoch {self.epoch} step {i} ({self.desc})")
                 raise DivergedError(f"non-finite loss at epoch {self.epoch}, in steps {self.checked + 1}-{i} "
@@ -451,7 +462,7 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
                disable=not progress_enabled(progress), leave=False, mininterval=0.5)
     model.train()
     for epoch in range(start_epoch, cfg.epochs):
-        running = RunningLoss(epoch, steps_per_epoch, desc)  # read on the host every few steps only
+        running = RunningLoss(epoch, steps_per_epoch, desc, bar.close)  # read on the host every few steps only
         for i, (x, y) in enumerate(loader):
             step = epoch * steps_per_epoch + i
             f = lr_factor(cfg, step, steps_per_epoch)
@@ -460,11 +471,7 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
             x = fmt.batch(x)
             with fmt.forward(x.device):
                 loss = loss_fn(model, x, y, step / total_steps)
-            try:
-                running.add(i, loss, len(x))
-            except DivergedError:
-                bar.close()
-                raise
+            running.add(i, loss, len(x))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.grad_clip:

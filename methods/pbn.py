@@ -407,11 +407,11 @@ class PBN(VIMethod):
         t0 = time.perf_counter()
         indices = criterion.select(map_net, train, loss_fn=self.ctx.task.loss)
         described = {k: v for k, v in opts.items() if k not in ("seed", "resume_path")}
+        info = getattr(criterion, "info", {})
         meta = {"criterion": {"name": name, **described, "size": size},
                 # the whole selection's time: a resumed SWAG run counts its earlier seconds
-                "select_time_s": time.perf_counter() - t0 + earlier_select_seconds(getattr(criterion, "info", {})),
-                "subnet_digest": subnet_digest(indices),
-                "select_info": getattr(criterion, "info", {}),
+                "select_time_s": time.perf_counter() - t0 + earlier_select_seconds(info),
+                "subnet_digest": subnet_digest(indices), "select_info": info,
                 "n_candidates": int(candidate_indices(map_net).numel()), "init": c["init"]}
         net = map_net if c["init"] == "map" else self.fresh_network("random-init").to(self.ctx.device)
         return net, indices, meta

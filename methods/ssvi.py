@@ -180,7 +180,6 @@ class SSVI(Method):
     def fit(self, train, val):
         from tqdm.auto import tqdm
 
-        from bench.errors import DivergedError
         from bench.training import StepFormat, lr_factor, progress_enabled
 
         c = self.config
@@ -214,7 +213,7 @@ class SSVI(Method):
         fmt = StepFormat(cfg, model)  # the profile's precision and memory layout, as train_model's
         model.train()
         for epoch in range(start_epoch, cfg.epochs):
-            running = RunningLoss(epoch, steps_per_epoch, self.name)  # read on the host every few steps only
+            running = RunningLoss(epoch, steps_per_epoch, self.name, bar.close)  # read on the host every few steps
             for i, (x, y) in enumerate(train):
                 step = epoch * steps_per_epoch + i
                 t = step + 1  # the official scheduler counts calls from 1
@@ -235,11 +234,7 @@ class SSVI(Method):
                 beta = kl_warmup_beta(step, total, beta_max, warm)
                 kl = model.kl()
                 loss = nll + beta * kl / num_train
-                try:
-                    running.add(i, loss, len(x))
-                except DivergedError:
-                    bar.close()
-                    raise
+                running.add(i, loss, len(x))
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 if update:

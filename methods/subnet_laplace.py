@@ -186,7 +186,8 @@ class SubnetLaplace(LaplaceMethod):
             every = c["swag_snapshot_every"]
             opts.update(n_snapshots=int(c["swag_n_snapshots"]), lr=float(c["swag_lr"]), batch_size=int(c["swag_batch_size"]),
                         snapshot_every=None if every is None else int(every), max_examples=c["select_max_examples"],
-                        exclude_non_identifiable=bool(c["exclude_non_identifiable"]), seed=data_seed(name, self.ctx.seed),
+                        exclude_non_identifiable=bool(c["exclude_non_identifiable"]),
+                        seed=data_seed(name, self.ctx.seed),
                         resume_path=self.ctx.resume_path("swag"))  # a stopped SWAG run resumes
         return opts
 

@@ -888,9 +888,8 @@ def test_partial_fits_travel_as_far_as_the_call_has_room_the_most_training_secon
                              env=env, capture_output=True, text=True)
         assert res.returncode == 0, res.stdout + res.stderr
         assert sum(f.stat().st_size for f in (repo / ".device").rglob("*") if f.is_file()) <= 2**20
-        on = {str(f.relative_to(repo / ".device" / "partial")) for f in (repo / ".device" / "partial").rglob("*.partial")}
-        off = {str(f.relative_to(repo / ".device-held" / "partial"))
-               for f in (repo / ".device-held" / "partial").rglob("*.partial")}
+        on, off = ({str(f.relative_to(base)) for f in base.rglob("*.partial")}
+                   for base in (repo / ".device" / "partial", repo / ".device-held" / "partial"))
         return on, off, res.stdout
 
     on, off, out = prepare()

@@ -17,6 +17,24 @@ from bench.training import TrainConfig, train_model
 HOST_READS = ("item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__")
 
 
+def _count_host_reads(monkeypatch, only_under: str | None = None) -> list[str]:
+    """Record every Python-level read of a tensor's value from now on (HOST_READS); with
+    ``only_under``, the reads made by code in files under that folder only (installed packages aside)."""
+    import sys
+
+    reads: list[str] = []
+    for name in HOST_READS:
+        original = getattr(torch.Tensor, name)
+
+        def wrapped(self, *a, _n=name, _original=original, **k):
+            caller = sys._getframe(1).f_code.co_filename
+            if only_under is None or (caller.startswith(only_under) and "site-packages" not in caller):
+                reads.append(f"{_n} {caller}:{sys._getframe(1).f_lineno}")
+            return _original(self, *a, **k)
+        monkeypatch.setattr(torch.Tensor, name, wrapped)
+    return reads
+
+
 def _data(n=200, seed=0):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(n, 6, generator=g), torch.randint(0, 3, (n,), generator=g)
@@ -66,16 +84,8 @@ def test_between_checks_the_loop_reads_no_tensor_value_and_reports_the_steps_of_
     caught at step 7, named as steps 4-7."""
     monkeypatch.setattr(training, "divergence_check_steps", lambda device: 4)
     x, y = _data(200)
-    reads = []
     seen = []
-    originals = {}
-    for name in HOST_READS:
-        originals[name] = getattr(torch.Tensor, name)
-
-        def wrapped(self, *a, _n=name, **k):
-            reads.append(_n)
-            return originals[_n](self, *a, **k)
-        monkeypatch.setattr(torch.Tensor, name, wrapped)
+    reads = _count_host_reads(monkeypatch)
     train_model(_net(), TensorLoader(x, y, 20, seed=1), TrainConfig(epochs=1, batch_size=20),
                 _recording_loss(seen))
     loop_reads = len(reads) - len(seen)  # the recording loss function's own float() reads aside
@@ -269,24 +279,6 @@ def test_ssvi_trains_at_the_configured_precision(monkeypatch):
         m = cls(ctx, train_samples=1).fit(TensorLoader(x, y, 16, seed=1), (x[:8], y[:8]))
         assert len(entered) == want and all(e == ("cpu", torch.bfloat16) for e in entered), entered
         assert all(p.dtype == torch.float32 for p in m.model.parameters())
-
-
-def _count_host_reads(monkeypatch, only_under: str | None = None) -> list[str]:
-    """Record every Python-level read of a tensor's value from now on (HOST_READS); with
-    ``only_under``, the reads made by code in files under that folder only (installed packages aside)."""
-    import sys
-
-    reads: list[str] = []
-    for name in HOST_READS:
-        original = getattr(torch.Tensor, name)
-
-        def wrapped(self, *a, _n=name, _original=original, **k):
-            caller = sys._getframe(1).f_code.co_filename
-            if only_under is None or (caller.startswith(only_under) and "site-packages" not in caller):
-                reads.append(f"{_n} {caller}:{sys._getframe(1).f_lineno}")
-            return _original(self, *a, **k)
-        monkeypatch.setattr(torch.Tensor, name, wrapped)
-    return reads
 
 
 @pytest.mark.parametrize("kind", ["pbn-elbo", "mfvi-elbo-local-reparam", "vdp", "ssvi-lrt"])

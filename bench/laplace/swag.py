@@ -32,8 +32,7 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector
 
 from bench.data import TensorLoader
-from bench.torch_files import load_or_set_aside, save_torch
-from bench.training import CheckpointSchedule, TrainingClock
+from bench.training import CheckpointSchedule, TrainingClock, restore_training_state, save_training_state
 
 
 def fit_diagonal_swag(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: Callable, *,
@@ -76,7 +75,7 @@ def fit_diagonal_swag(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_f
         identity = {"n_snapshots": int(n_snapshots), "snapshot_every": every, "lr": float(lr),
                     "momentum": float(momentum), "weight_decay": float(weight_decay), "batch_size": int(batch_size),
                     "seed": int(seed), "n_examples": len(x), "start": _digest(parameters_to_vector(params))}
-        state = _restore(resume_path, identity, net, opt, loader)
+        state = restore_training_state(resume_path, net, opt, loader, identity=identity)
     if state is not None:
         mean, sq_mean = state["mean"].to(device), state["sq_mean"].to(device)
         n, step, epoch = int(state["n"]), int(state["step"]), int(state["epoch"])
@@ -109,10 +108,9 @@ def fit_diagonal_swag(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_f
         if every is None:
             snapshot()
         if checkpoints is not None and n < n_snapshots and checkpoints.due():
-            save_torch({"model": net.state_dict(), "optimizer": opt.state_dict(), "loader": loader.state_dict(),
-                        "torch_rng": torch.get_rng_state(), "epoch": epoch, "step": step, "n": n,
-                        "mean": mean, "sq_mean": sq_mean, "identity": identity,
-                        "train_seconds": clock.seconds(), "train_usage": clock.usage()}, resume_path)
+            save_training_state(resume_path, net, opt, loader, epoch=epoch, step=step, n=n, mean=mean,
+                                sq_mean=sq_mean, identity=identity, train_seconds=clock.seconds(),
+                                train_usage=clock.usage())
     if resume_path is not None and resume_path.exists():
         resume_path.unlink()
     var = torch.clamp(sq_mean - mean ** 2, min_var)
@@ -127,27 +125,3 @@ def fit_diagonal_swag(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_f
 def _digest(w: torch.Tensor) -> str:
     """SHA-256 of a weight vector's bytes: which network a SWAG checkpoint started from."""
     return hashlib.sha256(w.detach().float().cpu().numpy().tobytes()).hexdigest()
-
-
-def _restore(path: Path, identity: dict, net: nn.Module, opt, loader: TensorLoader) -> dict | None:
-    """The checkpoint at ``path`` restored into network, optimiser, loader and torch's random
-    state, or None (no file; a damaged one or one of another run, set aside: the run starts over)."""
-    if not path.exists():
-        return None
-    initial = copy.deepcopy((net.state_dict(), opt.state_dict(), loader.state_dict()))
-
-    def apply(state):
-        if state.get("identity") != identity:
-            raise ValueError(f"a SWAG run of other settings or from another network ({state.get('identity')}, "
-                             f"not {identity})")
-        net.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        loader.load_state_dict(state["loader"])
-        torch.set_rng_state(state["torch_rng"])
-
-    state = load_or_set_aside(path, apply)
-    if state is None:  # start over from the network, optimiser and data order given
-        net.load_state_dict(initial[0])
-        opt.load_state_dict(initial[1])
-        loader.load_state_dict(initial[2])
-    return state
