@@ -6,7 +6,10 @@ first), after ``scripts/device_prepare.sh`` filled the carried folders here. In 
 1. setup: unpack the carried data archives (``.device/data/*.tar.xz``, verified against the
    carried ``MD5SUMS``) into a data root;
 2. checks, first in every run until they pass (a suite whose checks passed on CUDA in a kept
-   device summary, same torch, is not checked again; ``--checks always`` checks it anyway):
+   device summary, same torch, on the same code (:func:`code_files`) is not checked again; one that
+   passed on other code is stale and checked again after the suites never passed, the grid's suite
+   first, then the oldest pass, as ``--recheck-s`` allows: the others stay marked stale in the
+   summary; ``--checks always`` checks every suite):
    every method x suite at the ``smoke`` profile on the device (the suites whose data does not
    travel on the fixtures their tests build), the clean-test metrics of each cell against a CPU
    run of the same cell (CUDA only), and ``bench perf --device cuda`` (CUDA only);
@@ -92,6 +95,10 @@ PARTIAL_DIR = "partial"
 #: seconds between two resume checkpoints of a grid worker's trainings (``BENCH_CHECKPOINT_INTERVAL_S``;
 #: the bench default is 60): a training stopped at the deadline loses at most this and one epoch
 GRID_CHECKPOINT_INTERVAL_S = 20.0
+
+#: the code a suite's smoke check runs: a check passed on CUDA holds for the code it ran on (the digests of these
+#: files, kept in the summary); on other code it is stale, and run again as ``--recheck-s`` allows
+CHECKED_CODE = ("bench", "methods", "datasets")
 
 #: the test files with CUDA tests (pytest -m cuda) the session runs
 CUDA_TESTS = ("tests/test_method_contract.py,tests/test_training_loop.py,tests/test_laplace_precision.py,"
@@ -516,24 +523,76 @@ def kept_pass(kept: list[dict], info: dict, parts, same: tuple[str, ...]) -> str
     return None
 
 
-def passed_before(kept: list[dict], suite: str, info: dict) -> str | None:
-    """The run id of a kept device summary in which ``suite``'s checks passed on CUDA with this
-    torch, or None."""
-    def parts(chk):
-        entry = (chk.get("suites") or {}).get(suite) or {}
-        return [entry.get("smoke"), entry.get("agreement")]
-    return kept_pass(kept, info, parts, ("torch",))
+def _ran(entry: dict) -> bool:
+    """Whether a suite's check entry of a summary ran there (not skipped as passed before, nor left for lack of
+    time)."""
+    smoke = (entry or {}).get("smoke") or {}
+    return bool(smoke) and smoke.get("status") != "not run" and not str(smoke.get("note", "")).startswith("skipped")
 
 
-def perf_cases_measured_before(kept: list[dict], info: dict) -> dict[str, str]:
+def code_files(root: Path = ROOT) -> dict[str, str]:
+    """``{path: first 16 hex digits of its SHA-256}`` of the files under :data:`CHECKED_CODE` (the code a smoke
+    check runs), caches left out: a check's pass is kept with the digest of these (:func:`code_digest`)."""
+    out = {}
+    for top in CHECKED_CODE:
+        for p in sorted((Path(root) / top).rglob("*")):
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc":
+                out[p.relative_to(root).as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+    return out
+
+
+def code_digest(files: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def files_changed(before: dict[str, str] | None, now: dict[str, str]) -> int | None:
+    """How many files of ``now`` are new or changed since ``before``, or gone (None: ``before`` unknown)."""
+    if not before:
+        return None
+    return sum(before.get(f) != d for f, d in now.items()) + sum(f not in now for f in before)
+
+
+def check_standing(kept: list[dict], suite: str, info: dict, files: dict[str, str]) -> dict:
+    """Where ``suite``'s CUDA checks stand for this torch and the code ``files`` (:func:`code_files`), by the latest
+    kept CUDA summary with this torch in which they ran: ``{"state": "new"}`` when none did or they failed there
+    (checked first); ``{"state": "current", "run": id}`` when they passed on this code (not checked again);
+    ``{"state": "stale", "run": id, "at": its start, "changed": k}`` when they passed on other code: k files of
+    :data:`CHECKED_CODE` differ (None: that run kept no digests). Stale checks run again as ``--recheck-s``
+    allows, the oldest first."""
+    for s in reversed(kept):
+        dev = s.get("device") or {}
+        entry = ((s.get("checks") or {}).get("suites") or {}).get(suite) or {}
+        if not (dev.get("used", "").startswith("cuda") and dev.get("torch") == info.get("torch") and _ran(entry)):
+            continue
+        if not all((entry.get(k) or {}).get("status") == "ok" for k in ("smoke", "agreement")):
+            return {"state": "new", "failed_in": s.get("run_id", "?")}
+        run = {"run": s.get("run_id", "?"), "at": s.get("started_at", "")}
+        if entry.get("code") and entry["code"] == code_digest(files):
+            return {"state": "current", **run}
+        return {"state": "stale", **run, "changed": files_changed((s.get("code") or {}).get("files"), files)}
+    return {"state": "new"}
+
+
+def check_order(standing: dict[str, dict], first: str) -> list[str]:
+    """The suites to check, in order: those never passed (as given), then the stale ones, ``first`` (the grid's
+    suite) before the others and then the oldest pass first; a check current on this code is not run."""
+    new = [s for s, st in standing.items() if st["state"] == "new"]
+    stale = sorted((s for s, st in standing.items() if st["state"] == "stale"),
+                   key=lambda s: (s != first, standing[s].get("at", "")))
+    return new + stale
+
+
+def perf_cases_measured_before(kept: list[dict], info: dict, code: str) -> dict[str, str]:
     """``{case: run id}`` of the perf cases kept CUDA summaries measured (status ok) on a GPU of this
-    name, the latest run of each: a case added to :data:`PERF_CASES` since is in none of them."""
+    name and on the code of digest ``code`` (:func:`code_digest`), the latest run of each: a case added
+    to :data:`PERF_CASES` since is in none of them, and after a change to the code every case is
+    measured again (9 of the cases took 19 s on the H200)."""
     out: dict[str, str] = {}
     for s in kept:
         dev = s.get("device") or {}
         perf = (s.get("checks") or {}).get("perf") or {}
         if dev.get("used", "").startswith("cuda") and dev.get("name") == info.get("name") and \
-                perf.get("status") == "ok":
+                perf.get("status") == "ok" and perf.get("code") == code:
             out.update(dict.fromkeys(perf.get("cases") or [], s.get("run_id", "?")))
     return out
 
@@ -545,18 +604,19 @@ def test_file_digests(paths: list[str]) -> dict[str, str | None]:
     return {p: hashlib.sha256(Path(p).read_bytes()).hexdigest() if Path(p).is_file() else None for p in paths}
 
 
-def cuda_tests_passed_before(kept: list[dict], info: dict, paths: list[str],
+def cuda_tests_passed_before(kept: list[dict], info: dict, paths: list[str], code: str,
                              digests: dict[str, str | None] | None = None) -> str | None:
-    """The run id of a kept device summary whose ``pytest -m cuda`` passed on this GPU and torch and
-    ran every test file of ``paths`` as it is now (``digests``: :func:`test_file_digests`; a file added
-    or changed since, e.g. a CUDA test added to it, is run again; a kept run without digests counts
-    for no file), or None."""
+    """The run id of a kept device summary whose ``pytest -m cuda`` passed on this GPU and torch, on the
+    code of digest ``code`` (:func:`code_digest`), and ran every test file of ``paths`` as it is now
+    (``digests``: :func:`test_file_digests`; a file added or changed since, e.g. a CUDA test added to it,
+    is run again; a kept run without digests counts for no file), or None."""
     digests = test_file_digests(paths) if digests is None else digests
 
     def parts(chk):
         entry = chk.get("cuda_tests") or {}
         ran = entry.get("digests") or {}
-        return [entry if all(p in ran and ran[p] == digests.get(p) for p in paths) else None]
+        same = entry.get("code") == code and all(p in ran and ran[p] == digests.get(p) for p in paths)
+        return [entry if same else None]
     return kept_pass(kept, info, parts, ("name", "torch"))
 
 
@@ -987,6 +1047,8 @@ class Session:
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         self.run_id = f"{stamp}-{device.type}"
         self.kept = kept_summaries(Path(a.kept))
+        self.files = code_files(ROOT)  # the code the checks run: a pass holds for it
+        self.code = code_digest(self.files)
         self.new_cells: list[dict] = []
         self._maps: dict = {"archives": [], "networks": 0, "left_out": []}
         self._maps_written: list = []
@@ -999,7 +1061,9 @@ class Session:
                 a.started_at, _dt.timezone.utc).isoformat(timespec="seconds"),
             "status": "running", "device": self.info, "git_commit": self.commit, "commit_source": self.commit_source,
             "budget_s": a.budget_s, "wheels": os.environ.get("DEVICE_SESSION_WHEELS", "not reported by the wrapper"),
-            "setup": {}, "checks": {"policy": a.checks, "suites": {}, "perf": None, "passed": None},
+            "code": {"digest": self.code, "of": list(CHECKED_CODE), "files": self.files},
+            "setup": {}, "checks": {"policy": a.checks, "recheck_s": a.recheck_s, "suites": {}, "perf": None,
+                                    "passed": None, "stale": []},
             "grid": {"suite": a.suite, "profile": a.profile, "seeds": a.seeds, "methods": a.methods,
                      "sets": a.sets, "status": "not started", "cells": [], "deferred": [], "history_used": {}},
             "outputs": {}, "merge": "python scripts/keep_records.py merge <files_at>/records.tar.gz",
@@ -1071,24 +1135,45 @@ class Session:
             chk["note"] = "skipped: --checks skip"
             return
         check_deadline = a.started_at + a.check_share * a.budget_s
+        methods_of = {}
         for suite in a.check_suites:
             entry = chk["suites"].setdefault(suite, {})
             defaults = list(_suite(suite).default_methods)
-            methods = [m for m in a.check_methods if m in defaults] if a.check_methods else defaults
-            entry["methods"] = methods
-            if not methods:
+            entry["methods"] = methods_of[suite] = [m for m in a.check_methods if m in defaults] \
+                if a.check_methods else defaults
+            if not methods_of[suite]:
                 entry["smoke"] = entry["agreement"] = {"status": "ok", "note": "skipped: none of --check-methods is "
                                                                               "among the suite's methods"}
-                continue
-            prior = passed_before(self.kept, suite, self.info) if (self.cuda and a.checks == "auto") else None
-            if prior:
-                entry["smoke"] = entry["agreement"] = {"status": "ok", "note": f"skipped: passed in kept run {prior}"}
-                continue
+        todo = [s for s in a.check_suites if methods_of[s]]
+        # on CUDA a suite whose checks passed on this code is not checked again; one that passed on other code
+        # is stale: checked again after the suites never passed, as --recheck-s allows, the oldest pass first
+        standing = {s: check_standing(self.kept, s, self.info, self.files) if (self.cuda and a.checks == "auto")
+                    else {"state": "new"} for s in todo}
+        rechecked_s = 0.0
+        for suite in todo:
+            if standing[suite]["state"] == "current":
+                chk["suites"][suite]["smoke"] = chk["suites"][suite]["agreement"] = {
+                    "status": "ok", "note": f"skipped: passed in kept run {standing[suite]['run']} on this code"}
+        for suite in check_order(standing, a.suite):
+            entry, methods, st = chk["suites"][suite], methods_of[suite], standing[suite]
             left = min(check_deadline, self.deadline) - time.time()
+            if st["state"] == "stale" and (rechecked_s + a.min_check_s > a.recheck_s or left < a.min_check_s):
+                why = f"--recheck-s {a.recheck_s:g} spent" if left >= a.min_check_s else \
+                    f"budget: {max(left, 0):.0f} s left for checks"
+                changed = "an unrecorded number of" if st["changed"] is None else str(st["changed"])
+                entry["smoke"] = entry["agreement"] = {
+                    "status": "ok", "stale": True, "passed_in": st["run"], "changed_files": st["changed"],
+                    "note": f"skipped: not checked again ({why}); passed in kept run {st['run']} on other code "
+                            f"({changed} files of {', '.join(CHECKED_CODE)} changed since)"}
+                chk["stale"].append(suite)
+                continue
             if left < a.min_check_s:
                 entry["smoke"] = {"status": "not run", "why": f"budget: {max(left, 0):.0f} s left for checks"}
                 entry["agreement"] = {"status": NO_CUDA} if not self.cuda else dict(entry["smoke"])
                 continue
+            entry["code"] = self.code  # what a pass here holds for
+            if st["state"] == "stale":
+                entry["stale_since"] = st["run"]
             self.say(f"check {suite}: smoke on {self.device}" + (" and cpu" if self.cuda else ""))
             if suite in REAL_DATA:
                 root, extra = Path(a.data_root), []
@@ -1134,6 +1219,8 @@ class Session:
                     agr["status"] = "failed"
                     agr["cpu_run"]["log_tail"] = ref.get("log_tail", "")
                 entry["agreement"] = agr
+            if st["state"] == "stale":
+                rechecked_s += time.perf_counter() - t0
             self.say(f"check {suite}: smoke {entry['smoke']['status']}, agreement {entry['agreement']['status']}")
             self.write_outputs()
         chk["cuda_tests"] = self.run_cuda_tests()
@@ -1147,13 +1234,15 @@ class Session:
     def run_cuda_tests(self) -> dict:
         """``pytest -m cuda`` (the tests that need CUDA, skipped everywhere else) on the device;
         each failing test with the first line of its message. Skipped once they passed in a kept
-        run with the same torch and GPU and the same test files (byte for byte)."""
+        run with the same torch and GPU, the same test files (byte for byte) and the same code
+        (:func:`code_files`)."""
         a = self.a
         if not self.cuda:
             return {"status": NO_CUDA}
         if a.cuda_tests == "none":
             return {"status": "skipped: --cuda-tests none"}
-        prior = cuda_tests_passed_before(self.kept, self.info, a.cuda_tests.split(",")) if a.checks == "auto" else None
+        prior = cuda_tests_passed_before(self.kept, self.info, a.cuda_tests.split(","), self.code) \
+            if a.checks == "auto" else None
         if prior:
             return {"status": "ok", "note": f"skipped: passed in kept run {prior}"}
         left = min(a.started_at + a.check_share * a.budget_s, self.deadline) - time.time()
@@ -1170,7 +1259,7 @@ class Session:
                                      *a.cuda_tests.split(",")], a.threads or max(1, (os.cpu_count() or 1) // 2), log)
         rc, to = _finish(proc, fh, left)
         res = {"status": "failed", "returncode": rc, "timed_out": to, "seconds": round(time.perf_counter() - t0, 2),
-               "paths": a.cuda_tests.split(","), "digests": test_file_digests(a.cuda_tests.split(","))}
+               "paths": a.cuda_tests.split(","), "digests": test_file_digests(a.cuda_tests.split(",")), "code": self.code}
         res.update(junit_summary(xml))
         if rc == 0 and not to and res.get("tests", 0) > 0 and not res.get("skipped_all"):
             res["status"] = "ok"
@@ -1186,7 +1275,7 @@ class Session:
             return {"status": "skipped: --perf-cases none"}
         cases = a.perf_cases or list(PERF_CASES)
         # a case kept runs measured on this GPU is not measured again (--checks always measures every one)
-        before = perf_cases_measured_before(self.kept, self.info) if a.checks == "auto" else {}
+        before = perf_cases_measured_before(self.kept, self.info, self.code) if a.checks == "auto" else {}
 
         def measured_in(cs):
             return f"measured in kept run(s) {', '.join(sorted({before[c] for c in cs}))}"
@@ -1209,7 +1298,7 @@ class Session:
         rc, to = _finish(proc, fh, left)
         rows = json.loads(save.read_text())["rows"] if save.exists() else []
         res = {"status": "ok" if rows and rc in (0, 1) and not to else "failed", "returncode": rc, "timed_out": to,
-               "seconds": round(time.perf_counter() - t0, 2), "cases": cases, "rows": rows,
+               "seconds": round(time.perf_counter() - t0, 2), "cases": cases, "rows": rows, "code": self.code,
                "missed_targets": [f"{r['model']}: {r['measure']} = {r['ratio']:.3f} (target {r['op']} {r['target']})"
                                   for r in rows if not r.get("ok")]}
         if skipped:
@@ -1416,7 +1505,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check-suites", default=None, help="suites checked at smoke scale (default: every suite)")
     p.add_argument("--check-methods", default=None, help="methods checked (default: each suite's)")
     p.add_argument("--checks", choices=("auto", "always", "skip"), default="auto",
-                   help="auto: skip the suites whose checks passed on CUDA in a kept run (default)")
+                   help="auto (default): skip the suites whose checks passed on CUDA in a kept run on this code; "
+                        "those that passed on other code are checked again as --recheck-s allows")
+    p.add_argument("--recheck-s", type=float, default=120.0,
+                   help="seconds of the checks' share for checking again the suites that passed on other code, the "
+                        "grid's suite first, then the oldest pass (120; the others stay marked stale)")
     p.add_argument("--check-share", type=float, default=0.6, help="share of the budget the checks may use (0.6)")
     p.add_argument("--min-check-s", type=float, default=20.0, help="no check starts with less left (20)")
     p.add_argument("--min-cell-s", type=float, default=30.0, help="no grid cell starts with less left (30)")
@@ -1488,6 +1581,8 @@ def validate(a) -> None:
             raise BadInput(f"--perf-cases: unknown {', '.join(unknown)}; valid: none, {', '.join(PERF_CASES)}")
     if a.budget_s < 0 or not 0 <= a.check_share <= 1:
         raise BadInput("--budget-s must be >= 0 and --check-share within [0, 1]")
+    if not a.recheck_s >= 0:
+        raise BadInput(f"--recheck-s must be a number of seconds >= 0, got {a.recheck_s}")
     if not a.checkpoint_interval_s >= 0:
         raise BadInput(f"--checkpoint-interval-s must be a number of seconds >= 0, got {a.checkpoint_interval_s}")
     if a.grid_workers is not None and a.grid_workers < 1:

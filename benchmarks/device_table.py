@@ -4,7 +4,9 @@
     .venv/bin/python benchmarks/device_table.py --table runs       # one row per kept device session
 
 A suite's row is the latest kept session that checked it (sessions that skipped it because it had
-passed are not rows). ``agreement`` is the CPU evaluation of the CUDA-fitted state
+passed are not rows). ``later`` says whether the latest session that kept the digests of the code
+(bench.device_session.code_files) found that pass on its code or stale (passed on other code, not
+checked again in that session). ``agreement`` is the CPU evaluation of the CUDA-fitted state
 (bench.device_session.compare_runs): cells compared on every metric (informative networks) and on
 the smooth ones only (networks at chance, whose argmax metrics are listed, not compared).
 """
@@ -36,6 +38,22 @@ def _device(s: dict) -> str:
     return f"{d.get('name', d.get('used', '?'))}, torch {d.get('torch', '?')}"
 
 
+def later(summaries: list[dict], suite: str, checked_in: dict) -> str:
+    """What the latest session that kept code digests says of ``suite``'s check of ``checked_in``."""
+    last = next((s for s in reversed(summaries) if (s.get("code") or {}).get("digest")), None)
+    if last is None:
+        return "not recorded"
+    if last is checked_in:
+        return "this run"
+    sm = ((((last.get("checks") or {}).get("suites") or {}).get(suite) or {}).get("smoke") or {})
+    if sm.get("stale"):
+        n = sm.get("changed_files")
+        return f"stale at {last.get('run_id')}: {'?' if n is None else n} code files changed"
+    if "on this code" in str(sm.get("note", "")):
+        return f"same code at {last.get('run_id')}"
+    return f"not checked at {last.get('run_id')}"
+
+
 def suite_rows(summaries: list[dict]) -> list[str]:
     latest: dict[str, tuple[dict, dict]] = {}
     for s in summaries:
@@ -44,8 +62,8 @@ def suite_rows(summaries: list[dict]) -> list[str]:
                 continue
             latest[suite] = (s, e)
     lines = ["| suite | smoke on CUDA | CPU evaluation of the CUDA fit | cells: all metrics / smooth only | "
-             "largest compared difference | outside tolerance | run |",
-             "| --- | --- | --- | --- | ---: | --- | --- |"]
+             "largest compared difference | outside tolerance | run | later |",
+             "| --- | --- | --- | --- | ---: | --- | --- | --- |"]
     for suite in sorted(latest):
         s, e = latest[suite]
         sm, ag = e.get("smoke") or {}, e.get("agreement") or {}
@@ -61,13 +79,14 @@ def suite_rows(summaries: list[dict]) -> list[str]:
                for k, c in cells.items() if c.get("status") != "ok"]
         lines.append(f"| {suite} | {smoke} | {ag.get('status')} ({ref}) | {full} / {smooth} | "
                      f"{'' if worst is None else f'{worst:.2g}'} | {'; '.join(bad) or 'none'} | "
-                     f"{s.get('run_id')} ({_commit(s)}) |")
+                     f"{s.get('run_id')} ({_commit(s)}) | {later(summaries, suite, s)} |")
     return lines
 
 
 def run_rows(summaries: list[dict]) -> list[str]:
-    lines = ["| run | device | commit | checks passed | perf | grid cells run | MAP networks trained | grid status |",
-             "| --- | --- | --- | --- | --- | ---: | ---: | --- |"]
+    lines = ["| run | device | commit | checks passed | stale checks | perf | grid cells run | MAP networks trained | "
+             "grid status |",
+             "| --- | --- | --- | --- | --- | --- | ---: | ---: | --- |"]
     for s in summaries:
         c = s.get("checks") or {}
         perf = c.get("perf") or {}
@@ -77,7 +96,8 @@ def run_rows(summaries: list[dict]) -> list[str]:
         g = s.get("grid") or {}
         items = g.get("cells") or []
         maps = [i for i in items if "/map/" in i.get("cell", "")]  # MAP networks trained as items of their own
-        lines.append(f"| {s.get('run_id')} | {_device(s)} | {_commit(s)} | {c.get('passed')} | {p} | "
+        stale = "not recorded" if "stale" not in c else ", ".join(c["stale"]) or "none"
+        lines.append(f"| {s.get('run_id')} | {_device(s)} | {_commit(s)} | {c.get('passed')} | {stale} | {p} | "
                      f"{len(items) - len(maps)} | {sum(i.get('status') == 'trained' for i in maps)} | "
                      f"{str(g.get('status', ''))[:90]} |")
     return lines

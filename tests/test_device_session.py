@@ -531,6 +531,7 @@ def test_an_exhausted_budget_runs_no_cell_and_still_writes_the_summary(carried, 
     (["--cuda-tests", "tests/nosuch.py"], ["tests/nosuch.py", "test_method_contract.py", "none"]),
     (["--grid-workers", "0"], ["--grid-workers", "at least 1"]),
     (["--checkpoint-interval-s", "-1"], ["--checkpoint-interval-s", ">= 0"]),
+    (["--recheck-s", "-5"], ["--recheck-s", ">= 0"]),
     (["--set", "pbn.nosuch=1"], ["nosuch", "pbn"]),
 ])
 def test_bad_input_exits_2_naming_what_is_valid_and_writes_nothing(args, words, carried, tmp_path, capsys):
@@ -615,21 +616,29 @@ def test_checks_that_passed_on_cuda_and_cell_times_are_read_from_kept_summaries(
                             {"cell": "lenet5/deep_ensemble/seed0", "status": "stopped at the deadline",
                              "seconds": 300.0}]}},
     ]
-    assert ds.passed_before(kept, "toy", info) == "r2"
-    assert ds.passed_before(kept, "camvid", info) is None  # its CUDA / CPU comparison failed
-    assert ds.passed_before(kept, "toy", {"torch": "2.12.0"}) is None  # another torch: checked again
+    code = {"bench/a.py": "1", "methods/b.py": "2"}
+    kept[1]["code"] = {"files": code}
+    kept[1]["checks"]["suites"]["toy"]["code"] = ds.code_digest(code)
+    assert ds.check_standing(kept, "toy", info, code) == {"state": "current", "run": "r2", "at": ""}
+    assert ds.check_standing(kept, "camvid", info, code)["state"] == "new"  # its CUDA / CPU comparison failed
+    assert ds.check_standing(kept, "toy", {"torch": "2.12.0"}, code)["state"] == "new"  # another torch
+    assert ds.check_standing(kept, "toy", info, {**code, "methods/b.py": "3", "bench/c.py": "4"}) == \
+        {"state": "stale", "run": "r2", "at": "", "changed": 2}  # a file changed, one added
     # the CUDA tests: a kept pass counts for the test files it ran as they are now, not for one added or
     # changed since (a CUDA test added to a file), nor for a run that kept no digests
     gpu = {"name": "H200", "torch": "2.11.0+cu130"}
     kept[1]["device"]["name"] = "H200"
     kept[1]["checks"]["cuda_tests"] = {"status": "ok", "paths": ["tests/a.py"], "digests": {"tests/a.py": "d1"}}
-    assert ds.cuda_tests_passed_before(kept, gpu, ["tests/a.py"], {"tests/a.py": "d1"}) == "r2"
-    assert ds.cuda_tests_passed_before(kept, gpu, ["tests/a.py"], {"tests/a.py": "d2"}) is None
+    kept[1]["checks"]["cuda_tests"]["code"] = "c1"
+    assert ds.cuda_tests_passed_before(kept, gpu, ["tests/a.py"], "c1", {"tests/a.py": "d1"}) == "r2"
+    assert ds.cuda_tests_passed_before(kept, gpu, ["tests/a.py"], "c2", {"tests/a.py": "d1"}) is None  # code changed
+    assert ds.cuda_tests_passed_before(kept, gpu, ["tests/a.py"], "c1", {"tests/a.py": "d2"}) is None
     both = {"tests/a.py": "d1", "tests/b.py": "d3"}
-    assert ds.cuda_tests_passed_before(kept, gpu, ["tests/a.py", "tests/b.py"], both) is None
-    assert ds.cuda_tests_passed_before(kept, {**gpu, "name": "H100"}, ["tests/a.py"], {"tests/a.py": "d1"}) is None
-    kept[1]["checks"]["cuda_tests"] = {"status": "ok", "paths": ["tests/a.py"]}
-    assert ds.cuda_tests_passed_before(kept, gpu, ["tests/a.py"], {"tests/a.py": "d1"}) is None
+    assert ds.cuda_tests_passed_before(kept, gpu, ["tests/a.py", "tests/b.py"], "c1", both) is None
+    assert ds.cuda_tests_passed_before(kept, {**gpu, "name": "H100"}, ["tests/a.py"], "c1",
+                                       {"tests/a.py": "d1"}) is None
+    kept[1]["checks"]["cuda_tests"] = {"status": "ok", "paths": ["tests/a.py"], "code": "c1"}
+    assert ds.cuda_tests_passed_before(kept, gpu, ["tests/a.py"], "c1", {"tests/a.py": "d1"}) is None
     here = str(Path(__file__).resolve().parent / "test_training_loop.py")
     assert ds.test_file_digests([here])[here] == hashlib.sha256(Path(here).read_bytes()).hexdigest()
     h = ds.grid_history(kept, "cuda")
@@ -643,6 +652,95 @@ def test_checks_that_passed_on_cuda_and_cell_times_are_read_from_kept_summaries(
     h = ds.grid_history(kept, "cuda")
     assert h == {"finished": {"lenet5/pbn": 30.0}, "lower_bound": {"lenet5/deep_ensemble/seed0": 300.0}}
     assert ds.grid_history(kept, "cpu") == {"finished": {}, "lower_bound": {}}
+
+
+def test_a_check_passed_on_other_code_is_stale_and_checked_again_oldest_first():
+    """A suite's standing is read from the latest kept CUDA run in which its check ran: runs that skipped it
+    (passed before, or stale and not checked again) are passed over, a failure there makes it new again; the
+    order puts never-passed suites first, then the stale ones, the grid's suite first and then the oldest."""
+    info, ok = {"torch": "t"}, {"status": "ok"}
+    now = {"bench/a.py": "2"}
+
+    def run(rid, at, suites, files=None):
+        return {"run_id": rid, "started_at": at, "device": {"used": "cuda", "torch": "t"},
+                "code": {"files": files} if files else {}, "checks": {"suites": suites}}
+
+    ran = {"smoke": {**ok, "seconds": 3.0}, "agreement": ok, "code": ds.code_digest({"bench/a.py": "1"})}
+    skipped = {"smoke": {**ok, "note": "skipped: passed in kept run r1"}, "agreement": ok}
+    stale = {"smoke": {**ok, "stale": True, "note": "skipped: not checked again (--recheck-s 0 spent)"},
+             "agreement": ok}
+    kept = [run("r1", "2026-11-01", {"toy": ran, "cifar10c": ran}, {"bench/a.py": "1"}),
+            run("r2", "2026-11-02", {"toy": skipped, "camvid": ran, "cifar10c": stale}, {"bench/a.py": "1"}),
+            run("r3", "2026-11-03", {"camvid": stale, "mnist_rotated": {**ran, "code": ds.code_digest(now)},
+                                     "folder": {"smoke": {"status": "failed"}, "agreement": ok}}, now),
+            run("r0", "2026-10-01", {"folder": ran})]  # before r3 in the file order: the latest run decides
+    kept.insert(0, kept.pop())
+    st = {s: ds.check_standing(kept, s, info, now) for s in ("toy", "camvid", "cifar10c", "mnist_rotated", "folder",
+                                                              "chestmnist")}
+    assert st["toy"] == {"state": "stale", "run": "r1", "at": "2026-11-01", "changed": 1}
+    assert st["camvid"]["run"] == "r2" and st["cifar10c"]["run"] == "r1"
+    assert st["mnist_rotated"] == {"state": "current", "run": "r3", "at": "2026-11-03"}
+    assert st["folder"] == {"state": "new", "failed_in": "r3"} and st["chestmnist"] == {"state": "new"}
+    # a summary of before the digests were kept: stale, by how many files unknown
+    old = [run("r1", "2026-11-01", {"toy": {**ran, "code": None}})]
+    assert ds.check_standing(old, "toy", info, now) == {"state": "stale", "run": "r1", "at": "2026-11-01",
+                                                        "changed": None}
+    assert ds.check_order(st, "camvid") == ["folder", "chestmnist", "camvid", "toy", "cifar10c"]
+    assert ds.check_order(st, "mnist_rotated") == ["folder", "chestmnist", "toy", "cifar10c", "camvid"]
+
+
+def test_stale_checks_run_again_as_the_recheck_budget_allows(carried, tmp_path):
+    """With the CPU standing in for the GPU: the toy suite's check passed in a kept run on this code (not run
+    again), then on other code: stale, and with --recheck-s 0 marked so without running (the summary names the
+    run it passed in and how many files changed since); with time to recheck it runs and its pass holds the
+    code's digest, which a later run then finds current."""
+    import time
+
+    import torch
+
+    kept_dir = tmp_path / "kept"
+    (kept_dir / "device").mkdir(parents=True)
+    files = ds.code_files(ds.ROOT)
+    ok = {"status": "ok", "seconds": 2.0}
+    prior = {"run_id": "r1", "started_at": "2026-11-01", "device": {"used": "cuda", "torch": torch.__version__},
+             "code": {"files": files},
+             "checks": {"suites": {"toy": {"smoke": ok, "agreement": ok, "code": ds.code_digest(files)}}}}
+
+    def session(name, recheck_s, kept_summary):
+        (kept_dir / "device" / "r1.json").write_text(json.dumps(kept_summary))
+        out, work = tmp_path / name / "out", tmp_path / name / "work"
+        a = ds.build_parser().parse_args([
+            "--out", str(out), "--device", "cpu", "--threads", "1", "--check-suites", "toy", "--check-methods",
+            "deterministic", "--perf-cases", "none", "--cuda-tests", "none", "--budget-s", "300", "--recheck-s",
+            str(recheck_s), "--kept", str(kept_dir), "--carried", str(carried), "--profile", "smoke", "--seeds", "0"])
+        a.started_at = time.time()
+        ds.validate(a)
+        a.data_root = work / "data"
+        out.mkdir(parents=True)
+        work.mkdir(parents=True)
+        s = ds.Session(a, torch.device("cpu:0"), out, work)
+        s.cuda, s.info["name"] = True, "stand-in GPU"
+        s.run_checks()
+        return s.summary
+
+    same = session("same", 120, prior)
+    toy = same["checks"]["suites"]["toy"]
+    assert toy["smoke"]["note"] == "skipped: passed in kept run r1 on this code" and same["checks"]["stale"] == []
+    assert same["checks"]["passed"] is True
+    other = json.loads(json.dumps(prior))
+    other["code"]["files"]["bench/__init__.py"] = "0" * 16  # the kept pass was on other code
+    other["checks"]["suites"]["toy"]["code"] = ds.code_digest(other["code"]["files"])
+    held = session("held", 0, other)
+    toy = held["checks"]["suites"]["toy"]
+    assert toy["smoke"]["stale"] and toy["smoke"]["passed_in"] == "r1" and toy["smoke"]["changed_files"] == 1
+    assert "--recheck-s 0 spent" in toy["smoke"]["note"] and "seconds" not in toy["smoke"]
+    assert held["checks"]["stale"] == ["toy"] and held["checks"]["passed"] is True
+    again = session("again", 120, other)
+    toy = again["checks"]["suites"]["toy"]
+    assert toy["smoke"]["status"] == "ok" and toy["smoke"]["seconds"] > 0 and toy["stale_since"] == "r1"
+    assert toy["code"] == again["code"]["digest"] == ds.code_digest(files) and again["checks"]["stale"] == []
+    again["device"]["used"] = "cuda"  # the stand-in's summary as a GPU's
+    assert ds.check_standing([other, again], "toy", {"torch": torch.__version__}, files)["state"] == "current"
 
 
 def test_the_cuda_branch_runs_with_cpu0_standing_in_for_the_gpu(carried, tmp_path):
@@ -688,14 +786,15 @@ def test_the_cuda_branch_runs_with_cpu0_standing_in_for_the_gpu(carried, tmp_pat
 def test_perf_measures_the_cases_no_kept_run_measured_on_this_gpu(carried, tmp_path):
     """A kept summary measured ensemble_vs_single on this GPU: asked for it and mc_dropout_vs_single
     (a case added since), the session measures the new case only and says which kept run measured the
-    other; asked for the old case alone, it measures nothing; another GPU's run counts for nothing.
+    other; asked for the old case alone, it measures nothing; another GPU's run counts for nothing, nor one
+    on other code.
     (Before, any kept perf run skipped them all, so a case added later never ran on a GPU.)"""
     import time
 
     import torch
 
-    def session(cases, name="stand-in GPU"):
-        out, work = tmp_path / f"out-{cases}-{name}", tmp_path / f"work-{cases}-{name}"
+    def session(cases, name="stand-in GPU", code=None):
+        out, work = tmp_path / f"out-{cases}-{name}-{code}", tmp_path / f"work-{cases}-{name}-{code}"
         a = ds.build_parser().parse_args([
             "--out", str(out), "--device", "cpu", "--threads", "1", "--perf-cases", cases, "--perf-repeats", "1",
             "--budget-s", "300", "--kept", str(tmp_path / "kept"), "--carried", str(carried)])
@@ -706,7 +805,8 @@ def test_perf_measures_the_cases_no_kept_run_measured_on_this_gpu(carried, tmp_p
         s = ds.Session(a, torch.device("cpu:0"), out, work)
         s.cuda, s.info["name"] = True, name
         s.kept = [{"run_id": "r1", "device": {"used": "cuda:0", "name": "stand-in GPU"},
-                   "checks": {"perf": {"status": "ok", "cases": ["ensemble_vs_single"], "rows": []}}}]
+                   "checks": {"perf": {"status": "ok", "cases": ["ensemble_vs_single"], "rows": [],
+                                       "code": code or s.code}}}]
         return s.run_perf()
 
     both = session("ensemble_vs_single,mc_dropout_vs_single")
@@ -717,6 +817,8 @@ def test_perf_measures_the_cases_no_kept_run_measured_on_this_gpu(carried, tmp_p
     assert old == {"status": "ok", "note": "skipped: measured in kept run(s) r1"}
     other = session("ensemble_vs_single", name="another GPU")
     assert other["cases"] == ["ensemble_vs_single"] and other["rows"]
+    changed = session("ensemble_vs_single", code="measured on other code")  # measured again
+    assert changed["cases"] == ["ensemble_vs_single"] and changed["rows"] and changed["code"] != "measured on other code"
 
 
 def test_merged_perf_rows_replace_the_cases_the_run_measured_and_keep_the_others(tmp_path):
@@ -1003,7 +1105,27 @@ def test_the_runs_table_counts_map_networks_apart_from_cells():
              {"cell": "m/map/seed0", "status": "trained"}, {"cell": "m/map/seed1", "status": "failed"},
              {"cell": "m/deep_ensemble/seed0", "status": "fitted"}]}}
     row = table.run_rows([s])[2]
-    assert row.split(" | ")[5:8] == ["1", "1", "complete |"]
+    assert row.split(" | ")[4:9] == ["not recorded", "", "1", "1", "complete |"]
+
+
+def test_the_checks_table_says_which_passes_a_later_session_found_stale():
+    spec = importlib.util.spec_from_file_location("device_table", ROOT / "benchmarks" / "device_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    ok = {"status": "ok", "methods": {"deterministic": {"status": "ok"}}}
+    ran = {"smoke": ok, "agreement": {"status": "ok", "cells": {}}}
+    first = {"run_id": "r1", "started_at": "1", "checks": {"suites": {"toy": ran, "camvid": ran}}}
+    rows = table.suite_rows([first])
+    assert all(r.endswith("| not recorded |") for r in rows[2:])
+    second = {"run_id": "r2", "started_at": "2", "code": {"digest": "d"}, "checks": {"stale": ["toy"], "suites": {
+        "toy": {"smoke": {"status": "ok", "stale": True, "changed_files": 7, "note": "skipped: not checked again"}},
+        "camvid": {"smoke": {"status": "ok", "note": "skipped: passed in kept run r1 on this code"}}}}}
+    rows = table.suite_rows([first, second])
+    assert rows[2].startswith("| camvid |") and rows[2].endswith("| r1 (unknown) | same code at r2 |")
+    assert rows[3].startswith("| toy |") and rows[3].endswith("| r1 (unknown) | stale at r2: 7 code files changed |")
+    third = {"run_id": "r3", "started_at": "3", "code": {"digest": "e"}, "checks": {"stale": [], "suites": {"toy": ran}}}
+    assert table.suite_rows([first, second, third])[3].endswith("| r3 (unknown) | this run |")
+    assert table.run_rows([first, second, third])[3].split(" | ")[4] == "toy"
 
 
 def test_a_grid_on_camvid_multilabel_restores_the_kept_backbone():
