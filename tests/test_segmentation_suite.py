@@ -379,13 +379,24 @@ def test_vdp_loss_leaves_ignored_pixels_out():
         def kl(self, prior_scale):
             return torch.zeros(())
 
-    x = torch.randn(2 * 3 * 4, 5)           # rows = 2 images of 3 x 4 pixels
-    y = torch.randint(0, 5, (2, 3, 4))
+    y = torch.randint(0, 5, (2, 3, 4))      # 2 images of 3 x 4 pixels
     y[0, 0, :] = 255
-    loss = vdp_loss(100, kl_weight=1.0, likelihood="cross_entropy", ignore_index=255)(Net(), x, y, 0.0)
     keep = y.reshape(-1) != 255
-    want = data_nll(x[keep], torch.full_like(x[keep], 0.1), y.reshape(-1)[keep], "cross_entropy").mean()
-    assert torch.allclose(loss, want)
+    for likelihood in ("cross_entropy", "gaussian"):
+        x = torch.randn(2 * 3 * 4, 5, requires_grad=True)  # a row per pixel
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            loss = vdp_loss(100, kl_weight=1.0, likelihood=likelihood, ignore_index=255)(Net(), x, y, 0.0)
+        # the mean over the kept pixels is masked, not selected: selecting them (nonzero) waits for a GPU
+        assert not {e.key for e in prof.key_averages()} & {"aten::nonzero", "aten::masked_select"}
+        (grad,) = torch.autograd.grad(loss, x)
+        xr = x.detach().clone().requires_grad_(True)
+        want = data_nll(xr[keep], torch.full_like(xr[keep], 0.1), y.reshape(-1)[keep], likelihood).mean()
+        (want_grad,) = torch.autograd.grad(want, xr)
+        assert torch.allclose(loss, want) and torch.allclose(grad, want_grad)
+        assert grad[~keep].abs().max() == 0
+    # a batch whose pixels are all ignored has no data term (not the mean of nothing, NaN)
+    none = vdp_loss(100, kl_weight=1.0, ignore_index=255)(Net(), torch.randn(12, 5), torch.full((1, 3, 4), 255), 0.0)
+    assert none.item() == 0.0
 
 
 def test_evaluation_batches_default_to_the_suites_own_size():

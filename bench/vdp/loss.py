@@ -97,7 +97,9 @@ def vdp_loss(num_train: int, *, kl_weight: float, likelihood: str = "gaussian", 
     """``loss_fn(model, x, y, fraction_done)`` for :func:`bench.training.train_model`.
 
     Segmentation (``ignore_index`` set): the network's rows are pixels, ``y`` label maps are
-    flattened to match and the ignored pixels left out of the mean, as the task's own loss does;
+    flattened to match and the ignored pixels left out of the mean, as the task's own loss does (by
+    a mask, not a selection, which would wait for the GPU at every step; a batch of ignored pixels only
+    has a data term of 0);
     ``num_train`` is then the number of training pixels. Multi-label (``multilabel``): ``y`` is (N, L)
     0/1 and the data term is :func:`multilabel_nll`."""
     if num_train <= 0:
@@ -107,12 +109,15 @@ def vdp_loss(num_train: int, *, kl_weight: float, likelihood: str = "gaussian", 
 
     def fn(model, x, y, _fraction_done):
         mu, var = model(x)
-        if ignore_index is not None:
+        if ignore_index is None:
+            nll = data_nll(mu, var, y, likelihood, var_floor=var_floor, ce_variance_term=ce_variance_term,
+                           multilabel=multilabel).mean()
+        else:  # the mean over the kept pixels, without selecting them: a selection's size is read on the host
             y = y.reshape(-1)
             keep = y != ignore_index
-            mu, var, y = mu[keep], var[keep], y[keep]
-        nll = data_nll(mu, var, y, likelihood, var_floor=var_floor, ce_variance_term=ce_variance_term,
-                       multilabel=multilabel).mean()
+            per_pixel = data_nll(mu, var, torch.where(keep, y, torch.zeros_like(y)), likelihood, var_floor=var_floor,
+                                 ce_variance_term=ce_variance_term, multilabel=multilabel)
+            nll = torch.where(keep, per_pixel, torch.zeros_like(per_pixel)).sum() / keep.sum().clamp_min(1)
         kl = model.kl(prior_scale)
         loss = nll + float(kl_weight) * kl / num_train
         if log is not None:  # tensors: the caller reads them when it needs them, not at every step
