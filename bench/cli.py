@@ -34,6 +34,10 @@ def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
+#: the kinds of evaluation set a cell scores (bench.data.EvalSet.kind; "val": the held-out validation split)
+SET_KINDS = ("id", "val", "shift", "ood")
+
+
 def _workers(text: str) -> int:
     if text == "auto":
         return -1  # resolved per executor (check_executor_args)
@@ -150,6 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE[,VALUE...]",
                    help="override or sweep a setting (repeatable; see below)")
     r.add_argument("--force", action="store_true", help="redo finished cells instead of resuming")
+    r.add_argument("--only-sets", type=_csv, default=None, metavar="KIND[,KIND]",
+                   help=f"evaluate only the sets of these kinds ({', '.join(SET_KINDS)}) in this run: a cell's "
+                        "other sets stay to do, and a later run without it evaluates them from the cell's fitted "
+                        "checkpoint (bench tune --validation-first); local runs only")
     r.add_argument("--force-method", dest="force_methods", type=_csv, action="extend", default=[], metavar="NAME",
                    help="refit and re-evaluate the cells of these methods only (repeatable or comma-separated); "
                         "unlike --force, the cached MAP networks are kept, not retrained")
@@ -221,6 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     tu.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                     help="passed on to every sweep (e.g. models=lenet_300_100, seeds=0,1); not the tuned options")
     tu.add_argument("--select-only", action="store_true", help="no training: choose from the records there are")
+    tu.add_argument("--validation-first", action="store_true",
+                    help="score the candidates on the validation and clean test sets only, then the chosen one on "
+                         "every set (from its fitted checkpoint): the others' shifted and OOD sets are not evaluated")
     tu.add_argument("--markdown", action="store_true",
                     help="print the stored tuning of --suite/--profile as a markdown table and write nothing")
     tu.add_argument("--candidates", metavar="METHOD", default=None,
@@ -435,6 +446,13 @@ def cmd_run(args) -> int:
     methods = args.methods if args.methods is not None else list(suite.default_methods)
     for m in methods:
         METHODS.get(m)
+    only = getattr(args, "only_sets", None)
+    if only is not None:
+        bad = [k for k in only if k not in SET_KINDS]
+        if bad or not only:
+            raise BenchError(f"--only-sets {','.join(bad) or '(empty)'}: valid kinds are {', '.join(SET_KINDS)}")
+        if args.executor != "local":
+            raise BenchError("--only-sets is for --executor local (a cell's workers load their own sets)")
     not_run = [m for m in getattr(args, "force_methods", []) if m not in methods]
     if not_run:
         raise BenchError(f"--force-method {','.join(not_run)}: not a method of this run "
@@ -531,7 +549,7 @@ def run_plan(args, suite, plan, methods: list[str]):
               f"{STALE_TEMP_S / 3600:g} h), e.g. {stale[0]}", file=sys.stderr)
     if args.executor == "local":
         harness = Harness(suite, plan, data, store, device, METHODS, force=args.force, progress=not args.quiet,
-                          force_methods=getattr(args, "force_methods", ()),
+                          force_methods=getattr(args, "force_methods", ()), only_kinds=getattr(args, "only_sets", None),
                           keep_predictions=args.prediction_policy,
                           quiet=args.quiet, workers=args.loader_workers, pretrained=pretrained)
         summary = harness.run()
@@ -701,19 +719,24 @@ def cmd_tune(args) -> int:
         if len(plan.models) > 1 and any(m in per_method for per_method in plan.model_configs.values()):
             raise BenchError(f"bench tune: profile {args.profile!r} gives {m} options of its own on some of its models "
                              f"({', '.join(plan.models)}): tune one model at a time (--set models=NAME)")
+    def sweep(m, sets, only_sets=None):
+        argv = ["run", "--suite", args.suite, "--profile", args.profile, "--methods", m, "--out", args.out,
+                "--device", args.device, "--no-report"]
+        argv += ["--data-root", args.data_root] if args.data_root else []
+        argv += ["--threads", str(args.threads)] if args.threads else []
+        argv += ["--quiet"] if args.quiet else []
+        argv += ["--only-sets", only_sets] if only_sets else []
+        argv += [a for f in getattr(args, "plugins", []) for a in ("--plugin", f)]
+        for s in sets:
+            argv += ["--set", s]
+        cmd_run(build_parser().parse_args(argv))  # a failing cell is recorded, the sweep goes on
+
+    first = "val,id" if args.validation_first else None
     for m in methods:
         runs = tuning.sweep_runs(m, spaces[m])
         if not args.select_only:
             for sets in runs:
-                argv = ["run", "--suite", args.suite, "--profile", args.profile, "--methods", m, "--out", args.out,
-                        "--device", args.device, "--no-report"]
-                argv += ["--data-root", args.data_root] if args.data_root else []
-                argv += ["--threads", str(args.threads)] if args.threads else []
-                argv += ["--quiet"] if args.quiet else []
-                argv += [a for f in getattr(args, "plugins", []) for a in ("--plugin", f)]
-                for s in [*sets, *args.sets]:
-                    argv += ["--set", s]
-                cmd_run(build_parser().parse_args(argv))  # a failing cell is recorded, the sweep goes on
+                sweep(m, [*sets, *args.sets], first)
         # the candidates are the configurations of this sweep, at this profile: records of an earlier
         # space or of other fixed options (an earlier sweep in the same results) are not
         swept, plan = [], None
@@ -745,10 +768,17 @@ def cmd_tune(args) -> int:
         except BenchError as exc:
             failed[key] = str(exc)
             continue
+        if args.validation_first and not args.select_only:
+            # the candidates were scored on the validation and clean test sets only (the choice and the
+            # verdicts read nothing else); the chosen one's other sets now, from its fitted checkpoint
+            for c in choices:
+                chosen = [f"{m}.{o}={tuning._values([v])}" for o, v in c["chosen"].items()]
+                sweep(m, [f"models={c['model']}", *chosen, *(s for s in args.sets if not s.startswith("models="))])
         # the training budget the choice was made at: a choice made at another budget is not this one's
         # and the data it was fitted and validated on (the validation split: data.val_sequences)
         entries[key] = {**tuning.summarize(m, choices, spaces[m]), "train": plan.train.to_dict(), "method": m,
-                        "data": suite.fit_data(plan.data), **({"fixed": fixed} if fixed else {})}
+                        "data": suite.fit_data(plan.data), **({"fixed": fixed} if fixed else {}),
+                        **({"evaluated": tuning.VALIDATION_FIRST} if args.validation_first else {})}
     path = tuning.write_tuning(args.out, args.suite, args.profile, entries, failed, args.sets)
     print(tuning.tuning_markdown(tuning.read_tuning(path)))
     print(f"tuning: {path}")

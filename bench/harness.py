@@ -434,7 +434,7 @@ class Harness:
     def __init__(self, suite, plan: RunPlan, data: SuiteData, store: ResultsStore, device: torch.device,
                  methods_registry, *, force: bool = False, progress: bool = False, quiet: bool = False,
                  workers: int = 0, pretrained: dict[str, dict] | None = None, map_refresh: bool | None = None,
-                 keep_predictions: PredictionPolicy | None = None, force_methods=()):
+                 keep_predictions: PredictionPolicy | None = None, force_methods=(), only_kinds=None):
         self.suite, self.plan, self.data, self.store = suite, plan, data, store
         suite.results_dir = store.root  # a suite may read networks an earlier run left there (data.backbone=camvid)
         self.device, self.methods_registry = device, methods_registry
@@ -463,6 +463,11 @@ class Harness:
         if data.val_x is not None and len(data.val_x) and data.val_y is not None \
                 and not any(e.kind == "val" for e in data.eval_sets):
             data.eval_sets.append(EvalSet("val", "validation", None, data.val_x, data.val_y))
+        # ``only_kinds`` (bench run --only-sets): this run evaluates the sets of these kinds only; a cell's
+        # other sets stay to do, from its fitted checkpoint, in a later run (bench tune --validation-first)
+        self.only_kinds = frozenset(only_kinds) if only_kinds else None
+        if self.only_kinds:
+            data.eval_sets[:] = [e for e in data.eval_sets if e.kind in self.only_kinds]
 
     def say(self, msg: str) -> None:
         if not self.quiet:

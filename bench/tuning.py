@@ -30,6 +30,10 @@ from bench.store import _safe, atomic_write_json
 #: configurations every tuned method gets
 CONFIGS_PER_METHOD = 4
 
+#: what ``bench tune --validation-first`` evaluated, in its stored entries ("evaluated")
+VALIDATION_FIRST = ("validation first: every candidate on the validation and clean test sets (the choice and the "
+                    "validity verdicts read only these), the chosen one on every set")
+
 #: per method, the options that decide it and the values swept (their product has
 #: CONFIGS_PER_METHOD members). VI: whether sigma reaches the optimum of the final objective is
 #: set by the rate of its optimiser and, for PBN and mean-field VI, by the KL weight's annealing

@@ -193,6 +193,43 @@ def test_tune_sweeps_the_space_and_chooses_the_lowest_validation_nll(tmp_path, c
     assert stale_note in page.with_name("README.md").read_text().split("What the table shows")[0]
 
 
+def test_validation_first_scores_the_chosen_candidate_alone_on_every_set(tmp_path, capsys):
+    """bench tune --validation-first (toy smoke, MC dropout): every candidate is scored on the validation
+    and clean test sets only (what the choice and the verdicts read), then the chosen one on every set,
+    from its fitted checkpoint (four fits, not five); the choice and the chosen records are those of a
+    tune that scores every candidate on every set."""
+    out, full = tmp_path / "first", tmp_path / "full"
+    argv = ["tune", "--suite", "toy", "--profile", "smoke", "--methods", "mc_dropout", "--device", "cpu",
+            "--threads", "1", "--quiet"]
+    assert main([*argv, "--out", str(out), "--validation-first"]) == 0
+    assert main([*argv, "--out", str(full)]) == 0
+    entry = json.loads((out / "toy" / "tuning" / "smoke.json").read_text())["methods"]["mc_dropout"]
+    other = json.loads((full / "toy" / "tuning" / "smoke.json").read_text())["methods"]["mc_dropout"]
+    assert entry["evaluated"] == tuning.VALIDATION_FIRST and "evaluated" not in other
+    assert entry["choices"] == other["choices"]
+    chosen = entry["choices"][0]["chosen"]["p"]
+
+    def kinds(results):
+        df = load_records(results, "toy")
+        df = df[df["method"] == "mc_dropout"]
+        return df, {p: set(g["kind"]) for p, g in df.groupby(df["method_config"].map(lambda c: c["p"]))}
+
+    df, got = kinds(out)
+    full_df, every = kinds(full)
+    assert len(got) == 4 and every[chosen] > {"val", "id"}
+    assert got[chosen] == every[chosen] and all(k == {"val", "id"} for p, k in got.items() if p != chosen)
+    events = [json.loads(line) for f in (out / "toy" / "events").glob("*.jsonl") for line in f.read_text().splitlines()]
+    assert sum(e["event"] == "fitted" and e["method"] == "mc_dropout" for e in events) == 4
+    ours = df[df["method_config"].map(lambda c: c["p"]) == chosen].set_index(["kind", "shift", "severity"])
+    theirs = full_df[full_df["method_config"].map(lambda c: c["p"]) == chosen].set_index(["kind", "shift", "severity"])
+    assert ours["fit_digest"].nunique() == 1
+    assert ours["metrics.nll"].sort_index().tolist() == pytest.approx(theirs["metrics.nll"].sort_index().tolist())
+    capsys.readouterr()
+    assert main(["run", "--suite", "toy", "--profile", "smoke", "--methods", "mc_dropout", "--out", str(out),
+                 "--only-sets", "val,test", "--quiet"]) == 2
+    assert "--only-sets test: valid kinds are id, val, shift, ood" in capsys.readouterr().err
+
+
 def test_a_tune_of_another_objective_keeps_its_own_choice_beside_the_profiles(tmp_path, capsys):
     """bench tune with a method option held away from the profile's (here MC dropout's sample count;
     on camvid_binary the class-weighted ELBO) chooses among its own fits and stores the choice under
