@@ -224,7 +224,12 @@ def test_validation_first_scores_the_chosen_candidate_alone_on_every_set(tmp_pat
     theirs = full_df[full_df["method_config"].map(lambda c: c["p"]) == chosen].set_index(["kind", "shift", "severity"])
     assert ours["fit_digest"].nunique() == 1
     assert ours["metrics.nll"].sort_index().tolist() == pytest.approx(theirs["metrics.nll"].sort_index().tolist())
-    capsys.readouterr()
+    capsys.readouterr()  # the board says why the rows of the candidates not chosen have no shift columns
+    assert main(["leaderboard", "--results", str(out), "--out", str(tmp_path / "lb"), "--include-smoke",
+                 "--print-tables"]) == 0
+    board = capsys.readouterr().out
+    assert "mc_dropout: tuned validation first (bench tune --validation-first)" in board
+    assert len([line for line in board.splitlines() if line.startswith("| mc_dropout") and "| – | – |" in line]) == 3
     assert main(["run", "--suite", "toy", "--profile", "smoke", "--methods", "mc_dropout", "--out", str(out),
                  "--only-sets", "val,test", "--quiet"]) == 2
     assert "--only-sets test: valid kinds are id, val, shift, ood" in capsys.readouterr().err
