@@ -1259,7 +1259,8 @@ class Session:
                                      *a.cuda_tests.split(",")], a.threads or max(1, (os.cpu_count() or 1) // 2), log)
         rc, to = _finish(proc, fh, left)
         res = {"status": "failed", "returncode": rc, "timed_out": to, "seconds": round(time.perf_counter() - t0, 2),
-               "paths": a.cuda_tests.split(","), "digests": test_file_digests(a.cuda_tests.split(",")), "code": self.code}
+               "paths": a.cuda_tests.split(","), "digests": test_file_digests(a.cuda_tests.split(",")),
+               "code": self.code}
         res.update(junit_summary(xml))
         if rc == 0 and not to and res.get("tests", 0) > 0 and not res.get("skipped_all"):
             res["status"] = "ok"

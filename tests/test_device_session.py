@@ -818,7 +818,8 @@ def test_perf_measures_the_cases_no_kept_run_measured_on_this_gpu(carried, tmp_p
     other = session("ensemble_vs_single", name="another GPU")
     assert other["cases"] == ["ensemble_vs_single"] and other["rows"]
     changed = session("ensemble_vs_single", code="measured on other code")  # measured again
-    assert changed["cases"] == ["ensemble_vs_single"] and changed["rows"] and changed["code"] != "measured on other code"
+    assert changed["cases"] == ["ensemble_vs_single"] and changed["rows"]
+    assert changed["code"] != "measured on other code"
 
 
 def test_merged_perf_rows_replace_the_cases_the_run_measured_and_keep_the_others(tmp_path):
@@ -1123,7 +1124,8 @@ def test_the_checks_table_says_which_passes_a_later_session_found_stale():
     rows = table.suite_rows([first, second])
     assert rows[2].startswith("| camvid |") and rows[2].endswith("| r1 (unknown) | same code at r2 |")
     assert rows[3].startswith("| toy |") and rows[3].endswith("| r1 (unknown) | stale at r2: 7 code files changed |")
-    third = {"run_id": "r3", "started_at": "3", "code": {"digest": "e"}, "checks": {"stale": [], "suites": {"toy": ran}}}
+    third = {"run_id": "r3", "started_at": "3", "code": {"digest": "e"},
+             "checks": {"stale": [], "suites": {"toy": ran}}}
     assert table.suite_rows([first, second, third])[3].endswith("| r3 (unknown) | this run |")
     assert table.run_rows([first, second, third])[3].split(" | ")[4] == "toy"
 
