@@ -680,9 +680,9 @@ def choice_notes(results_dirs, df=None) -> dict[tuple[str, str, str], list[tuple
                         "a value beyond it may do better; the row is the best of this space"))
         if entry.get("evaluated") == VALIDATION_FIRST:
             out.setdefault(where, []).append((
-                method, f"{entry_name}: tuned validation first (bench tune --validation-first): the candidates "
-                        "it did not choose were scored on the validation and clean test sets only, so their rows "
-                        "have no shift or OOD columns"))
+                method, f"{entry_name}: tuned validation first (bench tune --validation-first): a candidate it "
+                        "did not choose was scored on the validation and clean test sets only (no shift or OOD "
+                        "columns) unless an earlier run had scored it on every set"))
     return out
 
 
