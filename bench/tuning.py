@@ -264,7 +264,7 @@ def tuning_markdown(doc: dict) -> str:
                 "" if c.get("chosen_among_valid", True) else "no candidate passes its validity checks: chosen "
                                                                "among all, not method evidence",
                 stale, f"at the edge: {', '.join(c['at_edge'])}" if c["at_edge"] and not stale else "",
-                c.get("why", "")]))
+                c.get("why", ""), "validation first" if e.get("evaluated") == VALIDATION_FIRST else ""]))
             lines.append(f"| {m} | {c['model']} | {swept} | {chosen} | {','.join(map(str, c['seeds']))} | "
                          f"{ok}/{len(c['candidates'])} | {note} |")
     for m, why in sorted(doc.get("not_chosen", {}).items()):

@@ -208,6 +208,9 @@ def test_validation_first_scores_the_chosen_candidate_alone_on_every_set(tmp_pat
     assert entry["evaluated"] == tuning.VALIDATION_FIRST and "evaluated" not in other
     assert entry["choices"] == other["choices"]
     chosen = entry["choices"][0]["chosen"]["p"]
+    capsys.readouterr()
+    assert main(["tune", "--suite", "toy", "--profile", "smoke", "--out", str(out), "--markdown"]) == 0
+    assert "validation first |" in capsys.readouterr().out
 
     def kinds(results):
         df = load_records(results, "toy")
