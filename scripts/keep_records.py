@@ -117,7 +117,8 @@ def _seed(cell: Path) -> int:
 def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | None = None, packed: bool = True) -> int:
     """Copy the suite's records, less their curves. A cell (a run directory) is kept whole or not
     at all: one with fewer evaluation records than the suite's other cells on the same data is
-    still being evaluated, and its fitted checkpoint is not kept, so a later machine refits it
+    still being evaluated (but for a validation-first tuning candidate: its validation and clean-test
+    records alone), and its fitted checkpoint is not kept, so a later machine refits it
     and evaluates every set from that one fit (a cell of two fits would mix their records); one
     whose records come from two fits (:func:`bench.checkpoints.one_fit`) is not kept either.
     ``only``: copy just these run directories (a device run's new cells; the others still count
@@ -139,7 +140,11 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | N
     complete = {}
     for cell, recs in cells.items():
         failed = any(r["status"] == "failed" and r["kind"] == "fit" for _, r in recs)
-        if len(recs) < full[data[cell]] and not failed:
+        # a tuning candidate scored validation first (bench tune --validation-first) is complete with its
+        # validation and clean-test records: a full run evaluates the validation split last, so a cell of
+        # those two alone is no cell still being evaluated
+        validation_first = len(recs) == 2 and {r["kind"] for _, r in recs} == {"id", "val"}
+        if len(recs) < full[data[cell]] and not failed and not validation_first:
             print(f"keep_records: {cell.relative_to(results)} not kept: {len(recs)} of {full[data[cell]]} "
                   f"records (still being evaluated)", file=sys.stderr)
             continue

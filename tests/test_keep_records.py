@@ -67,6 +67,18 @@ def test_a_cell_still_being_evaluated_is_not_kept(tmp_path):
     store.write(running, record("noise", 0.5, "mc_dropout"))
     assert keep.save(results, "toy", archive) == 2
     assert {Path(rel).parent.parent.name for rel in keep.kept(archive, "toy")} == {"deterministic-abc"}
+    # a candidate of a validation-first tune is whole with its validation and clean-test records; with
+    # a shifted set more it is being evaluated (the chosen candidate's other sets)
+    store.write(done, record("fog", 0.5))
+    first = store.run_dir("toy", "mlp", "pbn", "def", 0)
+    store.write(first, {**record("validation", 0.5, "pbn"), "kind": "val", "severity": None})
+    store.write(first, {**record("clean", 0.5, "pbn"), "kind": "id", "severity": None})
+    assert keep.save(results, "toy", archive) == 5
+    assert {Path(rel).parent.parent.name for rel in keep.kept(archive, "toy")} == {"deterministic-abc", "pbn-def"}
+    store.write(first, record("noise", 0.5, "pbn"))
+    store.write(done, record("snow", 0.5))
+    assert keep.save(results, "toy", archive) == 4  # the deterministic cell's alone
+    assert not any("pbn-def" in rel and "noise" in rel for rel in keep.kept(archive, "toy"))
 
 
 def test_segmentation_maps_are_kept_for_each_configurations_first_seed_only(tmp_path):
