@@ -719,6 +719,7 @@ def cmd_tune(args) -> int:
         if len(plan.models) > 1 and any(m in per_method for per_method in plan.model_configs.values()):
             raise BenchError(f"bench tune: profile {args.profile!r} gives {m} options of its own on some of its models "
                              f"({', '.join(plan.models)}): tune one model at a time (--set models=NAME)")
+
     def sweep(m, sets, only_sets=None):
         argv = ["run", "--suite", args.suite, "--profile", args.profile, "--methods", m, "--out", args.out,
                 "--device", args.device, "--no-report"]

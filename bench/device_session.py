@@ -559,6 +559,7 @@ def check_standing(kept: list[dict], suite: str, info: dict, files: dict[str, st
     ``{"state": "stale", "run": id, "at": its start, "changed": k}`` when they passed on other code: k files of
     :data:`CHECKED_CODE` differ (None: that run kept no digests). Stale checks run again as ``--recheck-s``
     allows, the oldest first."""
+    digest = code_digest(files)
     for s in reversed(kept):
         dev = s.get("device") or {}
         entry = ((s.get("checks") or {}).get("suites") or {}).get(suite) or {}
@@ -567,7 +568,7 @@ def check_standing(kept: list[dict], suite: str, info: dict, files: dict[str, st
         if not all((entry.get(k) or {}).get("status") == "ok" for k in ("smoke", "agreement")):
             return {"state": "new", "failed_in": s.get("run_id", "?")}
         run = {"run": s.get("run_id", "?"), "at": s.get("started_at", "")}
-        if entry.get("code") and entry["code"] == code_digest(files):
+        if entry.get("code") == digest:
             return {"state": "current", **run}
         return {"state": "stale", **run, "changed": files_changed((s.get("code") or {}).get("files"), files)}
     return {"state": "new"}
@@ -1153,7 +1154,8 @@ class Session:
         for suite in todo:
             if standing[suite]["state"] == "current":
                 chk["suites"][suite]["smoke"] = chk["suites"][suite]["agreement"] = {
-                    "status": "ok", "note": f"skipped: passed in kept run {standing[suite]['run']} on this code"}
+                    "status": "ok", "passed_in": standing[suite]["run"],
+                    "note": f"skipped: passed in kept run {standing[suite]['run']} on this code"}
         for suite in check_order(standing, a.suite):
             entry, methods, st = chk["suites"][suite], methods_of[suite], standing[suite]
             left = min(check_deadline, self.deadline) - time.time()

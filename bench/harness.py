@@ -465,9 +465,8 @@ class Harness:
             data.eval_sets.append(EvalSet("val", "validation", None, data.val_x, data.val_y))
         # ``only_kinds`` (bench run --only-sets): this run evaluates the sets of these kinds only; a cell's
         # other sets stay to do, from its fitted checkpoint, in a later run (bench tune --validation-first)
-        self.only_kinds = frozenset(only_kinds) if only_kinds else None
-        if self.only_kinds:
-            data.eval_sets[:] = [e for e in data.eval_sets if e.kind in self.only_kinds]
+        if only_kinds:
+            data.eval_sets[:] = [e for e in data.eval_sets if e.kind in set(only_kinds)]
 
     def say(self, msg: str) -> None:
         if not self.quiet:

@@ -34,6 +34,12 @@ CONFIGS_PER_METHOD = 4
 VALIDATION_FIRST = ("validation first: every candidate on the validation and clean test sets (the choice and the "
                     "validity verdicts read only these), the chosen one on every set")
 
+
+def validation_first(entry: dict) -> bool:
+    """Whether a stored tuning entry was swept with ``bench tune --validation-first`` (by the first words of
+    its ``evaluated``, so that an entry stored before that text was reworded still counts)."""
+    return str(entry.get("evaluated", "")).startswith("validation first")
+
 #: per method, the options that decide it and the values swept (their product has
 #: CONFIGS_PER_METHOD members). VI: whether sigma reaches the optimum of the final objective is
 #: set by the rate of its optimiser and, for PBN and mean-field VI, by the KL weight's annealing
@@ -264,7 +270,7 @@ def tuning_markdown(doc: dict) -> str:
                 "" if c.get("chosen_among_valid", True) else "no candidate passes its validity checks: chosen "
                                                                "among all, not method evidence",
                 stale, f"at the edge: {', '.join(c['at_edge'])}" if c["at_edge"] and not stale else "",
-                c.get("why", ""), "validation first" if e.get("evaluated") == VALIDATION_FIRST else ""]))
+                c.get("why", ""), "validation first" if validation_first(e) else ""]))
             lines.append(f"| {m} | {c['model']} | {swept} | {chosen} | {','.join(map(str, c['seeds']))} | "
                          f"{ok}/{len(c['candidates'])} | {note} |")
     for m, why in sorted(doc.get("not_chosen", {}).items()):
@@ -678,7 +684,7 @@ def choice_notes(results_dirs, df=None) -> dict[tuple[str, str, str], list[tuple
             out.setdefault(where, []).append((
                 method, f"{entry_name}: its tuning chose the edge of the swept range ({edge}): "
                         "a value beyond it may do better; the row is the best of this space"))
-        if entry.get("evaluated") == VALIDATION_FIRST:
+        if validation_first(entry):
             out.setdefault(where, []).append((
                 method, f"{entry_name}: tuned validation first (bench tune --validation-first): a candidate it "
                         "did not choose was scored on the validation and clean test sets only (no shift or OOD "

@@ -49,7 +49,7 @@ def later(summaries: list[dict], suite: str, checked_in: dict) -> str:
     if sm.get("stale"):
         n = sm.get("changed_files")
         return f"stale at {last.get('run_id')}: {'?' if n is None else n} code files changed"
-    if "on this code" in str(sm.get("note", "")):
+    if sm.get("passed_in"):  # skipped there: passed on that code
         return f"same code at {last.get('run_id')}"
     return f"not checked at {last.get('run_id')}"
 

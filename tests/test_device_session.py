@@ -1122,7 +1122,8 @@ def test_the_checks_table_says_which_passes_a_later_session_found_stale():
     assert all(r.endswith("| not recorded |") for r in rows[2:])
     second = {"run_id": "r2", "started_at": "2", "code": {"digest": "d"}, "checks": {"stale": ["toy"], "suites": {
         "toy": {"smoke": {"status": "ok", "stale": True, "changed_files": 7, "note": "skipped: not checked again"}},
-        "camvid": {"smoke": {"status": "ok", "note": "skipped: passed in kept run r1 on this code"}}}}}
+        "camvid": {"smoke": {"status": "ok", "passed_in": "r1",
+                             "note": "skipped: passed in kept run r1 on this code"}}}}}
     rows = table.suite_rows([first, second])
     assert rows[2].startswith("| camvid |") and rows[2].endswith("| r1 (unknown) | same code at r2 |")
     assert rows[3].startswith("| toy |") and rows[3].endswith("| r1 (unknown) | stale at r2: 7 code files changed |")

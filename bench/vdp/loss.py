@@ -109,15 +109,13 @@ def vdp_loss(num_train: int, *, kl_weight: float, likelihood: str = "gaussian", 
 
     def fn(model, x, y, _fraction_done):
         mu, var = model(x)
-        if ignore_index is None:
-            nll = data_nll(mu, var, y, likelihood, var_floor=var_floor, ce_variance_term=ce_variance_term,
-                           multilabel=multilabel).mean()
-        else:  # the mean over the kept pixels, without selecting them: a selection's size is read on the host
+        if ignore_index is not None:  # masked, not selected: a selection's size is read on the host
             y = y.reshape(-1)
             keep = y != ignore_index
-            per_pixel = data_nll(mu, var, torch.where(keep, y, torch.zeros_like(y)), likelihood, var_floor=var_floor,
-                                 ce_variance_term=ce_variance_term, multilabel=multilabel)
-            nll = torch.where(keep, per_pixel, torch.zeros_like(per_pixel)).sum() / keep.sum().clamp_min(1)
+            y = y.masked_fill(~keep, 0)
+        each = data_nll(mu, var, y, likelihood, var_floor=var_floor, ce_variance_term=ce_variance_term,
+                        multilabel=multilabel)
+        nll = each.mean() if ignore_index is None else each.masked_fill(~keep, 0).sum() / keep.sum().clamp_min(1)
         kl = model.kl(prior_scale)
         loss = nll + float(kl_weight) * kl / num_train
         if log is not None:  # tensors: the caller reads them when it needs them, not at every step
