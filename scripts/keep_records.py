@@ -114,13 +114,18 @@ def _seed(cell: Path) -> int:
         return 1 << 30
 
 
+#: the evaluation kinds a validation-first tuning candidate is scored on (bench run --only-sets val,id)
+VALIDATION_FIRST = ("val", "id")
+
+
 def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | None = None, packed: bool = True) -> int:
     """Copy the suite's records, less their curves. A cell (a run directory) is kept whole or not
     at all: one with fewer evaluation records than the suite's other cells on the same data is
-    still being evaluated (but for a validation-first tuning candidate: its validation and clean-test
-    records alone), and its fitted checkpoint is not kept, so a later machine refits it
-    and evaluates every set from that one fit (a cell of two fits would mix their records); one
-    whose records come from two fits (:func:`bench.checkpoints.one_fit`) is not kept either.
+    still being evaluated (but for its validation and clean-test records when it has both: those of
+    a validation-first tuning candidate, whose other sets are being evaluated), and its fitted
+    checkpoint is not kept, so a later machine refits it and evaluates every set from that one fit
+    (a cell of two fits would mix their records); one whose records come from two fits
+    (:func:`bench.checkpoints.one_fit`) is not kept either.
     ``only``: copy just these run directories (a device run's new cells; the others still count
     for completeness)."""
     src = results / suite / "records"
@@ -140,14 +145,20 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | N
     complete = {}
     for cell, recs in cells.items():
         failed = any(r["status"] == "failed" and r["kind"] == "fit" for _, r in recs)
-        # a tuning candidate scored validation first (bench tune --validation-first) is complete with its
-        # validation and clean-test records: a full run evaluates the validation split last, so a cell of
-        # those two alone is no cell still being evaluated
-        validation_first = len(recs) == 2 and {r["kind"] for _, r in recs} == {"id", "val"}
-        if len(recs) < full[data[cell]] and not failed and not validation_first:
-            print(f"keep_records: {cell.relative_to(results)} not kept: {len(recs)} of {full[data[cell]]} "
-                  f"records (still being evaluated)", file=sys.stderr)
-            continue
+        if len(recs) < full[data[cell]] and not failed:
+            # a tuning candidate scored validation first (bench tune --validation-first) is whole with its
+            # validation and clean-test records: a full run evaluates the validation split last, so a cell
+            # that has them is a candidate, its other records those of a chosen configuration (or of a full
+            # run stopped before the tune scored it validation first) still being evaluated: those two kept
+            scored = [(path, r) for path, r in recs if r["kind"] in VALIDATION_FIRST]
+            if {r["kind"] for _, r in scored} != set(VALIDATION_FIRST):
+                print(f"keep_records: {cell.relative_to(results)} not kept: {len(recs)} of {full[data[cell]]} "
+                      f"records (still being evaluated)", file=sys.stderr)
+                continue
+            if len(scored) < len(recs):
+                print(f"keep_records: {cell.relative_to(results)}: its validation and clean-test records kept, "
+                      f"not its {len(recs) - len(scored)} other(s) (still being evaluated)", file=sys.stderr)
+            recs = scored
         fits = one_fit([r for _, r in recs])[1]
         if len(fits) > 1:
             print(f"keep_records: {cell.relative_to(results)} not kept: its records come from {len(fits)} fits "

@@ -68,7 +68,7 @@ def test_a_cell_still_being_evaluated_is_not_kept(tmp_path):
     assert keep.save(results, "toy", archive) == 2
     assert {Path(rel).parent.parent.name for rel in keep.kept(archive, "toy")} == {"deterministic-abc"}
     # a candidate of a validation-first tune is whole with its validation and clean-test records; with
-    # a shifted set more it is being evaluated (the chosen candidate's other sets)
+    # shifted sets more it is being evaluated (the chosen candidate's other sets): those two are kept
     store.write(done, record("fog", 0.5))
     first = store.run_dir("toy", "mlp", "pbn", "def", 0)
     store.write(first, {**record("validation", 0.5, "pbn"), "kind": "val", "severity": None})
@@ -77,8 +77,17 @@ def test_a_cell_still_being_evaluated_is_not_kept(tmp_path):
     assert {Path(rel).parent.parent.name for rel in keep.kept(archive, "toy")} == {"deterministic-abc", "pbn-def"}
     store.write(first, record("noise", 0.5, "pbn"))
     store.write(done, record("snow", 0.5))
-    assert keep.save(results, "toy", archive) == 4  # the deterministic cell's alone
+    assert keep.save(results, "toy", archive) == 6  # the deterministic cell's and the candidate's two
     assert not any("pbn-def" in rel and "noise" in rel for rel in keep.kept(archive, "toy"))
+    # a full run begun before the tune scored it validation first: shifted sets, then the tune's two
+    begun = store.run_dir("toy", "mlp", "pbn", "ghi", 0)
+    store.write(begun, record("noise", 0.5, "pbn"))
+    assert keep.save(results, "toy", archive) == 6  # not yet: it has no validation record
+    store.write(begun, {**record("validation", 0.5, "pbn"), "kind": "val", "severity": None})
+    store.write(begun, {**record("clean", 0.5, "pbn"), "kind": "id", "severity": None})
+    assert keep.save(results, "toy", archive) == 8
+    begun_kept = sorted(Path(rel).stem for rel in keep.kept(archive, "toy") if "pbn-ghi" in rel)
+    assert begun_kept == ["id-clean-na", "val-validation-na"]
 
 
 def test_segmentation_maps_are_kept_for_each_configurations_first_seed_only(tmp_path):
