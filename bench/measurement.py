@@ -54,12 +54,15 @@ def thread_cpu_times() -> tuple[float, float | None]:
 
 class PauseWatch:
     """The seconds this process did not run at all: a daemon thread wakes every ``TICK`` seconds; a
-    wake-up more than ``GAP`` seconds after the last one, over which the process's CPU time (all its
-    threads) advanced by less than a quarter of the delay, means the process was stopped (SIGSTOP, a
-    scheduler's suspend, a suspended machine) for the delay less that CPU time. A thread that waits
-    for input or a GPU still wakes on time, and a long call that holds the interpreter's lock keeps
-    the process's CPU time running: neither counts. One per process (:func:`paused_seconds`),
-    started on first use."""
+    wake-up late by more than ``GAP - TICK`` seconds beyond what the process did meanwhile means the
+    process was stopped (SIGSTOP, a scheduler's suspend, a suspended machine) for that excess. What
+    it did: the CPU time of all its threads, and, where the system says (Linux), the seconds the
+    thread that started the watch (the timed work's) and the watch's own thread ran or waited,
+    runnable, for a core (a stopped thread does neither). A thread that waits for input or a GPU
+    still wakes on time; a long call that holds the interpreter's lock keeps the watch from waking,
+    but runs on, or waits for a core where other work shares the machine: neither counts. Where the
+    system does not say, a late wake-up counts only when the CPU time is under a quarter of it. One
+    per process (:func:`paused_seconds`), started on first use."""
 
     TICK = 0.1
     GAP = 0.5
@@ -67,29 +70,50 @@ class PauseWatch:
     def __init__(self):
         self.lock = threading.Lock()
         self.total = 0.0
-        self.last, self.last_cpu = time.perf_counter(), time.process_time()
         self.pid = os.getpid()
+        self.starter, self.watcher = threading.get_native_id(), -1  # the watch's thread: set when it runs
+        self.last, self.last_cpu, self.last_busy = time.perf_counter(), time.process_time(), self._busy()
         threading.Thread(target=self._run, name="bench-pause-watch", daemon=True).start()
 
-    def _gap(self, now: float, cpu: float) -> float:
+    def _busy(self) -> dict[int, float]:
+        """The seconds the starter and the watch's thread have run or waited, runnable, for a core, by
+        thread (``/proc/self/task/<tid>/schedstat``; a thread the system does not say of, e.g. a
+        starter that has ended, left out)."""
+        busy = {}
+        for tid in (self.starter, self.watcher):
+            try:
+                with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
+                    fields = f.read().split()
+                busy[tid] = (int(fields[0]) + int(fields[1])) / 1e9
+            except (OSError, ValueError, IndexError):
+                pass
+        return busy
+
+    def _gap(self, now: float, cpu: float, busy: dict[int, float]) -> float:
         late, ran = now - self.last - self.TICK, cpu - self.last_cpu
-        # stopped, the process ran at most the tick before the stop; a long call holding the
-        # interpreter's lock also keeps the watch from waking, but runs on (at a share of a core
-        # when other work shares the machine, which the run delays show)
-        return late - ran if late > self.GAP - self.TICK and ran < late / 4 else 0.0
+        threads = [b - self.last_busy[t] for t, b in busy.items() if t in self.last_busy]
+        if not threads:  # the system does not say when a thread waited for a core
+            return late - ran if late > self.GAP - self.TICK and ran < late / 4 else 0.0
+        # stopped, no thread ran or waited; a long call holding the interpreter's lock keeps the
+        # watch from waking, but its thread runs on or waits for a core (threads overlap: the most)
+        unexplained = late - max(ran, *threads)
+        return unexplained if unexplained > self.GAP - self.TICK else 0.0
 
     def _run(self):
+        with self.lock:
+            self.watcher = threading.get_native_id()
+            self.last_busy = self._busy()
         while True:
             time.sleep(self.TICK)
             with self.lock:
-                now, cpu = time.perf_counter(), time.process_time()
-                self.total += self._gap(now, cpu)
-                self.last, self.last_cpu = now, cpu
+                now, cpu, busy = time.perf_counter(), time.process_time(), self._busy()
+                self.total += self._gap(now, cpu, busy)
+                self.last, self.last_cpu, self.last_busy = now, cpu, busy
 
     def seconds(self) -> float:
         """Paused seconds so far, a pause the watcher has not woken from yet included."""
         with self.lock:
-            return self.total + self._gap(time.perf_counter(), time.process_time())
+            return self.total + self._gap(time.perf_counter(), time.process_time(), self._busy())
 
 
 _WATCH: PauseWatch | None = None

@@ -16,17 +16,17 @@ from bench.measurement import NO_USAGE, add_usage, thread_cpu_times, usage_fract
 ROOT = Path(__file__).resolve().parents[1]
 
 #: a block of `seconds` wall time under a ThreadUsage, busy (a Python loop, or torch matmuls on
-#: `threads` threads) or asleep (waiting for input); prints its fractions
+#: `threads` threads) or asleep (waiting for input); prints its fractions and wall time
 BLOCK = r"""
 import json, sys, time
-seconds, kind, threads = float(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+seconds, kind, threads, size = float(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 if kind == "torch":
     import torch
     torch.set_num_threads(threads)
     a = torch.randn(256, 256)
-if kind == "gil":  # one long C call that holds the interpreter's lock (a sort of 4 million floats)
+if kind == "gil":  # one long C call that holds the interpreter's lock (a sort of `size` floats)
     import random
-    values = [random.random() for _ in range(4_000_000)]
+    values = [random.random() for _ in range(size)]
 from bench.measurement import ThreadUsage, usage_fractions
 u = ThreadUsage()
 print("ready", flush=True)
@@ -38,17 +38,19 @@ while time.perf_counter() < end:
         a = (a @ a).tanh()
     elif kind == "gil":
         sorted(values)
-print(json.dumps(usage_fractions(u.usage(), "fit")), flush=True)
+usage = u.usage()
+print(json.dumps({**usage_fractions(usage, "fit"), "wall_s": usage["wall_s"]}), flush=True)
 """
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGSTOP and affinity: Linux")
 
 
-def block(seconds: float, kind: str = "busy", threads: int = 1, cpu: int | None = None) -> subprocess.Popen:
+def block(seconds: float, kind: str = "busy", threads: int = 1, cpu: int | None = None,
+          size: int = 4_000_000) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     pre = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
-    p = subprocess.Popen([sys.executable, "-c", BLOCK, str(seconds), kind, str(threads)], stdout=subprocess.PIPE,
-                         text=True, env=env, preexec_fn=pre)
+    p = subprocess.Popen([sys.executable, "-c", BLOCK, str(seconds), kind, str(threads), str(size)],
+                         stdout=subprocess.PIPE, text=True, env=env, preexec_fn=pre)
     assert p.stdout.readline().strip() == "ready"
     return p
 
@@ -94,6 +96,42 @@ def test_two_busy_processes_on_one_core_show_as_waiting_for_it():
     for f in (result(a), result(b)):
         assert 0.3 <= f["fit_run_delay_fraction"] <= 0.9, f  # about half; more if other work shares the core
         assert f["fit_paused_fraction"] < 0.05, f
+
+
+@linux_only
+@pytest.mark.skipif(thread_cpu_times()[1] is None, reason="the system does not record run delays")
+def test_a_long_call_holding_the_interpreters_lock_on_a_crowded_core_is_not_a_pause():
+    """A block whose long calls hold the interpreter's lock, pinned with four busy processes to one
+    core (a fifth of it: its CPU time alone looks like a stopped process to the watch, which cannot
+    wake), waits for the core the rest of the time: no pause. Stopped there, it shows the stop."""
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    crowd = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                              preexec_fn=lambda: os.sched_setaffinity(0, {cpu})) for _ in range(4)]
+    try:
+        f = result(block(2.0, "gil", cpu=cpu, size=1_000_000))
+        assert f["fit_paused_fraction"] < 0.05 and f["fit_run_delay_fraction"] > 0.5, f
+        f = stopped(block(3.0, "gil", cpu=cpu, size=1_000_000), 0.6, 1.2)  # its last sort runs on past 3 s
+        assert 0.9 <= f["fit_paused_fraction"] * f["wall_s"] <= 1.5, f
+    finally:
+        for p in crowd:
+            p.kill()
+            p.wait()
+
+
+def test_a_late_wake_up_counts_what_no_thread_ran_or_waited_for():
+    """The watch's rule by hand: of a wake-up 1.1 s after the last (1 s late), what neither the CPU
+    time nor the busiest watched thread (ran or waited for a core) explains, where it is over 0.4 s;
+    without the threads' figures, all of it less the CPU time when that is under a quarter."""
+    from bench.measurement import PauseWatch
+
+    w = PauseWatch.__new__(PauseWatch)  # no watch thread: the rule alone
+    w.last, w.last_cpu, w.last_busy = 0.0, 0.0, {1: 5.0, 2: 5.0}
+    assert w._gap(1.1, 0.1, {1: 5.2, 2: 5.1}) == pytest.approx(0.8)  # stopped for most of it
+    assert w._gap(1.1, 0.2, {1: 5.9, 2: 5.3}) == 0.0  # its thread waited for a core (a crowded one)
+    assert w._gap(1.1, 0.7, {1: 5.0, 2: 5.0}) == 0.0  # threads ran (other threads: the CPU time)
+    assert w._gap(1.1, 0.1, {3: 9.0}) == pytest.approx(0.9)  # no figures of the threads before: CPU time
+    assert w._gap(1.1, 0.3, {}) == 0.0  # a quarter ran: no pause said
+    assert w._gap(0.45, 0.0, {}) == 0.0  # late by 0.35 s: no pause said
 
 
 def test_pieces_add_up_and_an_unknown_piece_makes_the_whole_unknown():
