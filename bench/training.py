@@ -500,18 +500,21 @@ def train_model(model: nn.Module, loader: TensorLoader, cfg: TrainConfig, loss_f
 
 
 @torch.no_grad()
-def validation_nll(model: nn.Module, task, x: torch.Tensor, y: torch.Tensor, batch_size: int = 256) -> float:
+def validation_nll(model: nn.Module, task, x: torch.Tensor, y: torch.Tensor, batch_size: int = 256,
+                   forward: Callable[[torch.Tensor], torch.Tensor] | None = None) -> float:
     """The mean NLL of ``model`` on a validation split (eval mode, batches moved to the model's
     device; segmentation: summed over the labelled pixels, then divided by their number). The
-    model's mode is restored; no random number is drawn."""
+    model's mode is restored; no random number is drawn. ``forward``: the outputs another way
+    than ``model(x)`` (a posterior's mean network), with ``model`` in eval mode."""
     was = model.training
     model.eval()
     device = next(model.parameters()).device
+    forward = forward or model
     total, count = 0.0, 0
     try:
         for i in range(0, len(x), batch_size):
             xb, yb = x[i:i + batch_size].to(device), y[i:i + batch_size].to(device)
-            total += float(task.loss(model(xb), yb, reduction="sum"))
+            total += float(task.loss(forward(xb), yb, reduction="sum"))
             if task.kind == "segmentation":
                 count += int((yb != task.ignore_index).sum())
             else:
@@ -521,15 +524,18 @@ def validation_nll(model: nn.Module, task, x: torch.Tensor, y: torch.Tensor, bat
     return total / max(count, 1)
 
 
-def validation_curve(model: nn.Module, task, val, batch_size: int):
+def validation_curve(model: nn.Module, task, val, batch_size: int,
+                     forward: Callable[[torch.Tensor], torch.Tensor] | None = None):
     """``epoch_stats`` for :func:`train_model` recording the validation NLL after every epoch
     (:func:`validation_nll`; it draws no random number, so the network trains exactly as without
-    it), or None without a validation split. :func:`training_curve` reads it back from the log."""
+    it), or None without a validation split. :func:`training_curve` reads it back from the log.
+    ``forward``: a variational posterior's mean network (its outputs with every weight at its mean),
+    whose curve says whether the method's own training ended at rest (bench.validity.vi_converged)."""
     if val is None or val[0] is None or not len(val[0]):
         return None
     vx, vy = val
     bs = max(int(batch_size), 64)
-    return lambda: {"val_nll": validation_nll(model, task, vx, vy, bs)}
+    return lambda: {"val_nll": validation_nll(model, task, vx, vy, bs, forward=forward)}
 
 
 def training_curve(log: dict) -> dict:

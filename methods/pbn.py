@@ -41,7 +41,7 @@ from bench.subnet.selection import (CRITERIA, LargestVarianceSWAGCriterion, Vari
 from bench.subnet.sigma_stats import last_rel_change, sigma_change, sigma_summary
 from bench.subnet.stationarity import sigma_stationarity
 from bench.subnet.ssvi import softplus_inv
-from bench.training import OPTIMIZERS, host_float, own_group, train_model
+from bench.training import OPTIMIZERS, host_float, own_group, train_model, validation_curve
 from methods.base import Method, register_method
 
 
@@ -188,12 +188,15 @@ class VIMethod(Method):
                             beta_start=float(c["beta_start"]), beta_end=float(c["beta_end"]),
                             local_reparam=bool(c["local_reparam"]), weight_decay=cfg.weight_decay, log=last,
                             class_weights=self._class_weights)
+        # the mean network's validation NLL after every epoch: whether the training ended at rest
+        curve = validation_curve(self.vi, self.ctx.task, val, cfg.batch_size, forward=self.vi.mean_forward)
+
         def epoch_stats():  # convergence evidence: sigma and the KL weight after every epoch
             sig = self.vi.sigma().detach()
             return {"sigma_mean": float(sig.mean()) if sig.numel() else None,
                     "sigma_median": float(sig.median()) if sig.numel() else None,
                     "beta": last.get("beta"), "nll": host_float(last.get("nll")),
-                    "kl": host_float(last.get("kl"))}
+                    "kl": host_float(last.get("kl")), **(curve() if curve else {})}
 
         log = train_model(self.vi, train, cfg.replace(weight_decay=0.0), loss_fn, params=self.param_groups(),
                           epoch_stats=epoch_stats, desc=self.name,

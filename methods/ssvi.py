@@ -180,7 +180,7 @@ class SSVI(Method):
     def fit(self, train, val):
         from tqdm.auto import tqdm
 
-        from bench.training import StepFormat, lr_factor, progress_enabled
+        from bench.training import StepFormat, lr_factor, progress_enabled, validation_curve
 
         c = self.config
         self.model = self._build(train.x[:4]).to(self.ctx.device)
@@ -211,6 +211,16 @@ class SSVI(Method):
                    disable=not progress_enabled(self.ctx.progress), leave=False, mininterval=0.5)
         last = {}
         fmt = StepFormat(cfg, model)  # the profile's precision and memory layout, as train_model's
+
+        def mean_forward(x):  # the network at the posterior means (every active weight's mu)
+            model.set_mode("mean")
+            try:
+                return model(x)
+            finally:
+                model.set_mode("lrt")
+
+        # the mean network's validation NLL after every epoch: whether the training ended at rest
+        curve = validation_curve(model, self.ctx.task, val, cfg.batch_size, forward=mean_forward)
         model.train()
         for epoch in range(start_epoch, cfg.epochs):
             running = RunningLoss(epoch, steps_per_epoch, self.name, bar.close)  # read on the host every few steps
@@ -259,7 +269,7 @@ class SSVI(Method):
             log["epoch_loss"].append(running.mean())
             sig = torch.cat([v.reshape(-1) for v in self.named_sigmas().values()])
             log.setdefault("epoch_stats", []).append({"sigma_mean": float(sig.mean()), "sigma_median": float(sig.median()),
-                                                      **last})
+                                                      **last, **(curve() if curve else {})})
             if resume is not None and epoch + 1 < cfg.epochs and checkpoints.due():
                 save_training_state(resume, model, opt, train, epoch=epoch + 1, log=log, history=history,
                                     train_seconds=clock.seconds(), train_usage=clock.usage())

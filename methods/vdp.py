@@ -44,7 +44,7 @@ from bench.predictive import ClassificationPredictive, MultilabelPredictive
 from bench.seeding import derive_seed
 from bench.subnet.sigma_stats import adam_travel_ratio, last_rel_change, sigma_change, sigma_summary
 from bench.subnet.stationarity import sigma_stationarity
-from bench.training import OPTIMIZERS, host_float, own_group, train_model
+from bench.training import OPTIMIZERS, host_float, own_group, train_model, validation_curve
 from bench.vdp import LIKELIHOODS, VDPNetwork, VDPWeightLayer, sigmoid_moments, softmax_moments, to_vdp, vdp_loss
 from bench.vdp.layers import SIGMA_PER
 from methods.base import Method, register_method
@@ -179,10 +179,15 @@ class VDP(Method):
         groups = [{"params": self.net.mean_params()},
                   own_group(self.net.rho_params(), self.config["rho_optimizer"], self.config["rho_lr"])]
 
+        # the mean network's validation NLL after every epoch (the propagated means: every mean path
+        # is the deterministic layer's): whether the training ended at rest
+        curve = validation_curve(self.net, self.ctx.task, val, cfg.batch_size, forward=lambda x: self.net(x)[0])
+
         def epoch_stats():  # convergence evidence: sigma and the two ELBO terms after every epoch
             sig = torch.cat([v.reshape(-1) for v in self.named_sigmas().values()])
             return {"sigma_mean": float(sig.mean()), "sigma_median": float(sig.median()),
-                    "nll": host_float(last.get("nll")), "kl": host_float(last.get("kl"))}
+                    "nll": host_float(last.get("nll")), "kl": host_float(last.get("kl")),
+                    **(curve() if curve else {})}
 
         log = train_model(self.net, train, cfg, self._loss(last), params=groups, epoch_stats=epoch_stats, desc="vdp",
                           progress=self.ctx.progress, resume_path=self.ctx.resume_path("vdp"))

@@ -633,3 +633,52 @@ def test_regime_table_compares_a_binary_segmentation_map_with_the_foreground_sha
     h = -(p * np.log(p) + (1 - p) * np.log(1 - p))
     assert f"| {m['metrics.pixel_accuracy'].mean():.3f} ({(1 - p).mean():.3f}) |" in line
     assert f"| {(m['metrics.nll'] / h).mean():.0%} |" in line
+
+
+@pytest.mark.parametrize("name,options", [("mfvi", {}), ("pbn", {"epochs": 3}), ("ssvi", {"delta": 2}),
+                                          ("vdp", {})])
+def test_a_variational_fit_keeps_its_mean_networks_validation_curve_without_changing_the_fit(tmp_path, name,
+                                                                                              options):
+    """A variational method trained with a validation split records, after every epoch, the NLL of
+    its network at the posterior means (``train.epoch_stats[e].val_nll``): the last one equals the
+    cross-entropy of that network computed here after the fit; the fit itself (every tensor of its
+    state) is the one trained without a validation split."""
+    import torch.nn.functional as F
+
+    from bench.checkpoints import MapCache
+
+    task = classification(3)
+    x, y = blobs(96, 0)
+    vx, vy = blobs(40, 3)
+    build = partial(build_model, "lenet_300_100", (1, 4, 4), 3)
+    train = TrainConfig(epochs=3, batch_size=32, lr=0.05, momentum=0.9, weight_decay=1e-5)
+
+    def fit(val):
+        cache = MapCache(tmp_path / f"ckpt{val is None}", {"model": "lenet_300_100", "suite": "t"}, build, task, x, y,
+                         train, torch.device("cpu"))
+        ctx = MethodContext(task=task, build_model=build, train=train, device=torch.device("cpu"), seed=0,
+                            map_cache=cache, num_train=len(x))
+        torch.manual_seed(0)  # as the harness seeds every cell
+        method = METHODS.get(name)(ctx, **options)
+        return method.fit(TensorLoader(x, y, 32, shuffle=True, seed=0), val)
+
+    method, without = fit((vx, vy)), fit(None)
+    curve = [e.get("val_nll") for e in method.diagnostics()["train"]["epoch_stats"]]
+    assert len(curve) == 3 and all(v is not None and math.isfinite(v) for v in curve)
+    with torch.no_grad():
+        if name == "ssvi":
+            method.model.set_mode("mean")
+            logits = method.model(vx)
+        elif name == "vdp":
+            logits = method.net(vx)[0]
+        else:
+            logits = method.vi.net(vx)
+    assert curve[-1] == pytest.approx(float(F.cross_entropy(logits, vy)), rel=1e-5)
+    assert all("val_nll" not in e for e in without.diagnostics()["train"]["epoch_stats"])
+    for (k, a), b in zip(method.state_dict().items(), without.state_dict().values()):
+        if isinstance(a, torch.Tensor):
+            torch.testing.assert_close(a, b, rtol=0, atol=0, msg=k)
+        elif isinstance(a, dict):
+            for kk, t in a.items():
+                if isinstance(t, torch.Tensor):
+                    torch.testing.assert_close(t, b[kk], rtol=0, atol=0, msg=f"{k}.{kk}")
