@@ -236,6 +236,12 @@ def map_converged(run: dict) -> CheckResult:
     if not curves or any(not c or any(v is None for v in c) for c in curves):
         return _result(name, NOT_MEASURED, "no validation NLL per epoch in the record (it predates the check: rerun "
                                            "the cell; a cached MAP network is retrained with --force)")
+    return _at_rest(name, curves)
+
+
+def _at_rest(name: str, curves: list[list[float]]) -> CheckResult:
+    """:func:`map_converged`'s rule on validation curves (one per network, every one must pass): the
+    best value over the last fifth of the epochs within the limit of the best before it."""
     worst, detail = None, None
     for i, c in enumerate(curves):
         if len(c) < MIN_EPOCHS_FOR_PLATEAU:
@@ -258,6 +264,25 @@ def map_converged(run: dict) -> CheckResult:
                                    f"{drop:.1%} below its best before them ({before:.4g}), beyond {why}", **nums)
     return _result(name, PASS, f"{who}validation NLL at rest over epochs {t0 + 1}-{n} (best there {after:.4g}, "
                                f"{-drop:+.1%} on the best before, {before:.4g}; within {why})", **nums)
+
+
+@register_check("vi_converged", "the method's own training: the validation NLL of its network at the posterior "
+                                "means fell over the last fifth of its epochs by at most 2 % or, on a noisier "
+                                "curve, the noise of a difference of two epochs (map_converged's rule)")
+def vi_converged(run: dict) -> CheckResult:
+    """A variational method that trains its own network (from a random initialisation: mean-field VI,
+    SSVI, VDP++) inherits nothing from the MAP network's checks: its row is a verdict only where its
+    own training ended at rest, else a longer budget gives another network and the row measures the
+    budget. Its means are what that training moves most; the validation NLL of the network at the
+    posterior means after every epoch (``train.epoch_stats[e].val_nll``, no random draw) is read with
+    :func:`map_converged`'s rule. The sigmas' own rest is ``vi_stationarity``'s and ``vi_rate_limit``'s."""
+    name = "vi_converged"
+    stats = _vi_train(run).get("epoch_stats") or []
+    curve = [_num(e.get("val_nll")) if isinstance(e, dict) else None for e in stats]
+    if not curve or any(v is None for v in curve):
+        return _result(name, NOT_MEASURED, "no validation NLL of the mean network per epoch in the record (it "
+                                           "predates the check: rerun the cell)")
+    return _at_rest(name, [curve])
 
 
 @register_check("map_budget", "no longer budget of the same recipe ends, on every seed trained at both (at least "

@@ -22,6 +22,8 @@ class MFVI(VIMethod):
     # and the small ResNet 50 epochs, ResNet-18 100 "for the Bayesian and Partial Bayesian approaches"):
     # a shorter training is unverified until a phase trial shows it suffices (bench.validity: phase_budget)
     PAPER_EPOCHS = PBN.PAPER_EPOCHS
+    # and, training its own network from a random start, that training must end at rest (bench.validity)
+    VALIDITY_CHECKS = VIMethod.VALIDITY_CHECKS + ("vi_converged",)
     defaults = {**VIMethod.vi_defaults}
 
     def build_posterior(self, train):

@@ -53,7 +53,8 @@ PAPER_OPTIONS = {"mu_init": 0.01, "weight_decay": 5e-4}  # on top of the default
 
 @register_method("ssvi")
 class SSVI(Method):
-    VALIDITY_CHECKS = ("informative", "vi_rate_limit", "vi_moved", "vi_stationarity")
+    # vi_converged: it trains its own network, whose training must end at rest (bench.validity)
+    VALIDITY_CHECKS = ("informative", "vi_rate_limit", "vi_moved", "vi_stationarity", "vi_converged")
     description = ("sparse subspace VI: fully sparse mean-field VI from scratch at a fixed density, "
                    "drop-and-grow of the active set (Algorithm 1 of the SSVI paper)")
     tasks = ("classification", "regression", "segmentation", "multilabel")  # segmentation: pixels as examples

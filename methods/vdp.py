@@ -53,7 +53,8 @@ from methods.base import Method, register_method
 
 @register_method("vdp")
 class VDP(Method):
-    VALIDITY_CHECKS = ("informative", "vi_rate_limit", "vi_moved", "vi_stationarity")
+    # vi_converged: it trains its own network, whose training must end at rest (bench.validity)
+    VALIDITY_CHECKS = ("informative", "vi_rate_limit", "vi_moved", "vi_stationarity", "vi_converged")
     description = ("VDP++: mean-field Gaussian weights, one deterministic pass propagating mean and "
                    "variance per activation, ELBO training; output variance as uncertainty")
     # segmentation: pixels as rows, moments through the UNet; multilabel: a sigmoid per label

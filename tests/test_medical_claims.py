@@ -33,7 +33,8 @@ def vi_diag(median_ratio: float, residual: float) -> dict:
     x 0.5 = 1.0 at 1.5) and the objective's relative gradient in sigma ``residual``."""
     return {"sigma_change": {"median_ratio": median_ratio},
             "train": {"rho_optimizer": "adam", "rho_lr": 0.01, "epochs": 3, "steps": 200, "num_train": 367,
-                      "final_beta": 0.01, "kl_divisor": 367},
+                      "final_beta": 0.01, "kl_divisor": 367,
+                      "epoch_stats": [{"val_nll": v} for v in AT_REST["map_training"]["val_nll"]]},  # vi_converged
             "sigma_stationarity": {"residual": residual, "residual_se": 0.02}, **AT_REST}
 
 

@@ -682,3 +682,28 @@ def test_a_variational_fit_keeps_its_mean_networks_validation_curve_without_chan
             for kk, t in a.items():
                 if isinstance(t, torch.Tensor):
                     torch.testing.assert_close(t, b[kk], rtol=0, atol=0, msg=f"{k}.{kk}")
+
+
+def _vi_converged(curve) -> V.CheckResult:
+    stats = [{"sigma_mean": 0.1, "val_nll": v} for v in curve]
+    return V.CHECKS.get("vi_converged").fn({"diagnostics": {"train": {"epoch_stats": stats}}})
+
+
+def test_vi_converged_reads_the_mean_networks_curve_by_map_convergeds_rule():
+    """A variational method's own training, judged on its mean network's validation curve: at rest
+    over the last fifth (2 of 10 epochs) passes; a curve whose best there is 10 % below the best
+    before fails (a flat curve has no noise, so the limit is 2 %); records without the curve, or of
+    too few epochs, are not measured; the mfvi, ssvi and vdp rows carry the check."""
+    at_rest = [2.0, 1.5, 1.2, 1.1, 1.05, 1.0, 1.0, 1.0, 1.0, 1.0]
+    falling = [2.0, 1.5, 1.2, 1.1, 1.05, 1.0, 1.0, 1.0, 1.0, 0.9]
+    res = _vi_converged(at_rest)
+    assert res.status == V.PASS and res.numbers["tail_improvement"] == pytest.approx(0.0)
+    res = _vi_converged(falling)
+    assert res.status == V.FAIL
+    assert res.numbers["tail_improvement"] == pytest.approx(0.1) and res.numbers["improvement_limit"] == 0.02
+    for c in (at_rest, falling):
+        assert _vi_converged(c).status == _map_converged(c).status
+    assert _vi_converged([1.0, 0.9, 0.8]).status == V.NOT_MEASURED
+    legacy = V.CHECKS.get("vi_converged").fn({"diagnostics": {"train": {"epoch_stats": [{"sigma_mean": 0.1}] * 10}}})
+    assert legacy.status == V.NOT_MEASURED and "predates the check" in legacy.reason
+    assert all("vi_converged" in METHODS.get(m).VALIDITY_CHECKS for m in ("mfvi", "ssvi", "vdp"))
