@@ -732,7 +732,7 @@ def cmd_tune(args) -> int:
             argv += ["--set", s]
         cmd_run(build_parser().parse_args(argv))  # a failing cell is recorded, the sweep goes on
 
-    first = "val,id" if args.validation_first else None
+    first = ",".join(tuning.VALIDATION_FIRST_KINDS) if args.validation_first else None
     for m in methods:
         runs = tuning.sweep_runs(m, spaces[m])
         if not args.select_only:

@@ -466,7 +466,8 @@ class Harness:
         # ``only_kinds`` (bench run --only-sets): this run evaluates the sets of these kinds only; a cell's
         # other sets stay to do, from its fitted checkpoint, in a later run (bench tune --validation-first)
         if only_kinds:
-            data.eval_sets[:] = [e for e in data.eval_sets if e.kind in set(only_kinds)]
+            kinds = set(only_kinds)
+            data.eval_sets[:] = [e for e in data.eval_sets if e.kind in kinds]
 
     def say(self, msg: str) -> None:
         if not self.quiet:

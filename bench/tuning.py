@@ -30,6 +30,8 @@ from bench.store import _safe, atomic_write_json
 #: configurations every tuned method gets
 CONFIGS_PER_METHOD = 4
 
+#: the evaluation kinds ``bench tune --validation-first`` scores every candidate on (``bench run --only-sets``)
+VALIDATION_FIRST_KINDS = ("val", "id")
 #: what ``bench tune --validation-first`` evaluated, in its stored entries ("evaluated")
 VALIDATION_FIRST = ("validation first: every candidate on the validation and clean test sets (the choice and the "
                     "validity verdicts read only these), the chosen one on every set")

@@ -67,6 +67,7 @@ sys.path.insert(0, str(ROOT))
 from bench.checkpoints import one_fit  # noqa: E402
 from bench.store import (OLD_PACK_NAME, PACK_NAME, atomic_write_bytes, pack_bytes, pack_path, read_pack,  # noqa: E402
                          read_record)
+from bench.tuning import VALIDATION_FIRST_KINDS  # noqa: E402
 
 ARCHIVE = ROOT / "docs" / "records"
 #: where ``merge`` keeps the partial fits a device run sends back (``partial-<k>.tar``): the carried,
@@ -114,10 +115,6 @@ def _seed(cell: Path) -> int:
         return 1 << 30
 
 
-#: the evaluation kinds a validation-first tuning candidate is scored on (bench run --only-sets val,id)
-VALIDATION_FIRST = ("val", "id")
-
-
 def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | None = None, packed: bool = True) -> int:
     """Copy the suite's records, less their curves. A cell (a run directory) is kept whole or not
     at all: one with fewer evaluation records than the suite's other cells on the same data is
@@ -150,8 +147,8 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | N
             # validation and clean-test records: a full run evaluates the validation split last, so a cell
             # that has them is a candidate, its other records those of a chosen configuration (or of a full
             # run stopped before the tune scored it validation first) still being evaluated: those two kept
-            scored = [(path, r) for path, r in recs if r["kind"] in VALIDATION_FIRST]
-            if {r["kind"] for _, r in scored} != set(VALIDATION_FIRST):
+            scored = [(path, r) for path, r in recs if r["kind"] in VALIDATION_FIRST_KINDS]
+            if {r["kind"] for _, r in scored} != set(VALIDATION_FIRST_KINDS):
                 print(f"keep_records: {cell.relative_to(results)} not kept: {len(recs)} of {full[data[cell]]} "
                       f"records (still being evaluated)", file=sys.stderr)
                 continue
