@@ -268,21 +268,38 @@ def _at_rest(name: str, curves: list[list[float]]) -> CheckResult:
 
 @register_check("vi_converged", "the method's own training: the validation NLL of its network at the posterior "
                                 "means fell over the last fifth of its epochs by at most 2 % or, on a noisier "
-                                "curve, the noise of a difference of two epochs (map_converged's rule)")
+                                "curve, the noise of a difference of two epochs (map_converged's rule), unless a "
+                                "phase trial on two seeds or more finds a longer phase no better (a decaying rate)")
 def vi_converged(run: dict) -> CheckResult:
     """A variational method that trains its own network (from a random initialisation: mean-field VI,
     SSVI, VDP++) inherits nothing from the MAP network's checks: its row is a verdict only where its
     own training ended at rest, else a longer budget gives another network and the row measures the
     budget. Its means are what that training moves most; the validation NLL of the network at the
     posterior means after every epoch (``train.epoch_stats[e].val_nll``, no random draw) is read with
-    :func:`map_converged`'s rule. The sigmas' own rest is ``vi_stationarity``'s and ``vi_rate_limit``'s."""
+    :func:`map_converged`'s rule. The sigmas' own rest is ``vi_stationarity``'s and ``vi_rate_limit``'s.
+
+    Under a decaying rate the curve also falls over the last fifth because the rate anneals there, at
+    any budget; whether a longer budget gives a better network is then a phase trial's to say
+    (``run["phase_trial"]``, :func:`bench.budget.phase_trials`: the same configuration with a longer
+    phase on the same seeds). A curve still falling passes where such a trial, over at least two seeds,
+    finds the longer phase no better beyond its limit; it fails where the trial finds it better."""
     name = "vi_converged"
     stats = _vi_train(run).get("epoch_stats") or []
     curve = [_num(e.get("val_nll")) if isinstance(e, dict) else None for e in stats]
     if not curve or any(v is None for v in curve):
         return _result(name, NOT_MEASURED, "no validation NLL of the mean network per epoch in the record (it "
                                            "predates the check: rerun the cell)")
-    return _at_rest(name, [curve])
+    res = _at_rest(name, [curve])
+    trial = run.get("phase_trial")
+    if res.status != FAIL or trial is None or trial.short:
+        return res
+    from bench.budget import MIN_SEEDS
+
+    if len(trial.seeds) < MIN_SEEDS:
+        return res
+    return _result(name, PASS, f"{res.reason}; but a longer phase gives no better network, so the fall is the "
+                               f"decaying rate's, at any budget: {trial.text('the same configuration', 'fit')}",
+                   **res.numbers, trial_epochs=trial.longer, trial_gain_max=max(trial.gains))
 
 
 @register_check("map_budget", "no longer budget of the same recipe ends, on every seed trained at both (at least "

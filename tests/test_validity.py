@@ -707,3 +707,29 @@ def test_vi_converged_reads_the_mean_networks_curve_by_map_convergeds_rule():
     legacy = V.CHECKS.get("vi_converged").fn({"diagnostics": {"train": {"epoch_stats": [{"sigma_mean": 0.1}] * 10}}})
     assert legacy.status == V.NOT_MEASURED and "predates the check" in legacy.reason
     assert all("vi_converged" in METHODS.get(m).VALIDITY_CHECKS for m in ("mfvi", "ssvi", "vdp"))
+
+
+def test_vi_converged_under_a_decaying_rate_defers_to_a_phase_trial():
+    """A curve still falling over its last fifth (10 % below its best before, limit 2 %) passes where a
+    phase trial on two seeds finds the longer phase no better (gains -3 %, +1 % against a 2 % limit),
+    fails where it finds it better on every seed (5 %, 6 %), and still fails beside a trial of one seed
+    or none; a curve at rest passes whatever the trial says (the trial's own verdict is phase_budget's)."""
+    from bench.budget import BudgetTrial
+
+    falling = [2.0, 1.5, 1.2, 1.1, 1.05, 1.0, 1.0, 1.0, 1.0, 0.9]
+    at_rest = [2.0, 1.5, 1.2, 1.1, 1.05, 1.0, 1.0, 1.0, 1.0, 1.0]
+
+    def check(curve, trial):
+        stats = [{"sigma_mean": 0.1, "val_nll": v} for v in curve]
+        return V.CHECKS.get("vi_converged").fn({"diagnostics": {"train": {"epoch_stats": stats}}, "phase_trial": trial})
+
+    no_gain = BudgetTrial(10, 30, (0, 1), (-0.03, 0.01), (0.02, 0.02))
+    better = BudgetTrial(10, 30, (0, 1), (0.05, 0.06), (0.02, 0.02))
+    one_seed = BudgetTrial(10, 30, (0,), (-0.03,), (0.02,))
+    res = check(falling, no_gain)
+    assert res.status == V.PASS and "decaying rate" in res.reason
+    assert res.numbers["tail_improvement"] == pytest.approx(0.1) and res.numbers["trial_epochs"] == 30
+    assert check(falling, better).status == V.FAIL
+    assert check(falling, one_seed).status == V.FAIL
+    assert check(falling, None).status == V.FAIL
+    assert check(at_rest, better).status == V.PASS
