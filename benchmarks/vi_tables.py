@@ -223,10 +223,17 @@ def pbn_choice(runs: Runs) -> dict | None:
 def tuned_base(runs: Runs, method: str) -> dict:
     """The options every row of ``method`` in the tables is taken at: the configuration `bench tune`
     chose among fits that pass their validity checks (``--tuning``: ``<dir>/<suite>/tuning/<profile>.json``);
-    with no such choice stored, the method's defaults (rows that may fail their checks, marked)."""
-    from bench.tuning import valid_choice
+    with no such choice stored, the method's defaults for the options its space tunes (rows that may
+    fail their checks, marked), so that a row is one configuration, never every value of them."""
+    from bench.suites import SUITES
+    from bench.tuning import space_of, tuned_options, valid_choice
 
-    return valid_choice(getattr(runs, "tuning", "docs/tuning"), runs.suite, runs.profile, method, runs.model)
+    chosen = valid_choice(getattr(runs, "tuning", "docs/tuning"), runs.suite, runs.profile, method, runs.model)
+    if chosen:
+        return chosen
+    defaults = METHODS.get(method).defaults
+    space = space_of(method, SUITES.get(runs.suite)()) or {}
+    return {o: defaults[o] for o in tuned_options(space) if o in defaults}
 
 
 def pbn_base(runs: Runs) -> dict:

@@ -137,3 +137,23 @@ def test_the_schemes_table_compares_masks_from_the_records_without_checkpoints(t
                                                             results=str(out), suite="mnist_rotated"))
     (row,) = [r for r in rows if r[0].startswith("largest")]
     assert row[header.index("same mask")] == "1 of 1 seeds"
+
+
+def test_the_tables_take_a_method_without_a_valid_choice_at_its_defaults_not_at_every_value():
+    """vi_tables' rows of a method whose stored tuning has no candidate passing its checks are at the
+    method's defaults for every option its space tunes (one configuration: SSVI's prior 0.005 and
+    sigma rate 0.01), not at whatever those options hold; a valid choice is taken as stored."""
+    import argparse
+
+    from vi_tables import tuned_base
+
+    from methods import METHODS
+
+    def runs(tuning):
+        return argparse.Namespace(tuning=tuning, suite="mnist_rotated", profile="quick", model="lenet_300_100")
+
+    d = METHODS.get("ssvi").defaults
+    assert tuned_base(runs("no-such-dir"), "ssvi") == {"prior_scale": d["prior_scale"], "rho_lr": d["rho_lr"]}
+    kept = str(Path(__file__).resolve().parents[1] / "docs" / "tuning")
+    assert tuned_base(runs(kept), "mfvi") == {"beta_start": 0.01, "rho_lr": 0.05}
+
