@@ -56,8 +56,13 @@ class BudgetTrial:
     limits: tuple
 
     @property
+    def judges(self) -> bool:
+        """Whether the trial has seeds enough to judge the budget either way (:data:`MIN_SEEDS`)."""
+        return len(self.seeds) >= MIN_SEEDS
+
+    @property
     def short(self) -> bool:
-        return len(self.seeds) >= MIN_SEEDS and all(g > lim for g, lim in zip(self.gains, self.limits))
+        return self.judges and all(g > lim for g, lim in zip(self.gains, self.limits))
 
     def _gains(self) -> str:
         lo, hi = min(self.gains), max(self.gains)
@@ -78,7 +83,7 @@ class BudgetTrial:
                     f"{self.epochs} epochs stops short of its training (bench.budget)")
         changes = ", ".join(f"{-g:+.1%}" for g in self.gains)
         few = (f"; {len(self.seeds)} seed(s), at least {MIN_SEEDS} needed to judge"
-               if len(self.seeds) < MIN_SEEDS else "")
+               if not self.judges else "")
         return (f"trained for {self.longer} epochs, {subject} end with a validation NLL "
                 f"{changes} on {self.epochs} epochs' (seeds {seeds}): not lower beyond the limit {limit} on every "
                 f"seed{few}")

@@ -291,11 +291,7 @@ def vi_converged(run: dict) -> CheckResult:
                                            "predates the check: rerun the cell)")
     res = _at_rest(name, [curve])
     trial = run.get("phase_trial")
-    if res.status != FAIL or trial is None or trial.short:
-        return res
-    from bench.budget import MIN_SEEDS
-
-    if len(trial.seeds) < MIN_SEEDS:
+    if res.status != FAIL or trial is None or trial.short or not trial.judges:
         return res
     return _result(name, PASS, f"{res.reason}; but a longer phase gives no better network, so the fall is the "
                                f"decaying rate's, at any budget: {trial.text('the same configuration', 'fit')}",

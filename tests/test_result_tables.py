@@ -156,4 +156,3 @@ def test_the_tables_take_a_method_without_a_valid_choice_at_its_defaults_not_at_
     assert tuned_base(runs("no-such-dir"), "ssvi") == {"prior_scale": d["prior_scale"], "rho_lr": d["rho_lr"]}
     kept = str(Path(__file__).resolve().parents[1] / "docs" / "tuning")
     assert tuned_base(runs(kept), "mfvi") == {"beta_start": 0.01, "rho_lr": 0.05}
-
