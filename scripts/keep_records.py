@@ -64,7 +64,7 @@ from pathlib import Path, PurePosixPath
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.checkpoints import one_fit  # noqa: E402
+from bench.checkpoints import one_fit, record_fit_key  # noqa: E402
 from bench.store import (OLD_PACK_NAME, PACK_NAME, atomic_write_bytes, pack_bytes, pack_path, read_pack,  # noqa: E402
                          read_record)
 from bench.tuning import VALIDATION_FIRST_KINDS  # noqa: E402
@@ -122,7 +122,9 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | N
     a validation-first tuning candidate, whose other sets are being evaluated), and its fitted
     checkpoint is not kept, so a later machine refits it and evaluates every set from that one fit
     (a cell of two fits would mix their records); one whose records come from two fits
-    (:func:`bench.checkpoints.one_fit`) is not kept either.
+    (:func:`bench.checkpoints.one_fit`) is not kept either. A saved cell replaces its kept records
+    where they come from another fit (the cell fitted again): those the results folder lacks are
+    removed, not left beside the new fit's records.
     ``only``: copy just these run directories (a device run's new cells; the others still count
     for completeness)."""
     src = results / suite / "records"
@@ -169,16 +171,45 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | N
         complete = {cell: recs for cell, recs in complete.items() if cell.resolve() in only}
     entries = {path.relative_to(results).as_posix(): slim(rec, keep_maps=cell in with_maps)
                for cell, recs in complete.items() for path, rec in recs}
+    stale = _other_fits(complete, results, kept(archive, suite), entries)
     if packed:
-        pack(suite, archive, entries)
+        pack(suite, archive, entries, drop=stale)
     else:
         for rel, rec in entries.items():
             body, dest = encode(rec), archive / rel
             if not dest.exists() or dest.read_bytes() != body:
                 atomic_write_bytes(dest, body)
+        for rel in stale:
+            (archive / rel).unlink(missing_ok=True)
+        packed_file = pack_path(archive / suite)
+        if packed_file is not None and stale & set(read_pack(packed_file)):
+            left = {k: v for k, v in read_pack(packed_file).items() if k not in stale}
+            atomic_write_bytes(archive / suite / PACK_NAME, pack_bytes(left))
+            if packed_file.name != PACK_NAME:
+                packed_file.unlink()
     for tree in SMALL_TREES:
         _copy_tree(results / suite / tree, archive / suite / tree, overwrite=True)
     return len(entries)
+
+
+def _other_fits(cells: dict[Path, list[tuple[Path, dict]]], results: Path, kept_now: dict[str, dict],
+                entries: dict[str, dict]) -> set[str]:
+    """The kept records of the cells being saved that the results folder lacks and that come from
+    another fit than the cell's records there: the cell was fitted again (a refit in a restored copy
+    whose old cell was removed, a tuning candidate scored validation first where a full cell of an
+    earlier fit was kept), so its kept records are replaced, not merged file by file (a cell of two
+    fits would pair one fit's validation score with another's shifted-set records)."""
+    stale: set[str] = set()
+    for cell, recs in cells.items():
+        rel = cell.relative_to(results).as_posix() + "/"
+        fit = one_fit([r for _, r in recs])[0]
+        old = [path for path, rec in kept_now.items() if path.startswith(rel) and "/" not in path[len(rel):]
+               and path not in entries and record_fit_key(rec) != fit]
+        if old:
+            print(f"keep_records: {rel[:-1]}: {len(old)} kept record(s) of another fit than its records here "
+                  f"removed (the cell was fitted again)", file=sys.stderr)
+            stale.update(old)
+    return stale
 
 
 def kept(archive: Path, suite: str) -> dict[str, dict]:
@@ -197,11 +228,11 @@ def kept(archive: Path, suite: str) -> dict[str, dict]:
     return out
 
 
-def pack(suite: str, archive: Path = ARCHIVE, new: dict[str, dict] | None = None) -> int:
+def pack(suite: str, archive: Path = ARCHIVE, new: dict[str, dict] | None = None, drop: set[str] = frozenset()) -> int:
     """Move the suite's loose kept records, and ``new`` ones (``{path: record}``, winning over
-    both), into its pack (written atomically first, then the loose files removed); returns the
-    number of records packed."""
-    entries = {**kept(archive, suite), **(new or {})}
+    both), into its pack (written atomically first, then the loose files removed), less the records
+    of ``drop`` (paths); returns the number of records packed."""
+    entries = {path: rec for path, rec in {**kept(archive, suite), **(new or {})}.items() if path not in drop}
     if not entries:
         return 0
     body = pack_bytes(entries)

@@ -6,6 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from bench.store import ResultsStore, load_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -211,7 +213,6 @@ def test_save_maps_keeps_a_suites_map_networks_and_restore_puts_them_back(tmp_pa
     """A network other runs start from (camvid_multilabel's backbone) is kept beside the records: a
     file that loads as a MAP checkpoint is kept, an existing kept one that differs is not replaced, a
     file that is not a checkpoint is refused, and restore puts the kept one back without overwriting."""
-    import pytest
     import torch
 
     results, archive, fresh = tmp_path / "results", tmp_path / "kept", tmp_path / "fresh"
@@ -281,3 +282,54 @@ def test_a_fits_identity_is_its_states_bytes():
     newest, fits = one_fit([{"fit_digest": "x", "finished_at": "2026-12-05"}, {"cost": {"fit_time_s": 2.0}, "finished_at": "2026-12-01"},
                             {"kind": "fit", "status": "failed"}])
     assert newest == "state:x" and fits == {"state:x": 1, "fit_time_s:2.0": 1}
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_a_cell_fitted_again_replaces_its_kept_records(tmp_path, capsys, packed):
+    """A cell kept whole from one fit, removed from a restored copy and fitted again (here a tuning
+    candidate scored validation first: two records), replaces its kept records: the old fit's
+    shifted-set records do not stay beside the new fit's validation score. Records of the same fit
+    that the results folder lacks stay (a cell saved whole, then restored in part)."""
+    results, archive = tmp_path / "results", tmp_path / "kept"
+    store = ResultsStore(results)
+    cell, other = (store.run_dir("toy", "mlp", m, "abc", 0) for m in ("pbn", "deterministic"))
+
+    def whole(run, method, digest):
+        for rec in (record("noise", 0.5, method), record("blur", 0.25, method),
+                    {**record("validation", 0.5, method), "kind": "val", "severity": None},
+                    {**record("clean", 0.5, method), "kind": "id", "severity": None}):
+            store.write(run, {**rec, "fit_digest": digest})
+
+    whole(cell, "pbn", "old")
+    whole(other, "deterministic", "same")
+    assert keep.save(results, "toy", archive, packed=packed) == 8
+    for f in sorted(cell.glob("*.json")):  # the cell refit, scored validation first
+        f.unlink()
+    for f in sorted(other.glob("shift-*.json")):  # the other cell's shifted sets not restored: the same fit
+        f.unlink()
+    store.write(cell, {**record("validation", 0.75, "pbn"), "kind": "val", "severity": None, "fit_digest": "new"})
+    store.write(cell, {**record("clean", 0.75, "pbn"), "kind": "id", "severity": None, "fit_digest": "new"})
+    keep.save(results, "toy", archive, packed=packed)
+    now = keep.kept(archive, "toy")
+    pbn = {Path(rel).stem: rec["fit_digest"] for rel, rec in now.items() if "pbn-abc" in rel}
+    assert pbn == {"val-validation-na": "new", "id-clean-na": "new"}
+    assert sum("deterministic-abc" in rel for rel in now) == 4
+    assert "pbn-abc/seed0: 2 kept record(s) of another fit" in capsys.readouterr().err
+
+
+def test_no_kept_cell_mixes_two_fits():
+    """Every cell kept in git (docs/*/<suite>/records.jsonl.xz) has its records from one fit: a
+    table row never pairs one fit's validation score with another's shifted-set records."""
+    from bench.checkpoints import one_fit
+    from bench.store import read_pack
+
+    packs = sorted((ROOT / "docs").glob("*/*/records.jsonl.xz"))
+    assert packs
+    mixed = []
+    for path in packs:
+        cells: dict[str, list[dict]] = {}
+        for rel, rec in read_pack(path).items():
+            cells.setdefault(rel.rsplit("/", 1)[0], []).append(rec)
+        mixed += [f"{path.parent.relative_to(ROOT)}: {cell} {fits}" for cell, recs in sorted(cells.items())
+                  if len(fits := one_fit(recs)[1]) > 1]
+    assert not mixed, "\n".join(mixed)
