@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -326,18 +327,12 @@ def _kept(section: str) -> dict[tuple[str, int], BudgetTrial]:
 def trials_document(dirs, root: Path) -> dict:
     """What :data:`KEPT` holds: every trial of the kept records under ``root / dir`` for ``dirs`` (each
     suite's records of every folder pooled), sorted."""
-    import pandas as pd
-
-    from bench.store import load_records
-
     suites = sorted({p.name for d in dirs if (root / d).is_dir() for p in (root / d).iterdir() if p.is_dir()})
     out, phases = [], []
     for suite in suites:
-        frames = [load_records(root / d, suite) for d in dirs if (root / d / suite).is_dir()]
-        frames = [f for f in frames if not f.empty]
-        if not frames:
+        df = _pooled(dirs, root, suite)
+        if df is None:
             continue
-        df = pd.concat(frames, ignore_index=True)
         for found, into in ((budget_trials(df), out), (phase_trials(df), phases)):
             for (recipe, epochs), t in found.items():
                 into.append({"recipe": recipe, "epochs": epochs,
@@ -345,6 +340,49 @@ def trials_document(dirs, root: Path) -> dict:
     for entries in (out, phases):
         entries.sort(key=lambda e: (e["recipe"], e["epochs"]))
     return {"written_by": "python -m bench.budget --write", "from": list(dirs), "trials": out, "phase_trials": phases}
+
+
+def _pooled(dirs, root: Path, suite: str):
+    """The suite's records of every folder of ``dirs`` under ``root``, pooled; None without any."""
+    import pandas as pd
+
+    from bench.store import load_records
+
+    frames = [load_records(root / d, suite) for d in dirs if (root / d / suite).is_dir()]
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def phase_fits_markdown(df, method: str, match: dict[str, str] | None = None) -> str:
+    """Every kept fit of ``method`` with a logged phase (:func:`phase_fits`) as a markdown table: per
+    network and configuration (the options that differ between the configurations shown), each phase
+    length with its validation NLL after the phase, per seed: the fits the phase trials compare, at
+    every configuration (the trials table keeps one trial per phase key). ``match``: only the
+    configurations whose options (or ``model``, ``profile``, ``map_epochs``) read as these strings.
+    A fit kept in two folders (a tuning's and an ablation's) is one fit: shown once."""
+    rows = []
+    for cfg_key, by_epochs in phase_fits(df).items():
+        key, options = json.loads(cfg_key)
+        recipe, map_epochs, m = json.loads(key)
+        suite, profile, model, _, _ = json.loads(recipe)
+        opts = json.loads(options)
+        named = {**{k: str(v) for k, v in opts.items()}, "model": model, "profile": profile,
+                 "map_epochs": str(map_epochs)}
+        if m != method or any(named.get(k) != v for k, v in (match or {}).items()):
+            continue
+        for epochs, seeds in sorted(by_epochs.items()):
+            rows.append((model, profile, map_epochs, opts, epochs,
+                         {seed: sorted(set(fits)) for seed, fits in seeds.items()}))
+    varying = sorted({k for *_, opts, _, _ in rows for k in opts
+                      if len({json.dumps(o.get(k), sort_keys=True) for *_, o, _, _ in rows}) > 1})
+    lines = ["| model | profile | MAP epochs | options | phase epochs | validation NLL after the phase, per seed |",
+             "| --- | --- | ---: | --- | ---: | --- |"]
+    for model, profile, map_epochs, opts, epochs, seeds in sorted(
+            rows, key=lambda r: (r[0], r[1], r[2], json.dumps([r[3].get(k) for k in varying], default=str), r[4])):
+        shown = ", ".join(f"{k}={opts.get(k)}" for k in varying) or "–"
+        nll = ", ".join(f"{seed}: {v:.4f}" for seed, fits in sorted(seeds.items()) for v, _ in fits)
+        lines.append(f"| {model} | {profile} | {map_epochs} | {shown} | {epochs} | {nll} |")
+    return "\n".join(lines)
 
 
 def phase_markdown(entries) -> str:
@@ -373,9 +411,25 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="the budget trials of the kept records (bench/budget_trials.json)")
     ap.add_argument("--write", action="store_true", help=f"write {KEPT.name} (else print it)")
     ap.add_argument("--phases", action="store_true", help="print the kept phase trials as a markdown table")
+    ap.add_argument("--fits", nargs=2, metavar=("SUITE", "METHOD"),
+                    help="print every kept fit of METHOD on SUITE with its phase length and final validation NLL")
+    ap.add_argument("--match", default="", metavar="KEY=VALUE[,KEY=VALUE]",
+                    help="with --fits: only the configurations with these options (or model, profile, map_epochs)")
     ap.add_argument("--root", default=str(Path(__file__).resolve().parents[1]), help="the repository (default: "
                                                                                       "this checkout)")
     a = ap.parse_args(argv)
+    if a.fits:
+        df = _pooled(KEPT_FROM, Path(a.root), a.fits[0])
+        if df is None:
+            print(f"bench.budget: no kept records of {a.fits[0]} under {', '.join(KEPT_FROM)}", file=sys.stderr)
+            return 2
+        try:
+            match = dict(kv.split("=", 1) for kv in a.match.split(",") if kv)
+        except ValueError:
+            print(f"bench.budget: --match takes KEY=VALUE[,KEY=VALUE], got {a.match!r}", file=sys.stderr)
+            return 2
+        print(phase_fits_markdown(df, a.fits[1], match))
+        return 0
     found = trials_document(KEPT_FROM, Path(a.root))
     if a.phases:
         print(phase_markdown(found["phase_trials"]))

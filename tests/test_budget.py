@@ -232,6 +232,21 @@ def test_a_phase_trial_compares_a_configuration_with_itself_only():
     assert _phase(rows)[(2, "gradient", 0)]["status"] == V.NOT_MEASURED
 
 
+def test_the_fits_table_lists_every_configurations_phases_once():
+    """``bench.budget --fits``: each configuration's phases with their validation NLL per seed (the
+    trials table keeps one trial per phase key); a fit kept in two folders shows once; --match filters."""
+    rows = [r for s in (0, 1) for r in _pbn(s, 2, 1.00 + 0.01 * s) + _pbn(s, 6, 0.95)]
+    rows += [r for s in (0, 1) for r in _pbn(s, 2, 0.90, rho_lr=0.05)]
+    rows += _pbn(0, 2, 1.00)  # seed 0's 2-epoch fit kept twice (two folders)
+    table = B.phase_fits_markdown(pd.DataFrame(rows), "pbn").splitlines()
+    assert table[2:] == ["| resnet_small | quick | 12 | rho_lr=0.05 | 2 | 0: 0.9000, 1: 0.9000 |",
+                         "| resnet_small | quick | 12 | rho_lr=0.1 | 2 | 0: 1.0000, 1: 1.0100 |",
+                         "| resnet_small | quick | 12 | rho_lr=0.1 | 6 | 0: 0.9500, 1: 0.9500 |"]
+    only = B.phase_fits_markdown(pd.DataFrame(rows), "pbn", {"rho_lr": "0.05"}).splitlines()
+    assert only[2:] == ["| resnet_small | quick | 12 | – | 2 | 0: 0.9000, 1: 0.9000 |"]
+    assert len(B.phase_fits_markdown(pd.DataFrame(rows), "mfvi").splitlines()) == 2
+
+
 def _from_scratch(method: str, model: str, epochs: int, seed: int = 0, val_nll: float = 1.0) -> list[dict]:
     """A VI method trained from a random initialisation for ``epochs`` (its phase is its whole training)."""
     run = {**_run(method, seed, 12), "model": model, "method_config": {"epochs": epochs},
