@@ -375,7 +375,7 @@ def phase_fits_markdown(df, method: str, match: dict[str, str] | None = None) ->
                          {seed: sorted(set(fits)) for seed, fits in seeds.items()}))
     varying = sorted({k for *_, opts, _, _ in rows for k in opts
                       if len({json.dumps(o.get(k), sort_keys=True) for *_, o, _, _ in rows}) > 1})
-    lines = ["| model | profile | MAP epochs | options | phase epochs | validation NLL after the phase, per seed |",
+    lines = ["| model | profile | profile epochs | options | phase epochs | validation NLL after the phase, per seed |",
              "| --- | --- | ---: | --- | ---: | --- |"]
     for model, profile, map_epochs, opts, epochs, seeds in sorted(
             rows, key=lambda r: (r[0], r[1], r[2], json.dumps([r[3].get(k) for k in varying], default=str), r[4])):
