@@ -33,10 +33,13 @@ docs/device.md) sends back: records already slimmed by ``save``, in the kept lay
 and its perf rows (``perf/<device>.json``, merged: the cases the run measured replace those cases' rows, the
 others stay). A record is added when absent and left alone when the
 kept one is the same; a different kept record is kept (a conflict, reported; ``--replace`` takes the
-archive's); perf rows, artifacts and the run's summary (a later archive of the same run) replace
-the kept file. Merging twice changes nothing. The same run's ``maps-<k>.tar`` archives hold the MAP
-networks it trained (``<suite>/checkpoints/map/<model>/<key hash>/seed<k>.pt``, the results
-folder's layout, each checked to load as a torch file of tensors and plain data): they are kept
+archive's); a cell the archive holds from another fit than its kept records (fitted again) is
+merged whole or not at all: left out (its records conflicts), or with ``--replace`` replacing the
+kept cell, so no kept cell mixes two fits; perf rows, artifacts and the run's summary (a later
+archive of the same run) replace the kept file. Merging twice changes nothing. The same run's
+``maps-<k>.tar`` archives hold the MAP networks it trained
+(``<suite>/checkpoints/map/<model>/<key hash>/seed<k>.pt``, the results folder's layout, each checked
+to load as a torch file of tensors and plain data): they are kept
 like records (added when absent, a different kept file kept as it is), and ``restore`` puts them
 back into the results folder (never over a file there), so the next device run builds its methods
 on these networks instead of training them again: a paper-budget deep ensemble needs 15 MAP
@@ -458,6 +461,7 @@ def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False, partial
         found = pack_path(archive / suite)
         if found is not None:
             packed.update(read_pack(found))
+    plan, stale = _cells_of_other_fits(plan, archive, suites, replace, counts)
     for kind, dest, body in plan:
         if kind == "partial":  # a later run's fit has gone further: an older one never replaces it
             old = partial_epoch(dest.read_bytes()) if dest.is_file() and dest.suffix == ".partial" else None
@@ -484,9 +488,47 @@ def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False, partial
         newer = kind in ("perf", "artifact", "device")  # a newer measurement, image or summary
         _keep(dest, body, counts, overwrite=replace or newer,
               differs=f"{dest} differs from the archive's; kept as it is (--replace takes the archive's)")
+    for rel in stale:
+        (archive / rel).unlink(missing_ok=True)
     for suite in suites:
-        pack(suite, archive)
+        pack(suite, archive, drop=stale)
     return counts
+
+
+def _cells_of_other_fits(plan: list, archive: Path, suites: list[str], replace: bool,
+                         counts: dict[str, int]) -> tuple[list, set[str]]:
+    """``merge``'s rule for a cell the archive holds from another fit than the kept records of that cell
+    (a device run that fitted a kept cell again): not merged file by file, which would leave a cell of
+    two fits. Without ``replace`` the archive's cell is left out (its records counted as conflicts);
+    with it the archive's cell replaces the kept one: the plan, less the cells left out, and the kept
+    records to remove (``replace``: those of the replaced cells the archive lacks)."""
+    kept_now: dict[str, dict] = {}
+    for suite in suites:
+        kept_now.update(kept(archive, suite))
+    cells: dict[str, list[tuple[str, dict]]] = {}
+    for kind, dest, body in plan:
+        if kind == "record":
+            rel = dest.relative_to(archive).as_posix()
+            cells.setdefault(rel.rsplit("/", 1)[0], []).append((rel, json.loads(body)))
+    skip, stale = set(), set()
+    for cell, recs in cells.items():
+        fit = one_fit([r for _, r in recs])[0]
+        old = {path: rec for path, rec in kept_now.items() if path.rsplit("/", 1)[0] == cell}
+        old_fits = {record_fit_key(rec) for rec in old.values()} - {None}
+        if fit is None or not old_fits or old_fits == {fit}:
+            continue
+        if replace:
+            stale.update(path for path in old if path not in {rel for rel, _ in recs})
+            print(f"keep_records: {cell}: the archive's records come from another fit than the kept ones; "
+                  f"the kept cell replaced by the archive's", file=sys.stderr)
+        else:
+            skip.update(rel for rel, _ in recs)
+            counts["conflicts"] += len(recs)
+            print(f"keep_records: {cell}: the archive's records come from another fit than the kept ones; the kept "
+                  f"cell kept as it is (--replace takes the archive's cell)", file=sys.stderr)
+    plan = [(kind, dest, body) for kind, dest, body in plan
+            if not (kind == "record" and dest.relative_to(archive).as_posix() in skip)]
+    return plan, stale
 
 
 def save_maps(results: Path, suite: str, archive: Path = ARCHIVE) -> dict[str, int]:

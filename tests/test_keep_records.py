@@ -333,3 +333,54 @@ def test_no_kept_cell_mixes_two_fits():
         mixed += [f"{path.parent.relative_to(ROOT)}: {cell} {fits}" for cell, recs in sorted(cells.items())
                   if len(fits := one_fit(recs)[1]) > 1]
     assert not mixed, "\n".join(mixed)
+
+
+def test_merge_takes_a_cell_fitted_again_whole_or_not_at_all(tmp_path, capsys):
+    """A device archive holding a kept cell from another fit (the cell fitted again) is not merged file by
+    file: left out as it is, or, with --replace, replacing the kept cell (the old fit's records it lacks
+    removed); a cell of the same fit merges as before (records added beside it)."""
+    import io
+    import tarfile
+
+    from bench.store import RECORD_VERSION
+
+    def record(*args, **kw):  # the records a device run sends back carry their version
+        return {**globals()["record"](*args, **kw), "record_version": RECORD_VERSION}
+
+    results, archive = tmp_path / "results", tmp_path / "kept"
+    store = ResultsStore(results)
+    cell, same = (store.run_dir("toy", "mlp", m, "abc", 0) for m in ("pbn", "deterministic"))
+    for run, method in ((cell, "pbn"), (same, "deterministic")):
+        for rec in (record("noise", 0.5, method), record("blur", 0.25, method),
+                    {**record("validation", 0.5, method), "kind": "val", "severity": None}):
+            store.write(run, {**rec, "fit_digest": "old"})
+    keep.save(results, "toy", archive)
+    rel = {path.stem: path.relative_to(results).as_posix() for path in cell.glob("*.json")}
+    same_rel = same.relative_to(results).as_posix()
+
+    def tarball(members, name):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            for path, obj in members.items():
+                body = json.dumps(obj).encode()
+                info = tarfile.TarInfo(path)
+                info.size = len(body)
+                tar.addfile(info, io.BytesIO(body))
+        (tmp_path / name).write_bytes(buf.getvalue())
+        return tmp_path / name
+
+    refit = {rel["val-validation-na"]: {**record("validation", 0.75, "pbn"), "kind": "val", "severity": None,
+                                        "fit_digest": "new"},
+             rel["val-validation-na"].replace("val-validation-na", "id-clean-na"):
+                 {**record("clean", 0.75, "pbn"), "kind": "id", "severity": None, "fit_digest": "new"},
+             f"{same_rel}/shift-fog-1.json": {**record("fog", 0.5), "fit_digest": "old"}}
+    counts = keep.merge(tarball(refit, "refit.tar.gz"), archive)
+    assert counts["conflicts"] == 2 and counts["added"] == 1
+    now = keep.kept(archive, "toy")
+    assert {r["fit_digest"] for p, r in now.items() if "pbn-abc" in p} == {"old"} and len(now) == 7
+    assert "pbn-abc/seed0: the archive's records come from another fit" in capsys.readouterr().err
+    keep.merge(tarball(refit, "refit.tar.gz"), archive, replace=True)
+    now = keep.kept(archive, "toy")
+    pbn = {Path(p).stem: r["fit_digest"] for p, r in now.items() if "pbn-abc" in p}
+    assert pbn == {"val-validation-na": "new", "id-clean-na": "new"}
+    assert sum("deterministic-abc" in p for p in now) == 4
