@@ -358,21 +358,28 @@ def phase_fits_markdown(df, method: str, match: dict[str, str] | None = None) ->
     network and configuration (the options that differ between the configurations shown), each phase
     length with its validation NLL after the phase, per seed: the fits the phase trials compare, at
     every configuration (the trials table keeps one trial per phase key). ``match``: only the
-    configurations whose options (or ``model``, ``profile``, ``map_epochs``) read as these strings.
+    configurations whose options (or ``model``, ``profile``, ``profile_epochs``) read as these strings
+    (ValueError naming the valid keys for a key no fit of the method has).
     A fit kept in two folders (a tuning's and an ablation's) is one fit: shown once."""
-    rows = []
+    rows, keys = [], set()
     for cfg_key, by_epochs in phase_fits(df).items():
         key, options = json.loads(cfg_key)
         recipe, map_epochs, m = json.loads(key)
-        suite, profile, model, _, _ = json.loads(recipe)
+        _, profile, model, _, _ = json.loads(recipe)
         opts = json.loads(options)
         named = {**{k: str(v) for k, v in opts.items()}, "model": model, "profile": profile,
-                 "map_epochs": str(map_epochs)}
-        if m != method or any(named.get(k) != v for k, v in (match or {}).items()):
+                 "profile_epochs": str(map_epochs)}
+        if m != method:
+            continue
+        keys.update(named)
+        if any(named.get(k) != v for k, v in (match or {}).items()):
             continue
         for epochs, seeds in sorted(by_epochs.items()):
             rows.append((model, profile, map_epochs, opts, epochs,
                          {seed: sorted(set(fits)) for seed, fits in seeds.items()}))
+    unknown = sorted(set(match or {}) - keys)
+    if unknown and keys:
+        raise ValueError(f"no fit of {method} has {', '.join(unknown)}; valid keys: {', '.join(sorted(keys))}")
     varying = sorted({k for *_, opts, _, _ in rows for k in opts
                       if len({json.dumps(o.get(k), sort_keys=True) for *_, o, _, _ in rows}) > 1})
     lines = ["| model | profile | profile epochs | options | phase epochs | validation NLL after the phase, per seed |",
@@ -414,7 +421,8 @@ def main(argv=None) -> int:
     ap.add_argument("--fits", nargs=2, metavar=("SUITE", "METHOD"),
                     help="print every kept fit of METHOD on SUITE with its phase length and final validation NLL")
     ap.add_argument("--match", default="", metavar="KEY=VALUE[,KEY=VALUE]",
-                    help="with --fits: only the configurations with these options (or model, profile, map_epochs)")
+                    help="with --fits: only the configurations with these options (or model, profile, "
+                         "profile_epochs)")
     ap.add_argument("--root", default=str(Path(__file__).resolve().parents[1]), help="the repository (default: "
                                                                                       "this checkout)")
     a = ap.parse_args(argv)
@@ -428,7 +436,11 @@ def main(argv=None) -> int:
         except ValueError:
             print(f"bench.budget: --match takes KEY=VALUE[,KEY=VALUE], got {a.match!r}", file=sys.stderr)
             return 2
-        print(phase_fits_markdown(df, a.fits[1], match))
+        try:
+            print(phase_fits_markdown(df, a.fits[1], match))
+        except ValueError as exc:
+            print(f"bench.budget: --match: {exc}", file=sys.stderr)
+            return 2
         return 0
     found = trials_document(KEPT_FROM, Path(a.root))
     if a.phases:

@@ -245,6 +245,8 @@ def test_the_fits_table_lists_every_configurations_phases_once():
     only = B.phase_fits_markdown(pd.DataFrame(rows), "pbn", {"rho_lr": "0.05"}).splitlines()
     assert only[2:] == ["| resnet_small | quick | 12 | – | 2 | 0: 0.9000, 1: 0.9000 |"]
     assert len(B.phase_fits_markdown(pd.DataFrame(rows), "mfvi").splitlines()) == 2
+    with pytest.raises(ValueError, match="valid keys: .*profile_epochs.*rho_lr"):  # a typo is not an empty table
+        B.phase_fits_markdown(pd.DataFrame(rows), "pbn", {"rho_rl": "0.05"})
 
 
 def _from_scratch(method: str, model: str, epochs: int, seed: int = 0, val_nll: float = 1.0) -> list[dict]:
