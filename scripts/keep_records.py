@@ -185,9 +185,10 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | N
         for rel in stale:
             (archive / rel).unlink(missing_ok=True)
         packed_file = pack_path(archive / suite)
-        if packed_file is not None and stale & set(read_pack(packed_file)):
-            left = {k: v for k, v in read_pack(packed_file).items() if k not in stale}
-            atomic_write_bytes(archive / suite / PACK_NAME, pack_bytes(left))
+        in_pack = read_pack(packed_file) if packed_file is not None and stale else {}
+        if stale & set(in_pack):
+            atomic_write_bytes(archive / suite / PACK_NAME,
+                               pack_bytes({k: v for k, v in in_pack.items() if k not in stale}))
             if packed_file.name != PACK_NAME:
                 packed_file.unlink()
     for tree in SMALL_TREES:
@@ -203,16 +204,26 @@ def _other_fits(cells: dict[Path, list[tuple[Path, dict]]], results: Path, kept_
     earlier fit was kept), so its kept records are replaced, not merged file by file (a cell of two
     fits would pair one fit's validation score with another's shifted-set records)."""
     stale: set[str] = set()
+    kept_cells = by_cell(kept_now)
     for cell, recs in cells.items():
-        rel = cell.relative_to(results).as_posix() + "/"
+        rel = cell.relative_to(results).as_posix()
         fit = one_fit([r for _, r in recs])[0]
-        old = [path for path, rec in kept_now.items() if path.startswith(rel) and "/" not in path[len(rel):]
-               and path not in entries and record_fit_key(rec) != fit]
+        old = [path for path, rec in kept_cells.get(rel, {}).items()
+               if path not in entries and record_fit_key(rec) != fit]
         if old:
-            print(f"keep_records: {rel[:-1]}: {len(old)} kept record(s) of another fit than its records here "
+            print(f"keep_records: {rel}: {len(old)} kept record(s) of another fit than its records here "
                   f"removed (the cell was fitted again)", file=sys.stderr)
             stale.update(old)
     return stale
+
+
+def by_cell(records: dict[str, dict]) -> dict[str, dict[str, dict]]:
+    """``{path: record}`` (paths in the store's layout, posix) grouped by their cell, the run directory
+    ``<suite>/records/<model>/<method>-<hash>/seed<k>``: ``{cell: {path: record}}``."""
+    out: dict[str, dict[str, dict]] = {}
+    for path, rec in records.items():
+        out.setdefault(path.rsplit("/", 1)[0], {})[path] = rec
+    return out
 
 
 def kept(archive: Path, suite: str) -> dict[str, dict]:
@@ -456,12 +467,10 @@ def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False, partial
                     counts["partials_spent"] = counts.get("partials_spent", 0) + 1
     suites = sorted({PurePosixPath(dest.relative_to(archive).as_posix()).parts[0] for kind, dest, _ in plan
                      if kind == "record"})
-    packed = {}
+    kept_now: dict[str, dict] = {}  # a loose file wins over its packed record; where it exists it is compared below
     for suite in suites:
-        found = pack_path(archive / suite)
-        if found is not None:
-            packed.update(read_pack(found))
-    plan, stale = _cells_of_other_fits(plan, archive, suites, replace, counts)
+        kept_now.update(kept(archive, suite))
+    plan, stale = _cells_of_other_fits(plan, archive, kept_now, replace, counts)
     for kind, dest, body in plan:
         if kind == "partial":  # a later run's fit has gone further: an older one never replaces it
             old = partial_epoch(dest.read_bytes()) if dest.is_file() and dest.suffix == ".partial" else None
@@ -469,8 +478,8 @@ def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False, partial
                   differs=f"{dest} holds more epochs than the archive's; kept as it is")
             continue
         rel = dest.relative_to(archive).as_posix()
-        if kind == "record" and not dest.exists() and rel in packed:
-            if packed[rel] == json.loads(body):
+        if kind == "record" and not dest.exists() and rel in kept_now:
+            if kept_now[rel] == json.loads(body):
                 counts["unchanged"] += 1
             elif replace:
                 atomic_write_bytes(dest, body)  # the loose file wins over the packed one, then is packed
@@ -488,41 +497,35 @@ def merge(tarball: Path, archive: Path = ARCHIVE, replace: bool = False, partial
         newer = kind in ("perf", "artifact", "device")  # a newer measurement, image or summary
         _keep(dest, body, counts, overwrite=replace or newer,
               differs=f"{dest} differs from the archive's; kept as it is (--replace takes the archive's)")
-    for rel in stale:
-        (archive / rel).unlink(missing_ok=True)
     for suite in suites:
-        pack(suite, archive, drop=stale)
+        pack(suite, archive, drop=stale)  # the stale records go from the pack and their loose files with the rest
     return counts
 
 
-def _cells_of_other_fits(plan: list, archive: Path, suites: list[str], replace: bool,
+def _cells_of_other_fits(plan: list, archive: Path, kept_now: dict[str, dict], replace: bool,
                          counts: dict[str, int]) -> tuple[list, set[str]]:
     """``merge``'s rule for a cell the archive holds from another fit than the kept records of that cell
     (a device run that fitted a kept cell again): not merged file by file, which would leave a cell of
     two fits. Without ``replace`` the archive's cell is left out (its records counted as conflicts);
     with it the archive's cell replaces the kept one: the plan, less the cells left out, and the kept
-    records to remove (``replace``: those of the replaced cells the archive lacks)."""
-    kept_now: dict[str, dict] = {}
-    for suite in suites:
-        kept_now.update(kept(archive, suite))
-    cells: dict[str, list[tuple[str, dict]]] = {}
-    for kind, dest, body in plan:
-        if kind == "record":
-            rel = dest.relative_to(archive).as_posix()
-            cells.setdefault(rel.rsplit("/", 1)[0], []).append((rel, json.loads(body)))
+    records to remove (``replace``: those of the replaced cells the archive lacks); ``kept_now``: the
+    kept records of the archive's suites."""
+    cells = by_cell({dest.relative_to(archive).as_posix(): json.loads(body)
+                     for kind, dest, body in plan if kind == "record"})
+    kept_cells = by_cell(kept_now)
     skip, stale = set(), set()
     for cell, recs in cells.items():
-        fit = one_fit([r for _, r in recs])[0]
-        old = {path: rec for path, rec in kept_now.items() if path.rsplit("/", 1)[0] == cell}
+        fit = one_fit(list(recs.values()))[0]
+        old = kept_cells.get(cell, {})
         old_fits = {record_fit_key(rec) for rec in old.values()} - {None}
         if fit is None or not old_fits or old_fits == {fit}:
             continue
         if replace:
-            stale.update(path for path in old if path not in {rel for rel, _ in recs})
+            stale.update(path for path in old if path not in recs)
             print(f"keep_records: {cell}: the archive's records come from another fit than the kept ones; "
                   f"the kept cell replaced by the archive's", file=sys.stderr)
         else:
-            skip.update(rel for rel, _ in recs)
+            skip.update(recs)
             counts["conflicts"] += len(recs)
             print(f"keep_records: {cell}: the archive's records come from another fit than the kept ones; the kept "
                   f"cell kept as it is (--replace takes the archive's cell)", file=sys.stderr)

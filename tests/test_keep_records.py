@@ -16,6 +16,22 @@ keep = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(keep)
 
 
+def _tarball(path: Path, members: dict[str, dict]) -> Path:
+    """A device run's records archive at ``path``: ``{path in the kept layout: record}``, gzip tar."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, obj in members.items():
+            body = json.dumps(obj).encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    path.write_bytes(buf.getvalue())
+    return path
+
+
 def record(shift, acc, method="deterministic"):
     return {"suite": "toy", "method": method, "model": "mlp", "seed": 0, "status": "ok", "kind": "shift",
             "shift": shift, "severity": 1, "metrics": {"accuracy": acc}, "curves": {"reliability": [1, 2, 3]},
@@ -177,9 +193,6 @@ def test_a_gzip_pack_of_older_code_is_read_and_repacking_makes_it_xz(tmp_path):
 
 
 def test_merge_compares_with_the_packed_records(tmp_path):
-    import io
-    import tarfile
-
     from bench.store import RECORD_VERSION, PACK_NAME, read_pack
 
     results, archive = tmp_path / "results", tmp_path / "kept"
@@ -191,14 +204,7 @@ def test_merge_compares_with_the_packed_records(tmp_path):
     (rel, packed), = read_pack(archive / "toy" / PACK_NAME).items()
 
     def tarball(obj, name):
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-            body = json.dumps(obj).encode()
-            info = tarfile.TarInfo(rel)
-            info.size = len(body)
-            tar.addfile(info, io.BytesIO(body))
-        (tmp_path / name).write_bytes(buf.getvalue())
-        return tmp_path / name
+        return _tarball(tmp_path / name, {rel: obj})
 
     assert keep.merge(tarball(packed, "same.tar.gz"), archive)["unchanged"] == 1
     other = {**packed, "metrics": {"accuracy": 0.1}}
@@ -327,11 +333,9 @@ def test_no_kept_cell_mixes_two_fits():
     assert packs
     mixed = []
     for path in packs:
-        cells: dict[str, list[dict]] = {}
-        for rel, rec in read_pack(path).items():
-            cells.setdefault(rel.rsplit("/", 1)[0], []).append(rec)
-        mixed += [f"{path.parent.relative_to(ROOT)}: {cell} {fits}" for cell, recs in sorted(cells.items())
-                  if len(fits := one_fit(recs)[1]) > 1]
+        mixed += [f"{path.parent.relative_to(ROOT)}: {cell} {fits}"
+                  for cell, recs in sorted(keep.by_cell(read_pack(path)).items())
+                  if len(fits := one_fit(list(recs.values()))[1]) > 1]
     assert not mixed, "\n".join(mixed)
 
 
@@ -339,9 +343,6 @@ def test_merge_takes_a_cell_fitted_again_whole_or_not_at_all(tmp_path, capsys):
     """A device archive holding a kept cell from another fit (the cell fitted again) is not merged file by
     file: left out as it is, or, with --replace, replacing the kept cell (the old fit's records it lacks
     removed); a cell of the same fit merges as before (records added beside it)."""
-    import io
-    import tarfile
-
     from bench.store import RECORD_VERSION
 
     def record(*args, **kw):  # the records a device run sends back carry their version
@@ -358,28 +359,17 @@ def test_merge_takes_a_cell_fitted_again_whole_or_not_at_all(tmp_path, capsys):
     rel = {path.stem: path.relative_to(results).as_posix() for path in cell.glob("*.json")}
     same_rel = same.relative_to(results).as_posix()
 
-    def tarball(members, name):
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-            for path, obj in members.items():
-                body = json.dumps(obj).encode()
-                info = tarfile.TarInfo(path)
-                info.size = len(body)
-                tar.addfile(info, io.BytesIO(body))
-        (tmp_path / name).write_bytes(buf.getvalue())
-        return tmp_path / name
-
     refit = {rel["val-validation-na"]: {**record("validation", 0.75, "pbn"), "kind": "val", "severity": None,
                                         "fit_digest": "new"},
              rel["val-validation-na"].replace("val-validation-na", "id-clean-na"):
                  {**record("clean", 0.75, "pbn"), "kind": "id", "severity": None, "fit_digest": "new"},
              f"{same_rel}/shift-fog-1.json": {**record("fog", 0.5), "fit_digest": "old"}}
-    counts = keep.merge(tarball(refit, "refit.tar.gz"), archive)
+    counts = keep.merge(_tarball(tmp_path / "refit.tar.gz", refit), archive)
     assert counts["conflicts"] == 2 and counts["added"] == 1
     now = keep.kept(archive, "toy")
     assert {r["fit_digest"] for p, r in now.items() if "pbn-abc" in p} == {"old"} and len(now) == 7
     assert "pbn-abc/seed0: the archive's records come from another fit" in capsys.readouterr().err
-    keep.merge(tarball(refit, "refit.tar.gz"), archive, replace=True)
+    keep.merge(_tarball(tmp_path / "refit.tar.gz", refit), archive, replace=True)
     now = keep.kept(archive, "toy")
     pbn = {Path(p).stem: r["fit_digest"] for p, r in now.items() if "pbn-abc" in p}
     assert pbn == {"val-validation-na": "new", "id-clean-na": "new"}
