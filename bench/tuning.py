@@ -341,6 +341,61 @@ def valid_choice(results: str | Path, suite: str, profile: str, method: str, mod
     return dict(c["chosen"]) if c is not None and c.get("chosen_among_valid", True) else {}
 
 
+def stored_objectives(results: str | Path, suite: str, profile: str, method: str) -> list[dict]:
+    """The options each stored tune of another objective of ``method`` held fixed (``bench tune --set
+    ssvi.epochs=60``: ``{"epochs": 60}``), one dict per objective, in the order of their keys."""
+    path = tuning_path(results, suite, profile)
+    if not path.is_file():
+        return []
+    entries = (read_tuning(path).get("methods") or {}).items()
+    return [dict(e["fixed"]) for k, e in sorted(entries) if entry_method(k, e) == method and e.get("fixed")]
+
+
+def objective_pins(results: str | Path, suite: str, profile: str, method: str, fixed: dict | None = None) -> dict:
+    """The options that tell one objective's fits of ``method`` from another's. With ``fixed`` (a tune of
+    another objective, e.g. ``{"epochs": 60}``): those. Without: for every option a stored tune of
+    another objective held fixed, the profile's value of it, so that a table of the profile's objective
+    never takes e.g. a 60-epoch fit for one of its own."""
+    if fixed:
+        return dict(fixed)
+    from bench.suites import SUITES
+    from methods import METHODS
+
+    profile_cfg = {**METHODS.get(method).defaults,
+                   **SUITES.get(suite).profiles.get(profile, {}).get("methods", {}).get(method, {})}
+    return {o: profile_cfg.get(o) for f in stored_objectives(results, suite, profile, method) for o in f}
+
+
+def objective_options(results: str | Path, suite: str, profile: str, method: str, model: str,
+                      fixed: dict | None = None) -> dict:
+    """The configuration a table takes ``method``'s rows at for one objective: :func:`objective_pins`
+    plus that objective's :func:`valid_choice` (the profile's without ``fixed``; ``method[epochs=60]``'s
+    with ``fixed={"epochs": 60}``)."""
+    return {**objective_pins(results, suite, profile, method, fixed),
+            **valid_choice(results, suite, profile, entry_key(method, fixed), model)}
+
+
+def parse_objective(items: list[str] | None, results: str | Path, suite: str, profile: str) -> dict[str, dict]:
+    """``--objective ssvi.epochs=60`` (a table's command line) as ``{"ssvi": {"epochs": 60}}``: the options
+    a stored tune of another objective held fixed, as ``bench tune --set`` gave them. An option with
+    several values, or an objective no stored tune has, raises BenchError naming the stored ones."""
+    from bench.config import parse_sets
+
+    out: dict[str, dict] = {}
+    for key, values in parse_sets(items).items():
+        method, _, option = key.partition(".")
+        if not option or len(values) != 1:
+            raise BenchError(f"--objective takes METHOD.OPTION=VALUE (one value), got {key}={values}")
+        out.setdefault(method, {})[option] = values[0]
+    for method, fixed in out.items():
+        stored = stored_objectives(results, suite, profile, method)
+        if fixed not in stored:
+            names = ", ".join(entry_key(method, f) for f in stored) or "none"
+            raise BenchError(f"no stored tune of the objective {entry_key(method, fixed)} in "
+                             f"{tuning_path(results, suite, profile)}; stored objectives of {method}: {names}")
+    return out
+
+
 def budget_difference(results: str | Path, suite: str, profile: str, method: str, sets=()) -> str | None:
     """How the training budget the stored choice of ``method`` was made at differs from the one
     ``profile`` (with ``sets``) trains at now, e.g. ``"epochs 10 (the profile now: 15)"``; None when

@@ -102,13 +102,28 @@ def default_bases() -> dict:
     return {"ssvi": dict(SSVI.defaults), "mfvi": dict(MFVI.defaults)}
 
 
-def tuned_bases(tuning: str, suite: str, profile: str, model: str) -> dict:
-    """``{method: defaults updated with the stored choice}`` (a method without a choice made among
-    valid fits keeps its defaults)."""
-    from bench.tuning import valid_choice
+def tuned_bases(tuning: str, suite: str, profile: str, model: str, objective: dict | None = None) -> dict:
+    """``{method: defaults updated with the stored choice}`` for the tables' objective (the profile's, or
+    ``objective``'s: ``{"ssvi": {"epochs": 60}}``, its fixed options and its tune's choice), the options
+    another stored objective holds fixed at the profile's values (:func:`bench.tuning.objective_options`);
+    a method without a choice made among valid fits keeps its defaults."""
+    from bench.tuning import objective_options
 
-    return {method: {**cls.defaults, **valid_choice(tuning, suite, profile, method, model)}
+    objective = objective or {}
+    return {method: {**cls.defaults, **objective_options(tuning, suite, profile, method, model, objective.get(method))}
             for method, cls in (("ssvi", SSVI), ("mfvi", MFVI))}
+
+
+def of_objective(runs: list[dict], objective: dict, others: dict) -> list[dict]:
+    """The runs a table of one objective holds: with ``objective`` (``{"ssvi": {"epochs": 60}}``) only the
+    named methods' runs at its fixed options; without, every run but those at the fixed options of another
+    stored objective (``others``: ``{method: [fixed, ...]}``), which its own tables show."""
+    def at(r, fixed):
+        return all(r["config"].get(k) == v for k, v in fixed.items())
+
+    if objective:
+        return [r for r in runs if r["method"] in objective and at(r, objective[r["method"]])]
+    return [r for r in runs if not any(at(r, f) for f in others.get(r["method"], []))]
 
 
 def _is_default(cfg: dict, defaults: dict, free: tuple[str, ...]) -> bool:
@@ -238,14 +253,33 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=None, help="only runs of this training budget")
     ap.add_argument("--tuning", default=None, metavar="DIR",
                     help="rows at the configuration `bench tune` chose (DIR/<suite>/tuning/<profile>.json), not the defaults")
+    ap.add_argument("--objective", action="append", default=None, metavar="METHOD.OPTION=VALUE",
+                    help="with --tuning: rows at a stored tune of another objective "
+                         "(`bench tune --set ssvi.epochs=60`): its fixed options and its choice, the other methods' "
+                         "runs left out")
     ap.add_argument("--out", default=None, help="also write the markdown here")
     args = ap.parse_args(argv)
-    bases = tuned_bases(args.tuning, args.suite, args.profile, args.model) if args.tuning else default_bases()
-    runs = load_runs(args.results, args.suite, args.model, args.profile, args.epochs)
+    from bench.errors import BenchError
+    from bench.tuning import entry_key, parse_objective, stored_objectives
+
+    if args.objective and not args.tuning:
+        ap.error("--objective reads the stored tunes: give --tuning DIR")
+    try:
+        objective = parse_objective(args.objective, args.tuning, args.suite, args.profile) if args.tuning else {}
+    except BenchError as e:
+        ap.error(str(e))
+    bases, others = default_bases(), {}
+    if args.tuning:
+        bases = tuned_bases(args.tuning, args.suite, args.profile, args.model, objective)
+        others = {m: stored_objectives(args.tuning, args.suite, args.profile, m) for m in ("ssvi", "mfvi")}
+    runs = of_objective(load_runs(args.results, args.suite, args.model, args.profile, args.epochs), objective, others)
     budget = f", {args.epochs} epochs" if args.epochs is not None else ""
+    budget += "".join(f", objective {entry_key(m, f)}" for m, f in sorted(objective.items()))
     text = "\n\n".join([
         f"# SSVI tables: {args.suite}, {args.model}, profile {args.profile}{budget}",
-        "## Density sweep: SSVI against its own dense model (density 1) and mfvi (equal epochs)", density_table(runs, bases),
+        "## Density sweep: SSVI against its own dense model (density 1)"
+        + ("" if objective else " and mfvi (equal epochs)"),
+        density_table(runs, bases),
         f"## Removal criteria at density {args.density:g}", criteria_table(runs, args.density, bases),
         "## Other variants (density 0.1 unless listed)", variants_table(runs, bases),
         f"## IoU between the removal sets of the criteria (default run, density {args.density:g}, seed 0)",

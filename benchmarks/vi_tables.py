@@ -222,18 +222,32 @@ def pbn_choice(runs: Runs) -> dict | None:
 
 def tuned_base(runs: Runs, method: str) -> dict:
     """The options every row of ``method`` in the tables is taken at: the configuration `bench tune`
-    chose among fits that pass their validity checks (``--tuning``: ``<dir>/<suite>/tuning/<profile>.json``);
-    with no such choice stored, the method's defaults for the options its space tunes (rows that may
-    fail their checks, marked), so that a row is one configuration, never every value of them."""
+    chose among fits that pass their validity checks (``--tuning``: ``<dir>/<suite>/tuning/<profile>.json``)
+    for the table's objective (the profile's, or the one ``--objective`` names, e.g. ``ssvi.epochs=60``:
+    its fixed options and its tune's choice), with the options another stored objective holds fixed at
+    the profile's values (:func:`bench.tuning.objective_options`); with no such choice stored, the
+    method's defaults for the options its space tunes (rows that may fail their checks, marked), so
+    that a row is one configuration, never every value of them."""
     from bench.suites import SUITES
-    from bench.tuning import space_of, tuned_options, valid_choice
+    from bench.tuning import objective_options, space_of, tuned_options
 
-    chosen = valid_choice(getattr(runs, "tuning", "docs/tuning"), runs.suite, runs.profile, method, runs.model)
-    if chosen:
-        return chosen
+    fixed = getattr(runs, "objective", {}).get(method)
+    tuning = getattr(runs, "tuning", "docs/tuning")
+    base = objective_options(tuning, runs.suite, runs.profile, method, runs.model, fixed)
     defaults = METHODS.get(method).defaults
     space = space_of(method, SUITES.get(runs.suite)()) or {}
-    return {o: defaults[o] for o in tuned_options(space) if o in defaults}
+    for o in tuned_options(space):
+        if o in defaults:
+            base.setdefault(o, defaults[o])
+    return base
+
+
+def shown(runs: Runs, method: str) -> bool:
+    """Whether a table shows ``method``'s rows: every method's, or with ``--objective`` only those of the
+    methods it names (a table of one objective, e.g. SSVI at 60 epochs, sets no row of another budget
+    beside them)."""
+    objective = getattr(runs, "objective", {})
+    return not objective or method in objective
 
 
 def pbn_base(runs: Runs) -> dict:
@@ -256,15 +270,21 @@ def _pbn_label(base: dict) -> str:
 
 def table_main(runs: Runs) -> list[list[str]]:
     rows = []
-    for h, _ in runs.configs("deterministic", optimizer=None, lr=None, weight_decay=None, epochs=None):
-        rows.append(main_row("deterministic (MAP)", runs.per_seed(h), runs))
-    base = pbn_base(runs)
-    d = METHODS.get("pbn").defaults
-    for h, cfg in runs.configs("pbn", **base, r_bayes=d["r_bayes"], criterion=d["criterion"], init=d["init"], n_bayes=None):
-        rows.append(main_row(f"pbn (r {float(cfg['r_bayes']):.0%}; {_pbn_label(base)})", runs.per_seed(h), runs))
-    mb = mfvi_base(runs)
-    for h, cfg in runs.configs("mfvi", **mb):
-        rows.append(main_row(f"mfvi ({_pbn_label(mb)})", runs.per_seed(h), runs))
+    if shown(runs, "deterministic"):
+        for h, _ in runs.configs("deterministic", optimizer=None, lr=None, weight_decay=None, epochs=None):
+            rows.append(main_row("deterministic (MAP)", runs.per_seed(h), runs))
+    if shown(runs, "pbn"):
+        base = pbn_base(runs)
+        d = METHODS.get("pbn").defaults
+        for h, cfg in runs.configs("pbn", **base, r_bayes=d["r_bayes"], criterion=d["criterion"], init=d["init"],
+                                   n_bayes=None):
+            rows.append(main_row(f"pbn (r {float(cfg['r_bayes']):.0%}; {_pbn_label(base)})", runs.per_seed(h), runs))
+    if shown(runs, "mfvi"):
+        mb = mfvi_base(runs)
+        for h, cfg in runs.configs("mfvi", **mb):
+            rows.append(main_row(f"mfvi ({_pbn_label(mb)})", runs.per_seed(h), runs))
+    if not shown(runs, "ssvi"):
+        return [MAIN_HEADER] + rows
     d = METHODS.get("ssvi").defaults
     sb = tuned_base(runs, "ssvi")  # its tuned prior scale and rho rate (on rotated MNIST: its defaults)
     for dens in (0.1, 0.05, 1.0):
@@ -328,6 +348,8 @@ def table_sigma0(runs: Runs) -> list[list[str]]:
     for method, key, extra in (("mfvi", "sigma_init", mb),
                                ("ssvi", "sigma_init_mean", {"density": 1.0, "criterion": crit, **sb}),
                                ("ssvi", "sigma_init_mean", {"density": 0.1, "criterion": crit, **sb})):
+        if not shown(runs, method):
+            continue
         found = sorted(runs.configs(method, **extra), key=lambda hc: float(hc[1][key]))
         for h, cfg in found:
             p = runs.per_seed(h)
@@ -518,12 +540,48 @@ def table_cli(argv, doc: str, tables: dict, *, suite: str = "mnist_rotated", see
     return runs, a, tables[a.table]
 
 
+#: the tables that take ``--objective`` (the others are PBN's and mean-field VI's, at the profile's objective)
+OBJECTIVE_TABLES = ("main", "ssvi", "sigma0", "criteria")
+
+
+def _objective_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--objective", action="append", default=None, metavar="METHOD.OPTION=VALUE",
+                   help="rows of METHOD at a stored tune of another objective (`bench tune --set METHOD.OPTION=VALUE`, "
+                        "e.g. ssvi.epochs=60): its fixed options and its choice; the other methods' rows left out "
+                        f"(tables {', '.join(OBJECTIVE_TABLES)})")
+
+
+def objective_text(runs: Runs) -> str:
+    """The line under a table of another objective saying what its rows were taken at."""
+    from bench.tuning import entry_key
+
+    parts = []
+    for method in sorted(getattr(runs, "objective", {})):
+        base = tuned_base(runs, method)
+        parts.append(f"{method} rows at the objective {entry_key(method, runs.objective[method])}: "
+                     + ", ".join(f"{k} {v}" for k, v in sorted(base.items()))
+                     + f" (its tune's choice, {runs.tuning}/{runs.suite}/tuning/{runs.profile}.json)")
+    return "".join(f"\n\n_{p}._" for p in parts)
+
+
 def main(argv=None) -> int:
-    runs, a, table = table_cli(argv, __doc__, TABLES)
+    from bench.errors import BenchError
+    from bench.tuning import parse_objective
+
+    runs, a, table = table_cli(argv, __doc__, TABLES, add_arguments=_objective_argument)
+    try:
+        runs.objective = parse_objective(a.objective, a.tuning, a.suite, a.profile)
+    except BenchError as e:
+        print(f"vi_tables: {e}", file=sys.stderr)
+        return 2
+    if runs.objective and a.table not in OBJECTIVE_TABLES:
+        print(f"vi_tables: --objective applies to the tables {', '.join(OBJECTIVE_TABLES)}, not {a.table}",
+              file=sys.stderr)
+        return 2
     rows = table(runs)
     if a.suite != "mnist_rotated":  # the shifted sets of other suites are corruptions, not rotations
         rows[0] = [h.replace("rotation", "shift") for h in rows[0]]
-    print(render(rows) + runs.notes_text())
+    print(render(rows) + objective_text(runs) + runs.notes_text())
     return 0
 
 

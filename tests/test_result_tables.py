@@ -156,3 +156,52 @@ def test_the_tables_take_a_method_without_a_valid_choice_at_its_defaults_not_at_
     assert tuned_base(runs("no-such-dir"), "ssvi") == {"prior_scale": d["prior_scale"], "rho_lr": d["rho_lr"]}
     kept = str(Path(__file__).resolve().parents[1] / "docs" / "tuning")
     assert tuned_base(runs(kept), "mfvi") == {"beta_start": 0.01, "rho_lr": 0.05}
+
+
+def test_a_table_of_another_objective_takes_its_fits_and_the_profiles_table_never_does(tmp_path):
+    """A tune of another objective (``bench tune --set ssvi.epochs=2``) is tabled with ``--objective
+    ssvi.epochs=2``: SSVI's rows at its fixed option and its choice. The profile's tables pin that option
+    at the profile's value, so a fit of the other objective at the same tuned options never enters them
+    beside the profile's own (two rows of one label, the first hash taken); an objective no tune stored
+    exits 2 naming the stored ones."""
+    import json
+
+    from ssvi_criteria import of_objective
+    from vi_tables import Runs, main as vi_main, tuned_base
+
+    from bench.tuning import tuning_path
+    from methods import METHODS
+
+    root = make_fake_mnist(tmp_path / "data")
+    out = tmp_path / "results"
+    common = ["run", "--suite", "mnist_rotated", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
+              "--methods", "ssvi", "--seeds", "0", "--quiet", "--no-report"]
+    assert main(common) == 0
+    assert main(common + ["--set", "ssvi.epochs=2"]) == 0
+    d = METHODS.get("ssvi").defaults
+    chosen = {"prior_scale": d["prior_scale"], "rho_lr": d["rho_lr"]}  # both objectives chose the same options
+    choice = {"model": "lenet_300_100", "chosen": chosen, "chosen_among_valid": True, "chosen_config_hash": "x"}
+    path = tuning_path(tmp_path / "tuning", "mnist_rotated", "smoke")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"suite": "mnist_rotated", "profile": "smoke", "methods": {
+        "ssvi": {"method": "ssvi", "choices": [choice]},
+        "ssvi[epochs=2]": {"method": "ssvi", "fixed": {"epochs": 2}, "choices": [choice]}}}))
+
+    runs = Runs(str(out), "mnist_rotated", "lenet_300_100", "smoke", [0])
+    runs.tuning = str(tmp_path / "tuning")
+    runs.objective = {}
+    (profile_row,) = runs.configs("ssvi", **tuned_base(runs, "ssvi"))
+    assert profile_row[1]["epochs"] is None
+    runs.objective = {"ssvi": {"epochs": 2}}
+    (objective_row,) = runs.configs("ssvi", **tuned_base(runs, "ssvi"))
+    assert objective_row[1]["epochs"] == 2
+
+    # ssvi_criteria's runs: the objective's only, or every run but the other objective's
+    fits = [{"method": "ssvi", "config": {"epochs": e}} for e in (None, 2)] + [{"method": "mfvi", "config": {}}]
+    assert of_objective(fits, {"ssvi": {"epochs": 2}}, {}) == [fits[1]]
+    assert of_objective(fits, {}, {"ssvi": [{"epochs": 2}]}) == [fits[0], fits[2]]
+
+    args = ["--results", str(out), "--profile", "smoke", "--seeds", "0", "--tuning", str(tmp_path / "tuning")]
+    assert vi_main(args + ["--table", "main", "--objective", "ssvi.epochs=2"]) == 0
+    assert vi_main(args + ["--table", "main", "--objective", "ssvi.epochs=3"]) == 2
+    assert vi_main(args + ["--table", "controls", "--objective", "ssvi.epochs=2"]) == 2
