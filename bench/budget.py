@@ -22,7 +22,9 @@ The trials this project ran are kept with bench (``budget_trials.json``, written
 bench.budget --write`` from the kept records: docs/validity.md), so that a researcher's own results
 folder, which holds no trial, is judged by them too: a run of a kept recipe at a budget the kept
 trial found short fails ``map_budget`` wherever it is tabulated. A trial in the table's own
-records takes precedence over a kept one.
+records adds to the kept ones: per recipe the strongest speaks (:func:`trial_rank`: the one that
+finds the budget short by the most, else the one over the most seeds), as among the kept folders,
+so a folder's shorter trial never hides a kept one that finds its budget short by more.
 """
 from __future__ import annotations
 
@@ -272,18 +274,32 @@ def phase_fits(df) -> dict[str, dict[int, dict[int, list[tuple[float, None]]]]]:
     return out
 
 
+def trial_rank(t: BudgetTrial) -> tuple:
+    """How strongly a trial speaks: one that finds the budget short by the most first, else the one over
+    the most seeds."""
+    return t.short, min(t.gains) if t.short else len(t.seeds)
+
+
 def phase_trials(df) -> dict[tuple[str, int], BudgetTrial]:
     """``(phase key, phase epochs) -> BudgetTrial``: per configuration, its phase against its longer
-    phases (:func:`budget_trials`' rule); per phase key the trial that finds the budget short by the
-    most, else the one over the most seeds."""
-    def rank(t: BudgetTrial) -> tuple:
-        return t.short, min(t.gains) if t.short else len(t.seeds)
-
+    phases (:func:`budget_trials`' rule); per phase key the strongest (:func:`trial_rank`)."""
     out: dict = {}
     for (cfg_key, epochs), t in _trials(phase_fits(df)).items():
         key = (json.loads(cfg_key)[0], epochs)
-        if key not in out or rank(t) > rank(out[key]):
+        if key not in out or trial_rank(t) > trial_rank(out[key]):
             out[key] = t
+    return out
+
+
+def strongest(*found: dict) -> dict:
+    """Per key, the strongest trial (:func:`trial_rank`) of several sources, e.g. the kept phase trials
+    and those a table's records hold: records a table reads beside the kept ones add evidence, never
+    hide a kept trial that speaks more strongly (the first source's wins a tie)."""
+    out: dict = {}
+    for trials in found:
+        for key, t in trials.items():
+            if key not in out or trial_rank(t) > trial_rank(out[key]):
+                out[key] = t
     return out
 
 

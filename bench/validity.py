@@ -702,13 +702,16 @@ def attach_validity(df):
             df[col] = pd.Series(dtype=object)
         return df
     from bench.budget import (budget_trials, epochs_of, kept_phase_trials, kept_trials, paper_epochs, phase_epochs,
-                              phase_key, phase_trials, recipe_key, starts_from_map, trained_by_the_recipe)
+                              phase_key, phase_trials, recipe_key, starts_from_map, strongest,
+                              trained_by_the_recipe)
 
     key = [c for c in RUN_KEY if c in df.columns]
     metric_cols = [c for c in df.columns if c.startswith("metrics.")]
     kind = df["kind"] if "kind" in df.columns else pd.Series("id", index=df.index)
-    trials = {**kept_trials(), **budget_trials(df)}  # the kept budget trials, and those these records hold
-    phases = {**kept_phase_trials(), **phase_trials(df)}
+    # the kept budget trials and those these records hold, the strongest per key: a frame's own trial
+    # never hides a stronger kept one
+    trials = strongest(kept_trials(), budget_trials(df))
+    phases = strongest(kept_phase_trials(), phase_trials(df))
     by_run = {}
     for _, rec in df[kind == "id"].iterrows():
         metrics = {c.split(".", 1)[1]: rec[c] for c in metric_cols if _num(rec[c]) is not None}

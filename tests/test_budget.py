@@ -280,3 +280,25 @@ def test_a_phase_trial_of_a_method_trained_from_scratch_names_its_initialisation
     check = next(c for c in run["checks"] if c["name"] == "phase_budget")
     assert check["status"] == V.FAIL and "from the same seeds' initialisations" in check["reason"]
     assert "MAP networks" not in check["reason"]
+
+
+def test_a_trial_a_tables_records_hold_never_hides_a_stronger_kept_one(monkeypatch):
+    """A table reads the kept trials (bench/budget_trials.json, over every kept folder) beside the trials
+    its own records hold; per key the strongest speaks (bench.budget.trial_rank: short by the most, else
+    over the most seeds), not the frame's because it is the frame's: a folder that holds a 60-epoch fit
+    beside the 15-epoch ones must not replace the kept 120-epoch trial that finds 15 shorter by more.
+    A weaker kept trial leaves the frame's in place."""
+    phase_rows = [r for s in (0, 1) for r in _pbn(s, 2, 1.00) + _pbn(s, 6, 0.95)]  # the frame: 2 vs 6, 5 %
+    map_rows = [_run("deterministic", s, 12, _curve(1.00, 12)) for s in (0, 1)]
+    map_rows += [_run("deterministic", s, 30, _curve(0.90, 30)) for s in (0, 1)]  # the frame: 12 vs 30, 10 %
+    (phase_key,) = B.phase_trials(pd.DataFrame(phase_rows))
+    (map_key,) = B.budget_trials(pd.DataFrame(map_rows))
+    strong = {k: B.BudgetTrial(k[1], 48, (0, 1), (0.30, 0.31), (0.02, 0.02)) for k in (phase_key, map_key)}
+    weak = {k: B.BudgetTrial(k[1], 48, (0, 1), (0.01, -0.01), (0.02, 0.02)) for k in (phase_key, map_key)}
+    for kept, longer in ((strong, (48, 48)), (weak, (6, 30)), ({}, (6, 30))):
+        monkeypatch.setattr(B, "kept_phase_trials", lambda kept=kept: {phase_key: kept[phase_key]} if kept else {})
+        monkeypatch.setattr(B, "kept_trials", lambda kept=kept: {map_key: kept[map_key]} if kept else {})
+        phase = _phase(phase_rows)[(2, "gradient", 0)]
+        budget = _budget_check(_verdicts(map_rows)[("deterministic", 12, 0.05, 0)])
+        assert (phase["numbers"]["longer_epochs"], budget["numbers"]["longer_epochs"]) == longer
+        assert phase["status"] == budget["status"] == V.FAIL
