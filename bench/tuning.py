@@ -409,7 +409,7 @@ def budget_difference(results: str | Path, suite: str, profile: str, method: str
     entry = stored_entry(results, suite, profile, method)
     if not entry:
         return None
-    now = resolve_plan(SUITES.get(suite)(), profile, [method], parse_sets(list(sets)),
+    now = resolve_plan(SUITES.get(suite)(), profile, [entry_method(method, entry)], parse_sets(list(sets)),
                        method_registry=METHODS).train.to_dict()
     then = entry.get("train")
     if not isinstance(then, dict):

@@ -274,7 +274,9 @@ def main(argv=None) -> int:
         others = {m: stored_objectives(args.tuning, args.suite, args.profile, m) for m in ("ssvi", "mfvi")}
     runs = of_objective(load_runs(args.results, args.suite, args.model, args.profile, args.epochs), objective, others)
     budget = f", {args.epochs} epochs" if args.epochs is not None else ""
-    budget += "".join(f", objective {entry_key(m, f)}" for m, f in sorted(objective.items()))
+    if objective:  # the profile's epochs; the method's own options, e.g. its epochs, are the objective's
+        budget = f" ({args.epochs} epochs)" if args.epochs is not None else ""
+        budget += "".join(f", {m.upper()} at the objective {entry_key(m, f)}" for m, f in sorted(objective.items()))
     text = "\n\n".join([
         f"# SSVI tables: {args.suite}, {args.model}, profile {args.profile}{budget}",
         "## Density sweep: SSVI against its own dense model (density 1)"

@@ -4,7 +4,9 @@ scripts whose ablations and controls run at it (scripts/vi_runs.sh):
     .venv/bin/python scripts/tuned_options.py TUNING_RESULTS SUITE PROFILE METHOD MODEL [--set KEY=VALUE ...]
 
 e.g. `scripts/tuned_options.py docs/tuning mnist_rotated quick pbn lenet_300_100` prints
-`--set pbn.beta_start=0.01 --set pbn.rho_lr=0.05`. Reads `<TUNING_RESULTS>/<SUITE>/tuning/<PROFILE>.json`
+`--set pbn.beta_start=0.01 --set pbn.rho_lr=0.05`. METHOD may name the tune of another objective as
+`bench tune` stores it (``"ssvi[epochs=60]"``): its fixed options are printed before its choice
+(`--set ssvi.epochs=60 --set ssvi.prior_scale=0.005 --set ssvi.rho_lr=0.05`). Reads `<TUNING_RESULTS>/<SUITE>/tuning/<PROFILE>.json`
 (bench/tuning.py), or the kept archive's copy of it. Exit 2 when the method has no choice there, or
 when its choice is not among fits that pass their validity checks (not a setting to run ablations at),
 or when it was made at another training budget than the profile's now (a choice at 10 epochs is not
@@ -47,7 +49,11 @@ def main(argv: list[str]) -> int:
               f"{differs}; rerun python -m bench tune --suite {suite} --profile {profile}"
               + "".join(f" --set {s}" for s in sets), file=sys.stderr)
         return 2
-    print(" ".join(f"--set {method}.{k}={v}" for k, v in choice["chosen"].items()))
+    from bench.tuning import entry_method, stored_entry
+
+    entry = stored_entry(results, suite, profile, method)  # METHOD may name another objective: ssvi[epochs=60]
+    name, fixed = entry_method(method, entry), dict(entry.get("fixed") or {})
+    print(" ".join(f"--set {name}.{k}={v}" for k, v in {**fixed, **choice["chosen"]}.items()))
     return 0
 
 

@@ -92,3 +92,22 @@ def test_the_kept_tuning_gives_pbn_a_verified_configuration_at_the_profiles_budg
     assert out.returncode == 0 and out.stdout.startswith("--set pbn."), out.stderr
     old = _run(root / "tuning-10-epochs", "mnist_rotated", "quick", "pbn", "lenet_300_100")
     assert old.returncode == 2 and "epochs 10 (the profile now: 15)" in old.stderr
+
+
+def test_the_tune_of_another_objective_prints_its_fixed_options_before_its_choice(tmp_path):
+    """``ssvi[epochs=60]`` (a tune with ``--set ssvi.epochs=60``) gives the options a run at that
+    objective needs: the fixed epochs and the choice, so an ablation grid there never trains at the
+    profile's epochs with the 60-epoch choice."""
+    path = tmp_path / "mnist_rotated" / "tuning" / "quick.json"
+    path.parent.mkdir(parents=True)
+    choice = {"model": "lenet_300_100", "chosen": {"prior_scale": 0.005, "rho_lr": 0.05}, "chosen_among_valid": True,
+              "chosen_config_hash": "0123456789"}
+    path.write_text(json.dumps({"suite": "mnist_rotated", "profile": "quick", "methods": {
+        "ssvi[epochs=60]": {"method": "ssvi", "fixed": {"epochs": 60}, "choices": [choice]}}}))
+    out = _script(tmp_path, "mnist_rotated", "quick", "ssvi[epochs=60]", "lenet_300_100")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["--set", "ssvi.epochs=60", "--set", "ssvi.prior_scale=0.005", "--set", "ssvi.rho_lr=0.05"]
+    assert _run(tmp_path, "mnist_rotated", "quick", "ssvi", "lenet_300_100").returncode == 2  # the profile's: none
+    kept = _run(Path(__file__).resolve().parents[1] / "docs" / "tuning", "mnist_rotated", "quick", "ssvi[epochs=60]",
+                "lenet_300_100")
+    assert kept.returncode == 0 and kept.stdout.split()[:2] == ["--set", "ssvi.epochs=60"], kept.stderr
