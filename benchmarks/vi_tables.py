@@ -553,14 +553,16 @@ def _objective_argument(p: argparse.ArgumentParser) -> None:
 
 def objective_text(runs: Runs) -> str:
     """The line under a table of another objective saying what its rows were taken at."""
-    from bench.tuning import entry_key
+    from bench.tuning import entry_key, tuning_path, valid_choice
 
     parts = []
     for method in sorted(getattr(runs, "objective", {})):
-        base = tuned_base(runs, method)
-        parts.append(f"{method} rows at the objective {entry_key(method, runs.objective[method])}: "
-                     + ", ".join(f"{k} {v}" for k, v in sorted(base.items()))
-                     + f" (its tune's choice, {runs.tuning}/{runs.suite}/tuning/{runs.profile}.json)")
+        key, base = entry_key(method, runs.objective[method]), tuned_base(runs, method)
+        where = tuning_path(runs.tuning, runs.suite, runs.profile)
+        chosen = valid_choice(runs.tuning, runs.suite, runs.profile, key, runs.model)
+        parts.append(f"{method} rows at the objective {key}: " + ", ".join(f"{k} {v}" for k, v in sorted(base.items()))
+                     + (f" (its tune's choice, {where})" if chosen else
+                        f" (no choice among valid fits in {where}: the method's defaults for its tuned options)"))
     return "".join(f"\n\n_{p}._" for p in parts)
 
 

@@ -158,7 +158,7 @@ def test_the_tables_take_a_method_without_a_valid_choice_at_its_defaults_not_at_
     assert tuned_base(runs(kept), "mfvi") == {"beta_start": 0.01, "rho_lr": 0.05}
 
 
-def test_a_table_of_another_objective_takes_its_fits_and_the_profiles_table_never_does(tmp_path):
+def test_a_table_of_another_objective_takes_its_fits_and_the_profiles_table_never_does(tmp_path, capsys):
     """A tune of another objective (``bench tune --set ssvi.epochs=2``) is tabled with ``--objective
     ssvi.epochs=2``: SSVI's rows at its fixed option and its choice. The profile's tables pin that option
     at the profile's value, so a fit of the other objective at the same tuned options never enters them
@@ -202,6 +202,8 @@ def test_a_table_of_another_objective_takes_its_fits_and_the_profiles_table_neve
     assert of_objective(fits, {}, {"ssvi": [{"epochs": 2}]}) == [fits[0], fits[2]]
 
     args = ["--results", str(out), "--profile", "smoke", "--seeds", "0", "--tuning", str(tmp_path / "tuning")]
+    capsys.readouterr()
     assert vi_main(args + ["--table", "main", "--objective", "ssvi.epochs=2"]) == 0
+    assert "rows at the objective ssvi[epochs=2]: epochs 2, " in capsys.readouterr().out
     assert vi_main(args + ["--table", "main", "--objective", "ssvi.epochs=3"]) == 2
     assert vi_main(args + ["--table", "controls", "--objective", "ssvi.epochs=2"]) == 2
