@@ -358,12 +358,16 @@ def objective_pins(results: str | Path, suite: str, profile: str, method: str, f
     never takes e.g. a 60-epoch fit for one of its own."""
     if fixed:
         return dict(fixed)
+    others = stored_objectives(results, suite, profile, method)
+    if not others:
+        return {}
+    from bench.config import resolve_plan
     from bench.suites import SUITES
     from methods import METHODS
 
-    profile_cfg = {**METHODS.get(method).defaults,
-                   **SUITES.get(suite).profiles.get(profile, {}).get("methods", {}).get(method, {})}
-    return {o: profile_cfg.get(o) for f in stored_objectives(results, suite, profile, method) for o in f}
+    # the method's configuration at the profile, as `bench tune` judges which options an objective fixes
+    profile_cfg = resolve_plan(SUITES.get(suite)(), profile, [method], {}, method_registry=METHODS).methods[method][0]
+    return {o: profile_cfg.get(o) for f in others for o in f}
 
 
 def objective_options(results: str | Path, suite: str, profile: str, method: str, model: str,
