@@ -232,6 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
     tu.add_argument("--validation-first", action="store_true",
                     help="score the candidates on the validation and clean test sets only, then the chosen one on "
                          "every set (from its fitted checkpoint): the others' shifted and OOD sets are not evaluated")
+    tu.add_argument("--probe-edges", action="store_true",
+                    help="after choosing, fit each choice one step past every end of its space it sits at (the "
+                         "validation and clean test sets, the choice's seeds; with --select-only: from the records "
+                         "there are) and store whether the protocol would have chosen that fit: a choice a probe "
+                         "beats is at the edge of its space, its rows no verdict on the method (docs/validity.md)")
     tu.add_argument("--markdown", action="store_true",
                     help="print the stored tuning of --suite/--profile as a markdown table and write nothing")
     tu.add_argument("--candidates", metavar="METHOD", default=None,
@@ -733,6 +738,36 @@ def cmd_tune(args) -> int:
         cmd_run(build_parser().parse_args(argv))  # a failing cell is recorded, the sweep goes on
 
     first = ",".join(tuning.VALIDATION_FIRST_KINDS) if args.validation_first else None
+
+    def probe_edges(m, choices, plan):
+        """Fit (unless --select-only) and weigh the edge probes of ``m``'s ``choices`` (bench.tuning.edge_probes)."""
+        from bench.plugins import identity_fields
+        from bench.store import load_records
+        from bench.validation_split import val_split_of
+        from bench.validity import attach_validity
+
+        fits = []
+        for c in choices:
+            if not c.get("chosen_among_valid", True):
+                continue  # no choice among valid fits: nothing to defend
+            probes = tuning.edge_probes(spaces[m], c["chosen"])
+            rest = [f"models={c['model']}", *(s for s in args.sets if not s.startswith("models="))]
+            sets = [[*tuning.probe_sets(m, c["chosen"], p), *rest] for p in [None, *probes]]
+            if not args.select_only:
+                for s in sets[1:]:
+                    sweep(m, s, ",".join(tuning.VALIDATION_FIRST_KINDS))
+            cfgs = [resolve_plan(suite, args.profile, [m], parse_sets(s), method_registry=METHODS).methods[m][0]
+                    for s in sets]
+            fits.append((c, probes, cfgs))
+        if not fits:
+            return
+        df = attach_validity(load_records(args.out, args.suite))
+        for c, probes, cfgs in fits:
+            c["edge_probes"] = tuning.score_edge_probes(
+                df, m, tuning.tuned_options(spaces[m]), c, probes, cfgs, profile=args.profile,
+                later=getattr(METHODS.get(m), "LATER_OPTIONS", {}),
+                plugin_sha=identity_fields(METHODS.get(m)).get("plugin_source_sha256"), val_split=val_split_of(plan.data))
+
     for m in methods:
         runs = tuning.sweep_runs(m, spaces[m])
         if not args.select_only:
@@ -775,6 +810,10 @@ def cmd_tune(args) -> int:
             for c in choices:
                 chosen = [f"{m}.{o}={tuning._values([v])}" for o, v in c["chosen"].items()]
                 sweep(m, [f"models={c['model']}", *chosen, *(s for s in args.sets if not s.startswith("models="))])
+        if args.probe_edges:
+            probe_edges(m, choices, plan)
+        else:  # choosing again without probing keeps what the stored probes of the same choice found
+            tuning.carry_edge_probes(choices, tuning.stored_entry(args.out, args.suite, args.profile, key))
         # the training budget the choice was made at: a choice made at another budget is not this one's
         # and the data it was fitted and validated on (the validation split: data.val_sequences)
         entries[key] = {**tuning.summarize(m, choices, spaces[m]), "train": plan.train.to_dict(), "method": m,

@@ -172,6 +172,106 @@ def at_edge(space: dict[str, list], chosen: dict) -> list[str]:
     return out
 
 
+def edge_probes(space: dict[str, list], chosen: dict) -> list[dict]:
+    """The edge probes of a choice: for every space key whose chosen value is an end of its swept numbers
+    (two or more; with two, every choice is at an end), that key one step past the end, the other options
+    at the choice. The step is the ratio of the end to its neighbour where both are positive (the spaces
+    are geometric), else their difference. Each probe: ``{"key", "end": "smallest" | "largest",
+    "values": {option: value}}`` (a tied key sets each of its options)."""
+    out = []
+    for k, vals in space.items():
+        nums = sorted(v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool))
+        value = chosen.get(options_of(k)[0], _MISSING)
+        if len(nums) < 2 or len(nums) != len(vals) or value not in (nums[0], nums[-1]):
+            continue
+        low = value == nums[0]
+        end, neighbour = (nums[0], nums[1]) if low else (nums[-1], nums[-2])
+        past = end * (end / neighbour) if end > 0 and neighbour > 0 else end + (end - neighbour)
+        past = float(f"{past:.12g}")
+        if isinstance(value, int) and past.is_integer():
+            past = int(past)
+        out.append({"key": k, "end": "smallest" if low else "largest",
+                    "values": {o: past for o in options_of(k)}})
+    return out
+
+
+def probe_sets(method: str, chosen: dict, probe: dict | None) -> list[str]:
+    """The ``--set`` arguments of the fit of ``probe`` (:func:`edge_probes`), or of the choice with None."""
+    return [f"{method}.{o}=" + _values([v]) for o, v in {**chosen, **(probe or {}).get("values", {})}.items()]
+
+
+def score_edge_probes(df, method: str, tuned: list[str], choice: dict, probes: list[dict], configs: list[dict],
+                      **only) -> list[dict]:
+    """Each of ``probes`` beside ``choice`` as the protocol would weigh them: ``configs`` the full method
+    configurations of the choice and of each probe (in that order), ``df`` the records with their verdicts
+    (``attach_validity``), ``only`` :func:`bench.selection.choose_on_validation`'s restrictions. A scored
+    probe adds ``config_hash``, ``per_seed``, ``score`` and ``validity`` and the choice's ``choice_score``
+    over the same seeds, and ``beats_choice``: it passes its validity checks and its mean validation NLL
+    is lower, so that the protocol would have chosen it had the space reached it. A probe that cannot be
+    weighed says why (``not_scored``): no records, or not on the choice's fit of the MAP network."""
+    from bench.selection import choose_on_validation
+
+    out = []
+    for probe, cfg in zip(probes, configs[1:]):
+        try:
+            (c,) = [c for c in choose_on_validation(df, method, tuned, model=choice["model"],
+                                                    configs=[configs[0], cfg], **only)]
+        except (BenchError, ValueError) as exc:
+            out.append({**probe, "not_scored": f"no validation records of the probe and the choice ({exc})"})
+            continue
+        rows = {json_key(r["values"]): r for r in c["candidates"]}
+        mine, theirs = rows.get(json_key({**choice["chosen"], **probe["values"]})), rows.get(json_key(choice["chosen"]))
+        if mine is None or theirs is None:
+            why = ("no validation records of the probe" if mine is None and not c.get("other_networks") else
+                   "the probe and the choice stand on different fits of the MAP network" if c.get("other_networks")
+                   else "no validation records of the choice beside the probe's")
+            out.append({**probe, "not_scored": why})
+            continue
+        from bench.validity import OK
+
+        out.append({**probe, "config_hash": mine["config_hash"], "seeds": sorted(mine["per_seed"]),
+                    "per_seed": mine["per_seed"], "score": mine["score"], "validity": mine["validity"],
+                    "choice_score": theirs["score"],
+                    "beats_choice": bool(mine["validity"] == OK and mine["score"] < theirs["score"])})
+    return out
+
+
+def json_key(values: dict) -> str:
+    import json
+
+    return json.dumps(values, sort_keys=True, default=str)
+
+
+def carry_edge_probes(choices: list[dict], entry: dict | None) -> None:
+    """Give each of ``choices`` the edge probes its stored entry holds for the same choice (model and
+    configuration hash): a tune that chooses again without probing keeps what the probes found."""
+    stored = {(c["model"], c.get("chosen_config_hash")): c["edge_probes"]
+              for c in (entry or {}).get("choices", []) if c.get("edge_probes") is not None}
+    for c in choices:
+        probes = stored.get((c["model"], c.get("chosen_config_hash")))
+        if probes is not None and "edge_probes" not in c:
+            c["edge_probes"] = probes
+
+
+def probe_text(choice: dict) -> str:
+    """What the edge probes of a stored choice found, e.g. "probed one step past its edges: prior_scale
+    0.0005 scores 0.0512 (the choice 0.0501), no better; rho_lr 0.25 fails its checks"; "" when unprobed."""
+    parts = []
+    for p in choice.get("edge_probes") or []:
+        v = next(iter(p["values"].values()))
+        name = f"{p['key'].replace(TIE, ' = ')} {v:g}"
+        if "not_scored" in p:
+            parts.append(f"{name} not weighed ({p['not_scored']})")
+        elif p["beats_choice"]:
+            parts.append(f"{name} scores {p['score']:.4g} against the choice's {p['choice_score']:.4g} and passes its "
+                         "checks: better")
+        else:
+            how = (f"fails its checks ({p['validity']})" if p["validity"] != "ok" else "")
+            parts.append(f"{name} scores {p['score']:.4g} against the choice's {p['choice_score']:.4g}"
+                         + (f", {how}" if how else ", no better"))
+    return ("probed one step past its edges: " + "; ".join(parts)) if parts else ""
+
+
 def check_spaces(spaces: dict[str, dict[str, list]] = SPACES, n: int = CONFIGS_PER_METHOD) -> None:
     """Every space has exactly ``n`` distinct configurations (the protocol's fairness rule), and no
     option is swept twice (alone and tied, or in two ties)."""
@@ -200,7 +300,8 @@ def summarize(method: str, choices: list[dict], space: dict[str, list] | None = 
         return {"model": c["model"], "chosen": c["chosen"], "chosen_config_hash": c["chosen_config_hash"],
                 "seeds": c["seeds"], "metric": c["metric"], "at_edge": at_edge(space, c["chosen"]),
                 "chosen_among_valid": c.get("chosen_among_valid", True), **({"why": why} if why else {}),
-                "candidates": c["candidates"]}
+                "candidates": c["candidates"],
+                **({"edge_probes": c["edge_probes"]} if c.get("edge_probes") is not None else {})}
 
     return {"space": space, "configurations": n, "choices": [entry(c) for c in choices]}
 
@@ -271,7 +372,8 @@ def tuning_markdown(doc: dict) -> str:
             note = "; ".join(filter(None, [
                 "" if c.get("chosen_among_valid", True) else "no candidate passes its validity checks: chosen "
                                                                "among all, not method evidence",
-                stale, f"at the edge: {', '.join(c['at_edge'])}" if c["at_edge"] and not stale else "",
+                stale, f"at the edge: {', '.join(edge_keys(e['space'], c))}" if edge_keys(e["space"], c) and not stale
+                else "", probe_text(c),
                 c.get("why", ""), "validation first" if validation_first(e) else ""]))
             lines.append(f"| {m} | {c['model']} | {swept} | {chosen} | {','.join(map(str, c['seeds']))} | "
                          f"{ok}/{len(c['candidates'])} | {note} |")
@@ -711,15 +813,31 @@ def _choice_edges(results_dirs):
             yield doc, key, entry, c, _edge_text(entry.get("space") or {}, c)
 
 
+def edge_keys(space: dict, choice: dict) -> list[str]:
+    """The space keys a stored choice sits at the edge of: those its edge probe past the end beats
+    (:func:`score_edge_probes`), and, unprobed, those :func:`at_edge` names (three or more values); a key
+    whose probe the choice holds against is not an edge whatever its count of values."""
+    probes = {p["key"]: p for p in choice.get("edge_probes") or [] if "not_scored" not in p}
+    named = choice.get("at_edge") or []
+    return [k for k in space if (probes[k]["beats_choice"] if k in probes else k in named)]
+
+
 def _edge_text(space: dict, choice: dict) -> str:
-    """Which end of which swept range ``choice`` (a stored choice with its ``at_edge`` keys) sits at,
-    e.g. "kl_weight = 0.0001, the smallest of 0.0001, 0.001, 0.01, 0.1"; "" when none."""
+    """Which end of which swept range ``choice`` (a stored choice with its ``at_edge`` keys and edge probes)
+    sits at (:func:`edge_keys`), e.g. "kl_weight = 0.0001, the smallest of 0.0001, 0.001, 0.01, 0.1"; with
+    the probe that beat it; "" when none."""
+    probes = {p["key"]: p for p in choice.get("edge_probes") or [] if "not_scored" not in p}
     parts = []
-    for k in choice.get("at_edge") or []:
+    for k in edge_keys(space, choice):
         vals = sorted(v for v in space.get(k, []) if isinstance(v, (int, float)))
         value = choice["chosen"].get(options_of(k)[0])
         end = "smallest" if value == vals[0] else "largest"
-        parts.append(f"{k.replace(TIE, ' = ')} = {value:g}, the {end} of {', '.join(f'{v:g}' for v in vals)}")
+        text = f"{k.replace(TIE, ' = ')} = {value:g}, the {end} of {', '.join(f'{v:g}' for v in vals)}"
+        if k in probes:
+            p = probes[k]
+            text += (f"; one step past it, {next(iter(p['values'].values())):g} passes its checks at a lower "
+                     f"validation NLL ({p['score']:.4g} against {p['choice_score']:.4g})")
+        parts.append(text)
     return "; ".join(parts)
 
 
