@@ -175,8 +175,8 @@ def at_edge(space: dict[str, list], chosen: dict) -> list[str]:
 def edge_probes(space: dict[str, list], chosen: dict) -> list[dict]:
     """The edge probes of a choice: for every space key whose chosen value is an end of its swept numbers
     (two or more; with two, every choice is at an end), that key one step past the end, the other options
-    at the choice. The step is the ratio of the end to its neighbour where both are positive (the spaces
-    are geometric), else their difference. Each probe: ``{"key", "end": "smallest" | "largest",
+    at the choice. The step is the ratio of the end to its neighbour where every value is positive (the
+    spaces are geometric), else their difference. Each probe: ``{"key", "end": "smallest" | "largest",
     "values": {option: value}}`` (a tied key sets each of its options)."""
     out = []
     for k, vals in space.items():
@@ -186,7 +186,7 @@ def edge_probes(space: dict[str, list], chosen: dict) -> list[dict]:
             continue
         low = value == nums[0]
         end, neighbour = (nums[0], nums[1]) if low else (nums[-1], nums[-2])
-        past = end * (end / neighbour) if end > 0 and neighbour > 0 else end + (end - neighbour)
+        past = end * (end / neighbour) if nums[0] > 0 else end + (end - neighbour)
         past = float(f"{past:.12g}")
         if isinstance(value, int) and past.is_integer():
             past = int(past)

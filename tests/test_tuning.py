@@ -27,6 +27,99 @@ def test_a_choice_at_the_end_of_three_or_more_values_is_named():
     assert tuning.at_edge(space, {"kl_weight": 1e-3, "rho_lr": 0.01}) == []
 
 
+def test_an_edge_probe_steps_one_past_each_end_the_choice_sits_at():
+    """Two values: every choice sits at an end of both keys, each probed one space step past it (the ratio
+    of the two values); four values: only an end choice; a tied key sets each of its options."""
+    space = {"prior_scale": [0.005, 0.05], "rho_lr": [0.01, 0.05]}
+    assert tuning.edge_probes(space, {"prior_scale": 0.005, "rho_lr": 0.05}) == [
+        {"key": "prior_scale", "end": "smallest", "values": {"prior_scale": 0.0005}},
+        {"key": "rho_lr", "end": "largest", "values": {"rho_lr": 0.25}}]
+    assert tuning.edge_probes(space, {"prior_scale": 0.05, "rho_lr": 0.01}) == [
+        {"key": "prior_scale", "end": "largest", "values": {"prior_scale": 0.5}},
+        {"key": "rho_lr", "end": "smallest", "values": {"rho_lr": 0.002}}]
+    four = {"kl_weight": [1e-4, 1e-3, 1e-2, 1e-1]}
+    assert tuning.edge_probes(four, {"kl_weight": 1e-2}) == []
+    assert tuning.edge_probes(four, {"kl_weight": 1e-1}) == [{"key": "kl_weight", "end": "largest",
+                                                             "values": {"kl_weight": 1.0}}]
+    tied = {"beta_start+beta_end": [1e-6, 1e-5, 1e-4, 1e-3]}
+    assert tuning.edge_probes(tied, {"beta_start": 1e-6, "beta_end": 1e-6}) == [
+        {"key": "beta_start+beta_end", "end": "smallest", "values": {"beta_start": 1e-7, "beta_end": 1e-7}}]
+    assert tuning.edge_probes({"p": [0.0, 0.1, 0.2, 0.3]}, {"p": 0.3})[0]["values"] == {"p": 0.4}  # a step, not x1.5
+    assert tuning.edge_probes({"p": [0.0, 0.1, 0.2, 0.3]}, {"p": 0.0})[0]["values"] == {"p": -0.1}
+    assert tuning.edge_probes({"schedule": ["cosine", "step"]}, {"schedule": "step"}) == []  # no numbers
+
+
+def _all_valid(monkeypatch, failing=()):
+    """Every record's verdict ok (smoke fits never pass their checks), so that a choice has probes; the
+    records of the configuration hashes ``failing`` fail."""
+    import bench.selection
+    import bench.validity
+
+    def ok(df):
+        df = df.copy()
+        df["validity.status"] = ["fail" if h in failing else "ok" for h in df["config_hash"]]
+        return df
+
+    monkeypatch.setattr(bench.validity, "attach_validity", ok)
+    monkeypatch.setattr(bench.selection, "attach_validity", ok)
+
+
+def test_tune_probes_the_edges_of_its_choice_and_weighs_them_as_it_chose(tmp_path, capsys, monkeypatch):
+    """toy smoke, mean-field VI (a 2x2 space: every choice is a corner), every verdict ok: --probe-edges
+    fits one configuration past each end, with the validation and clean test records only; each probe's
+    score is its mean validation NLL recomputed here from the records, and it beats the choice exactly
+    when that is lower than the choice's. The tuning table and the boards name an edge exactly for the
+    probes that beat the choice; choosing again without probing keeps the probes."""
+    _all_valid(monkeypatch)
+    out = tmp_path / "results"
+    argv = ["tune", "--suite", "toy", "--profile", "smoke", "--methods", "mfvi", "--out", str(out), "--quiet"]
+    assert main([*argv, "--device", "cpu", "--threads", "1", "--probe-edges"]) == 0
+    path = out / "toy" / "tuning" / "smoke.json"
+    (choice,) = json.loads(path.read_text())["methods"]["mfvi"]["choices"]
+    chosen, probes = choice["chosen"], choice["edge_probes"]
+    space = tuning.SPACES["mfvi"]
+    ends = {k: (v == min(space[k]), max(space[k]) / min(space[k])) for k, v in chosen.items()}
+    expected = {k: chosen[k] / r if low else chosen[k] * r for k, (low, r) in ends.items()}
+    assert [(p["key"], p["values"][p["key"]]) for p in probes] == [(k, pytest.approx(expected[k])) for k in space]
+    df = load_records(out, "toy")
+    val = df[(df["kind"] == "val") & (df["method"] == "mfvi")]
+    assert len(val) == 6  # four candidates and two probes, seed 0
+
+    def nll(values):
+        rows = [r["metrics.nll"] for _, r in val.iterrows() if all(r["method_config"][k] == pytest.approx(v)
+                                                                   for k, v in values.items())]
+        assert len(rows) == 1
+        return rows[0]
+
+    for p in probes:
+        probe_nll = nll({**chosen, **p["values"]})
+        assert p["score"] == pytest.approx(probe_nll) and p["choice_score"] == pytest.approx(nll(chosen))
+        assert p["beats_choice"] == (probe_nll < nll(chosen))
+    # the probe records are the validation and clean test sets only (no shifted set)
+    probe_hashes = {p["config_hash"] for p in probes}
+    assert set(df[df["config_hash"].isin(probe_hashes)]["kind"]) <= {"val", "id", "fit"}
+    beaten = [p["key"] for p in probes if p["beats_choice"]]
+    capsys.readouterr()
+    assert main(["tune", "--suite", "toy", "--profile", "smoke", "--out", str(out), "--markdown"]) == 0
+    (row,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("| mfvi")]
+    assert ("at the edge: " + ", ".join(beaten) in row) == bool(beaten) and "probed one step past its edges" in row
+    notes = tuning.choice_notes([out]).get(("toy", "smoke", "mlp_100"), [])
+    assert bool([n for m, n in notes if "chose the edge" in n]) == bool(beaten)
+    # choosing again from the records without probing keeps what the probes found
+    assert main([*argv, "--select-only"]) == 0
+    (again,) = json.loads(path.read_text())["methods"]["mfvi"]["choices"]
+    assert again["edge_probes"] == probes
+    assert main([*argv, "--select-only", "--probe-edges"]) == 0  # weighed again from the records: the same
+    (again,) = json.loads(path.read_text())["methods"]["mfvi"]["choices"]
+    assert again["edge_probes"] == probes
+    # a probe that fails its checks never beats the choice, whatever its score
+    _all_valid(monkeypatch, failing=probe_hashes)
+    assert main([*argv, "--select-only", "--probe-edges"]) == 0
+    (again,) = json.loads(path.read_text())["methods"]["mfvi"]["choices"]
+    assert [(p["validity"], p["beats_choice"]) for p in again["edge_probes"]] == [("fail", False)] * 2
+    assert [p["score"] for p in again["edge_probes"]] == [p["score"] for p in probes]
+
+
 def test_sweep_sets_are_the_space():
     assert tuning.sweep_sets("pbn") == ["pbn.beta_start=0.01,0.2", "pbn.rho_lr=0.05,0.1"]
     assert tuning.sweep_runs("pbn", tuning.SPACES["pbn"]) == [tuning.sweep_sets("pbn")]  # one run, a product
@@ -378,6 +471,45 @@ def test_a_choice_at_an_edge_of_the_space_is_a_note_of_its_board(tmp_path):
                                                           methods={"mc_dropout"})) == []
     assert tuning.board_choice_notes(edges, SimpleNamespace(suite="toy", profile="quick", model="other",
                                                           methods={"vdp"})) == []
+
+
+def test_a_probe_past_the_edge_decides_whether_the_choice_is_one(tmp_path):
+    """A two-value corner whose probe passes its checks at a lower validation NLL is an edge of its board
+    (the probe named); one whose probes the choice holds against, or that fails its checks, is not; a
+    four-value end the probe does not beat is no edge any more; a probe not weighed leaves the rule of
+    three values."""
+    def choice(values, h, probes):
+        cand = [{"values": values, "config_hash": h, "score": 0.5, "per_seed": {0: 0.5}, "validity": "ok"}] * 4
+        return {"model": "m", "chosen": values, "chosen_config_hash": h, "seeds": [0], "metric": "validation nll",
+                "candidates": cand, "chosen_among_valid": True, "edge_probes": probes}
+
+    def probe(key, value, score, validity="ok"):
+        return {"key": key, "end": "largest", "values": {key: value}, "config_hash": "x", "seeds": [0],
+                "per_seed": {0: score}, "score": score, "validity": validity, "choice_score": 0.5,
+                "beats_choice": validity == "ok" and score < 0.5}
+
+    pbn = {"beta_start": 0.01, "rho_lr": 0.1}
+    cases = {  # method -> (choice, the edge its board names or None)
+        "pbn": (choice(pbn, "c", [probe("beta_start", 5e-4, 0.6), probe("rho_lr", 0.2, 0.4)]), "rho_lr = 0.1"),
+        "mfvi": (choice({"beta_start": 0.01, "rho_lr": 0.05}, "d",
+                        [probe("beta_start", 5e-4, 0.3, "fail"), probe("rho_lr", 0.25, 0.7)]), None),
+        "vdp": (choice({"kl_weight": 0.1}, "b", [probe("kl_weight", 1.0, 0.6)]), None),
+        "mc_dropout": (choice({"p": 0.3}, "a", [{"key": "p", "end": "largest", "values": {"p": 0.45},
+                                                  "not_scored": "no validation records of the probe"}]), "p = 0.3"),
+    }
+    entries = {m: tuning.summarize(m, [c]) for m, (c, _) in cases.items()}
+    tuning.write_tuning(tmp_path, "toy", "quick", entries, {})
+    notes = dict(tuning.choice_notes([tmp_path])[("toy", "quick", "m")])
+    assert sorted(notes) == sorted(m for m, (_, edge) in cases.items() if edge)
+    for m, (_, edge) in cases.items():
+        if edge:
+            assert f"({edge}, the largest of" in notes[m]
+    assert "one step past it, 0.2 passes its checks at a lower validation NLL (0.4 against 0.5)" in notes["pbn"]
+    assert "beta_start" not in notes["pbn"]
+    markdown = tuning.tuning_markdown(json.loads(tuning.tuning_path(tmp_path, "toy", "quick").read_text()))
+    (mfvi_row,) = [x for x in markdown.splitlines() if x.startswith("| mfvi")]
+    assert "at the edge" not in mfvi_row and "beta_start 0.0005 scores 0.3 against the choice's 0.5, fails its " \
+                                              "checks (fail)" in mfvi_row and "rho_lr 0.25 scores 0.7" in mfvi_row
 
 
 def test_tuning_one_method_keeps_the_others_entries(tmp_path):
