@@ -305,5 +305,25 @@ def selection_markdown(choices: list[dict]) -> str:
             cells += [f"{r['score']:.4f}", mark,
                       "**chosen**" if r["config_hash"] == c["chosen_config_hash"] else ""]
             out.append("| " + " | ".join(cells) + " |")
+        out += [_probe_row(c, probe, seeds) for probe in c.get("edge_probes") or []]
         out.append("")
     return "\n".join(out).rstrip("\n")
+
+
+def _probe_row(choice: dict, probe: dict, seeds) -> str:
+    """A row of :func:`selection_markdown` for an edge probe of the choice (``bench tune --probe-edges``,
+    :func:`bench.tuning.score_edge_probes`): not a candidate, its last column says which end it probes and
+    whether the protocol would have chosen it."""
+    values = {**choice["chosen"], **probe["values"]}
+    where = f"probe past the {probe['end']} {probe['key']} (not a candidate)"
+    if "not_scored" in probe:
+        cells = [*(str(values[t]) for t in choice["tuned"]), *("" for _ in seeds), "", "",
+                 f"{where}: not weighed, {probe['not_scored']}"]
+    else:
+        per_seed = {int(k): v for k, v in probe["per_seed"].items()}
+        status = probe["validity"]
+        cells = [*(str(values[t]) for t in choice["tuned"]),
+                 *(f"{per_seed[s]:.4f}" if s in per_seed else "" for s in seeds), f"{probe['score']:.4f}",
+                 f"{SYMBOLS[status]} {status}" if status in SYMBOLS else status,
+                 f"{where}: {'better, the choice is an edge' if probe['beats_choice'] else 'no better'}"]
+    return "| " + " | ".join(cells) + " |"

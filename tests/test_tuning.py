@@ -103,6 +103,10 @@ def test_tune_probes_the_edges_of_its_choice_and_weighs_them_as_it_chose(tmp_pat
     assert main(["tune", "--suite", "toy", "--profile", "smoke", "--out", str(out), "--markdown"]) == 0
     (row,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("| mfvi")]
     assert ("at the edge: " + ", ".join(beaten) in row) == bool(beaten) and "probed one step past its edges" in row
+    assert main(["tune", "--suite", "toy", "--profile", "smoke", "--out", str(out), "--markdown",
+                 "--candidates", "mfvi"]) == 0
+    rows = [x for x in capsys.readouterr().out.splitlines() if "probe past the" in x]
+    assert [("better, the choice is an edge" in x) for x in rows] == [p["beats_choice"] for p in probes]
     notes = tuning.choice_notes([out]).get(("toy", "smoke", "mlp_100"), [])
     assert bool([n for m, n in notes if "chose the edge" in n]) == bool(beaten)
     # choosing again from the records without probing keeps what the probes found
