@@ -739,11 +739,10 @@ def cmd_tune(args) -> int:
 
     first = ",".join(tuning.VALIDATION_FIRST_KINDS) if args.validation_first else None
 
-    def probe_edges(m, choices, plan):
-        """Fit (unless --select-only) and weigh the edge probes of ``m``'s ``choices`` (bench.tuning.edge_probes)."""
-        from bench.plugins import identity_fields
+    def probe_edges(m, choices, only):
+        """Fit (unless --select-only) and weigh the edge probes of ``m``'s ``choices`` (bench.tuning.edge_probes)
+        among the records ``only`` admits (the choice's restrictions)."""
         from bench.store import load_records
-        from bench.validation_split import val_split_of
         from bench.validity import attach_validity
 
         fits = []
@@ -763,10 +762,7 @@ def cmd_tune(args) -> int:
             return
         df = attach_validity(load_records(args.out, args.suite))
         for c, probes, cfgs in fits:
-            c["edge_probes"] = tuning.score_edge_probes(
-                df, m, tuning.tuned_options(spaces[m]), c, probes, cfgs, profile=args.profile,
-                later=getattr(METHODS.get(m), "LATER_OPTIONS", {}),
-                plugin_sha=identity_fields(METHODS.get(m)).get("plugin_source_sha256"), val_split=val_split_of(plan.data))
+            c["edge_probes"] = tuning.score_edge_probes(df, m, tuning.tuned_options(spaces[m]), c, probes, cfgs, **only)
 
     for m in methods:
         runs = tuning.sweep_runs(m, spaces[m])
@@ -796,11 +792,12 @@ def cmd_tune(args) -> int:
             from bench.plugins import identity_fields
             from bench.validation_split import val_split_of
 
+            # which records a candidate's may be: this profile, the method's source, the validation split
+            only = dict(profile=args.profile, later=getattr(METHODS.get(m), "LATER_OPTIONS", {}),
+                        plugin_sha=identity_fields(METHODS.get(m)).get("plugin_source_sha256"),
+                        val_split=val_split_of(plan.data))
             choices = select(args.out, args.suite, m, tuning.tuned_options(spaces[m]), configs=swept,
-                             profile=args.profile, later=getattr(METHODS.get(m), "LATER_OPTIONS", {}),
-                             plugin_sha=identity_fields(METHODS.get(m)).get("plugin_source_sha256"),
-                             objective=key if fixed else "",
-                             val_split=val_split_of(plan.data))
+                             objective=key if fixed else "", **only)
         except BenchError as exc:
             failed[key] = str(exc)
             continue
@@ -811,7 +808,7 @@ def cmd_tune(args) -> int:
                 chosen = [f"{m}.{o}={tuning._values([v])}" for o, v in c["chosen"].items()]
                 sweep(m, [f"models={c['model']}", *chosen, *(s for s in args.sets if not s.startswith("models="))])
         if args.probe_edges:
-            probe_edges(m, choices, plan)
+            probe_edges(m, choices, only)
         else:  # choosing again without probing keeps what the stored probes of the same choice found
             tuning.carry_edge_probes(choices, tuning.stored_entry(args.out, args.suite, args.profile, key))
         # the training budget the choice was made at: a choice made at another budget is not this one's
