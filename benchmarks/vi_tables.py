@@ -449,15 +449,19 @@ def _ssvi_reference(runs: Runs, density: float, sb: dict) -> pd.DataFrame | None
     return runs.per_seed(found[0][0]) if found else None
 
 
+def _delta(p: pd.DataFrame, ref: pd.DataFrame | None, col: str, fmt: str, same: bool, what: str) -> str:
+    """A row's paired difference to its reference row ``ref`` (:func:`paired`): "-" on the reference row
+    itself, "no fit of WHAT" where the reference was not run."""
+    return "-" if same else f"no fit of {what}" if ref is None else paired(p, ref, col, fmt)
+
+
 def table_ssvi(runs: Runs) -> list[list[str]]:
     """SSVI Table 1 at this scale: 10 % and 5 % density against SSVI's own dense model (density
     1, same estimator, prior, initialisation and optimiser), paired over seeds."""
     header = ["density", "seeds", "ID acc", "Δ ID acc vs density 1", "ID NLL", "rotation NLL", "Δ rotation NLL vs density 1",
               "OOD AUROC", "stochastic params", "train FLOPs vs density 1", "sigma median: init -> final"]
     sb = tuned_base(runs, "ssvi")
-    bp = _ssvi_reference(runs, 1.0, sb)
-    if bp is None:
-        return [header]
+    bp = _ssvi_reference(runs, 1.0, sb)  # None: the other densities' rows stand without their differences
     d = METHODS.get("ssvi").defaults
     rows = []
     for dens in (1.0, 0.1, 0.05):
@@ -469,8 +473,9 @@ def table_ssvi(runs: Runs) -> list[list[str]]:
         g = runs.df[(runs.df["config_hash"] == h) & (runs.df["kind"] == "id")]
         flops = g["cost.train_flops_ratio_vs_dense_vi"].iloc[0] if "cost.train_flops_ratio_vs_dense_vi" in g else None
         same = dens == 1.0
-        rows.append([runs.mark(f"{dens:g}", p), ",".join(map(str, p["seed"])), ms(p["id_acc"]), "-" if same else paired(p, bp, "id_acc", "{:+.4f}"),
-                     ms(p["id_nll"]), ms(p["sh_nll"], "{:.3f}"), "-" if same else paired(p, bp, "sh_nll", "{:+.3f}"),
+        rows.append([runs.mark(f"{dens:g}", p), ",".join(map(str, p["seed"])), ms(p["id_acc"]),
+                     _delta(p, bp, "id_acc", "{:+.4f}", same, "density 1"),
+                     ms(p["id_nll"]), ms(p["sh_nll"], "{:.3f}"), _delta(p, bp, "sh_nll", "{:+.3f}", same, "density 1"),
                      ms(p["auroc"], "{:.3f}"), f"{int(p['k'].iloc[0]):,}",
                      "-" if flops is None or pd.isna(flops) else f"{flops:.3f}",
                      f"{statistics.mean(p['sigma0']):.2g} -> {ms(p['sigma1'], '{:.2g}')}"])
@@ -484,9 +489,7 @@ def table_criteria(runs: Runs) -> list[list[str]]:
     from bench.subnet.ssvi import CRITERIA, CRITERION_LABELS
 
     sb = tuned_base(runs, "ssvi")
-    bp = _ssvi_reference(runs, 0.1, sb)
-    if bp is None:
-        return [header]
+    bp = _ssvi_reference(runs, 0.1, sb)  # None: the other criteria's rows stand without their differences
     d = METHODS.get("ssvi").defaults
     rows = []
     for c in CRITERIA:
@@ -496,8 +499,8 @@ def table_criteria(runs: Runs) -> list[list[str]]:
         p = runs.per_seed(found[0][0])
         same = c == d["criterion"]
         rows.append([runs.mark(CRITERION_LABELS[c] + (" (default)" if same else ""), p), ",".join(map(str, p["seed"])), ms(p["id_acc"]),
-                     "-" if same else paired(p, bp, "id_acc", "{:+.4f}"), ms(p["sh_nll"], "{:.3f}"),
-                     "-" if same else paired(p, bp, "sh_nll", "{:+.3f}"), ms(p["auroc"], "{:.3f}")])
+                     _delta(p, bp, "id_acc", "{:+.4f}", same, "the default criterion"), ms(p["sh_nll"], "{:.3f}"),
+                     _delta(p, bp, "sh_nll", "{:+.3f}", same, "the default criterion"), ms(p["auroc"], "{:.3f}")])
     return [header] + rows
 
 
@@ -553,15 +556,16 @@ def _objective_argument(p: argparse.ArgumentParser) -> None:
 
 def objective_text(runs: Runs) -> str:
     """The line under a table of another objective saying what its rows were taken at."""
-    from bench.tuning import entry_key, tuning_path, valid_choice
+    from bench.tuning import entry_key, probe_text, stored_choice, tuning_path, valid_choice
 
     parts = []
     for method in sorted(getattr(runs, "objective", {})):
         key, base = entry_key(method, runs.objective[method]), tuned_base(runs, method)
         where = tuning_path(runs.tuning, runs.suite, runs.profile)
         chosen = valid_choice(runs.tuning, runs.suite, runs.profile, key, runs.model)
+        probes = probe_text(stored_choice(runs.tuning, runs.suite, runs.profile, key, runs.model) or {})
         parts.append(f"{method} rows at the objective {key}: " + ", ".join(f"{k} {v}" for k, v in sorted(base.items()))
-                     + (f" (its tune's choice, {where})" if chosen else
+                     + (f" (its tune's choice, {where}; {probes or 'its edges not probed'})" if chosen else
                         f" (no choice among valid fits in {where}: the method's defaults for its tuned options)"))
     return "".join(f"\n\n_{p}._" for p in parts)
 

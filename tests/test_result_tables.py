@@ -181,11 +181,13 @@ def test_a_table_of_another_objective_takes_its_fits_and_the_profiles_table_neve
     d = METHODS.get("ssvi").defaults
     chosen = {"prior_scale": d["prior_scale"], "rho_lr": d["rho_lr"]}  # both objectives chose the same options
     choice = {"model": "lenet_300_100", "chosen": chosen, "chosen_among_valid": True, "chosen_config_hash": "x"}
+    probe = {"key": "rho_lr", "end": "largest", "values": {"rho_lr": 0.25}, "per_seed": {"0": 0.7}, "score": 0.7,
+             "validity": "ok", "choice_score": 0.5, "beats_choice": False}
     path = tuning_path(tmp_path / "tuning", "mnist_rotated", "smoke")
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"suite": "mnist_rotated", "profile": "smoke", "methods": {
         "ssvi": {"method": "ssvi", "choices": [choice]},
-        "ssvi[epochs=2]": {"method": "ssvi", "fixed": {"epochs": 2}, "choices": [choice]}}}))
+        "ssvi[epochs=2]": {"method": "ssvi", "fixed": {"epochs": 2}, "choices": [{**choice, "edge_probes": [probe]}]}}}))
 
     runs = Runs(str(out), "mnist_rotated", "lenet_300_100", "smoke", [0])
     runs.tuning = str(tmp_path / "tuning")
@@ -204,6 +206,17 @@ def test_a_table_of_another_objective_takes_its_fits_and_the_profiles_table_neve
     args = ["--results", str(out), "--profile", "smoke", "--seeds", "0", "--tuning", str(tmp_path / "tuning")]
     capsys.readouterr()
     assert vi_main(args + ["--table", "main", "--objective", "ssvi.epochs=2"]) == 0
-    assert "rows at the objective ssvi[epochs=2]: epochs 2, " in capsys.readouterr().out
+    line = capsys.readouterr().out
+    assert "rows at the objective ssvi[epochs=2]: epochs 2, " in line
+    assert "probed one step past its edges: rho_lr 0.25 scores 0.7 against the choice's 0.5, no better" in line
+    # without its reference row (density 1; the default criterion) a table still lists the others
+    from vi_tables import table_criteria, table_ssvi
+
+    runs.objective = {}
+    header, *rows = table_ssvi(runs)
+    (row,) = rows
+    assert row[0].startswith("0.1") and row[header.index("Δ ID acc vs density 1")] == "no fit of density 1"
+    header, *rows = table_criteria(runs)
+    assert [r[0].startswith("SNR(|theta|) (default)") for r in rows] == [True] and rows[0][3] == "-"
     assert vi_main(args + ["--table", "main", "--objective", "ssvi.epochs=3"]) == 2
     assert vi_main(args + ["--table", "controls", "--objective", "ssvi.epochs=2"]) == 2
