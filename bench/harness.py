@@ -465,6 +465,9 @@ class Harness:
             data.eval_sets.append(EvalSet("val", "validation", None, data.val_x, data.val_y))
         # ``only_kinds`` (bench run --only-sets): this run evaluates the sets of these kinds only; a cell's
         # other sets stay to do, from its fitted checkpoint, in a later run (bench tune --validation-first)
+        # the clean test set stays at hand whatever --only-sets keeps: the cost probe predicts on it, OOD scores
+        # need its predictions and the validity verdict is read from its record
+        self.id_set = data.id_set()
         if only_kinds:
             kinds = set(only_kinds)
             data.eval_sets[:] = [e for e in data.eval_sets if e.kind in kinds]
@@ -727,7 +730,7 @@ class Harness:
         self.say(f"{tag}: FAILED ({msg}); recorded, continuing")
 
     def measure_cost(self, method, fit_cost, map_cache) -> dict:
-        x = self.data.id_set().x[: min(64, len(self.data.id_set().x))].to(self.device)
+        x = self.id_set.x[: min(64, len(self.id_set.x))].to(self.device)
         seed_everything(0)
         try:
             flops = flops_per_example(method.predict, x)
@@ -735,7 +738,7 @@ class Harness:
             log.warning("FLOP counting failed: %s", exc)
             flops = float("nan")
         with PeakMemory(self.device) as mem, torch.no_grad():
-            method.predict(self.data.id_set().x[: self.eval_batch_size].to(self.device))
+            method.predict(self.id_set.x[: self.eval_batch_size].to(self.device))
         extra = method.extra_cost()
         upstream_host = {}
         if "upstream_seeds" in fit_cost:  # the MAP networks the fit used, from the cache
@@ -763,7 +766,7 @@ class Harness:
 
     def evaluate(self, method, run_dir, base, cost, pending, started, tag, seed):
         kind = self.suite.task.kind
-        id_set = self.data.id_set()
+        id_set = self.id_set
         id_pred = None
         needs_id = kind in ("classification", "multilabel") and any(e.kind == "ood" for e in pending)
         times, n_seen = 0.0, 0

@@ -336,6 +336,28 @@ def test_validation_first_scores_the_chosen_candidate_alone_on_every_set(tmp_pat
     assert "--only-sets test: valid kinds are id, val, shift, ood" in capsys.readouterr().err
 
 
+def test_a_run_of_the_validation_set_alone_fits_and_scores_it(tmp_path):
+    """bench run --only-sets val (and shift alone) on a classification suite: the cell's cost probe and
+    its verdict read the clean test set, which the run does not score, so it must stay at hand; every
+    cell used to fail on it (StopIteration). Then a full run adds the other sets from the checkpoint."""
+    from conftest import make_fake_mnist
+
+    root = make_fake_mnist(tmp_path / "data")
+    out = tmp_path / "results"
+    argv = ["run", "--suite", "mnist_rotated", "--profile", "smoke", "--data-root", str(root), "--out", str(out),
+            "--methods", "deterministic,mc_dropout", "--seeds", "0", "--quiet", "--no-report", "--threads", "1"]
+    assert main([*argv, "--only-sets", "val"]) == 0
+    df = load_records(out, "mnist_rotated")
+    assert set(df["status"]) == {"ok"} and set(df["kind"]) == {"val"} and len(df) == 2
+    assert main([*argv, "--only-sets", "shift"]) == 0
+    df = load_records(out, "mnist_rotated")
+    assert set(df["status"]) == {"ok"} and set(df["kind"]) == {"val", "shift"}
+    assert main(argv) == 0
+    df = load_records(out, "mnist_rotated")
+    assert set(df["status"]) == {"ok"} and {"id", "ood"} <= set(df["kind"])
+    assert df.groupby("method")["fit_digest"].nunique().max() == 1  # one fit each, evaluated in three runs
+
+
 def test_a_tune_of_another_objective_keeps_its_own_choice_beside_the_profiles(tmp_path, capsys):
     """bench tune with a method option held away from the profile's (here MC dropout's sample count;
     on camvid_binary the class-weighted ELBO) chooses among its own fits and stores the choice under
