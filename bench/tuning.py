@@ -822,6 +822,23 @@ def edge_keys(space: dict, choice: dict) -> list[str]:
     return [k for k in space if (probes[k]["beats_choice"] if k in probes else k in named)]
 
 
+def unprobed_ends(space: dict, choice: dict) -> list[str]:
+    """The keys of ``space`` with two numeric values (too few for :func:`at_edge`) at an end of which a
+    choice made among valid fits sits with no weighed edge probe past it: e.g. "rho_lr = 0.05, the
+    larger of 0.01, 0.05"; [] for a choice made among all (nothing to defend)."""
+    if not choice.get("chosen_among_valid", True):
+        return []
+    probed = {p["key"] for p in choice.get("edge_probes") or [] if "not_scored" not in p}
+    out = []
+    for k, vals in space.items():
+        nums = sorted(v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool))
+        value = choice["chosen"].get(options_of(k)[0])
+        if len(nums) == 2 == len(vals) and value in nums and k not in probed:
+            out.append(f"{k.replace(TIE, ' = ')} = {value:g}, the {'smaller' if value == nums[0] else 'larger'} of "
+                       f"{nums[0]:g}, {nums[1]:g}")
+    return out
+
+
 def _edge_text(space: dict, choice: dict) -> str:
     """Which end of which swept range ``choice`` (a stored choice with its ``at_edge`` keys and edge probes)
     sits at (:func:`edge_keys`), e.g. "kl_weight = 0.0001, the smallest of 0.0001, 0.001, 0.01, 0.1"; with
@@ -847,8 +864,9 @@ def choice_notes(results_dirs, df=None) -> dict[tuple[str, str, str], list[tuple
     suite gives the method now (:func:`stale_space_notes`) or on another validation split than the
     profile's (:func:`other_split_notes`), comparing candidates on more than one network
     (:func:`mixed_network_notes`; only with ``df``, the records the candidates are among), or sitting at
-    an end of a swept range (:func:`at_edge`: a value beyond the space may do better, so the comparison
-    holds for this space only; not said of a stale choice). ``method`` is the registered method (an
+    an end of a swept range (:func:`edge_keys`: a value beyond the space may do better, so the comparison
+    holds for this space only; not said of a stale choice), or at an end of a two-value range no probe has
+    weighed (:func:`unprobed_ends`). ``method`` is the registered method (an
     objective's entry, ``pbn[class_weights=...]``, gives ``pbn``)."""
     stale = stale_space_notes(results_dirs)
     mixed = mixed_network_notes(results_dirs, df) if df is not None else {}
@@ -863,6 +881,12 @@ def choice_notes(results_dirs, df=None) -> dict[tuple[str, str, str], list[tuple
             out.setdefault(where, []).append((
                 method, f"{entry_name}: its tuning chose the edge of the swept range ({edge}): "
                         "a value beyond it may do better; the row is the best of this space"))
+        unprobed = unprobed_ends(entry.get("space") or {}, c)
+        if unprobed and not edge and not (where + (method,) in stale and not entry.get("fixed")):
+            out.setdefault(where, []).append((
+                method, f"{entry_name}: its choice is an end of a two-value range ({', '.join(unprobed)}), which "
+                        "the protocol cannot call an edge, and was not probed past it (bench tune --probe-edges): "
+                        "whether a value beyond does better is untested"))
         if validation_first(entry):
             out.setdefault(where, []).append((
                 method, f"{entry_name}: tuned validation first (bench tune --validation-first): a candidate it "

@@ -480,19 +480,23 @@ def test_a_choice_at_an_edge_of_the_space_is_a_note_of_its_board(tmp_path):
     tuning.write_tuning(tmp_path, "toy", "quick", entries, {})
     notes = tuning.choice_notes([tmp_path])
     assert list(notes) == [("toy", "quick", "m")]
-    ((m1, mc), (m2, vdp)) = notes[("toy", "quick", "m")]
+    # the two-value corner: no edge, but a note that no probe weighed it
+    ((_, pbn),) = [(m, n) for m, n in notes[("toy", "quick", "m")] if m == "pbn"]
+    assert "chose the edge" not in pbn and ("an end of a two-value range (beta_start = 0.01, the smaller of 0.01, "
+                                            "0.2, rho_lr = 0.05, the smaller of 0.05, 0.1)") in pbn
+    ((m1, mc), (m2, vdp)) = [(m, n) for m, n in notes[("toy", "quick", "m")] if m != "pbn"]
     assert (m1, m2) == ("mc_dropout", "vdp")
     assert mc.startswith("mc_dropout:") and "p = 0.05, the smallest of 0.05, 0.1, 0.2, 0.3" in mc
     assert vdp.startswith("vdp:") and "kl_weight = 0.1, the largest of 0.0001, 0.001, 0.01, 0.1" in vdp
     entries["mc_dropout"] = tuning.summarize("mc_dropout", [choice({"p": 0.2}, "a")])
     tuning.write_tuning(tmp_path, "toy", "quick", entries, {})
     edges = tuning.choice_notes([tmp_path])
-    assert [m for m, _ in edges[("toy", "quick", "m")]] == ["vdp"]
+    assert [m for m, _ in edges[("toy", "quick", "m")]] == ["pbn", "vdp"]
     # a board says the notes of the methods with rows on it, and only those
     from types import SimpleNamespace
 
     board = SimpleNamespace(suite="toy", profile="quick", model="m", methods={"vdp", "deterministic"})
-    assert tuning.board_choice_notes(edges, board) == [edges[("toy", "quick", "m")][0][1]]
+    assert tuning.board_choice_notes(edges, board) == [edges[("toy", "quick", "m")][1][1]]
     assert tuning.board_choice_notes(edges, SimpleNamespace(suite="toy", profile="quick", model="m",
                                                           methods={"mc_dropout"})) == []
     assert tuning.board_choice_notes(edges, SimpleNamespace(suite="toy", profile="quick", model="other",
