@@ -210,6 +210,7 @@ def score_edge_probes(df, method: str, tuned: list[str], choice: dict, probes: l
     is lower, so that the protocol would have chosen it had the space reached it. A probe that cannot be
     weighed says why (``not_scored``): no records, or not on the choice's fit of the MAP network."""
     from bench.selection import choose_on_validation
+    from bench.validity import OK
 
     out = []
     for probe, cfg in zip(probes, configs[1:]):
@@ -219,16 +220,15 @@ def score_edge_probes(df, method: str, tuned: list[str], choice: dict, probes: l
         except (BenchError, ValueError) as exc:
             out.append({**probe, "not_scored": f"no validation records of the probe and the choice ({exc})"})
             continue
-        rows = {json_key(r["values"]): r for r in c["candidates"]}
-        mine, theirs = rows.get(json_key({**choice["chosen"], **probe["values"]})), rows.get(json_key(choice["chosen"]))
-        if mine is None or theirs is None:
-            why = ("no validation records of the probe" if mine is None and not c.get("other_networks") else
-                   "the probe and the choice stand on different fits of the MAP network" if c.get("other_networks")
+        rows = {_values_key(r["values"]): r for r in c["candidates"]}
+        mine = rows.get(_values_key({**choice["chosen"], **probe["values"]}))
+        theirs = rows.get(_values_key(choice["chosen"]))
+        if mine is None or theirs is None:  # one_network kept one of the two (c["other_networks"]), or one has none
+            why = ("the probe and the choice stand on different fits of the MAP network" if c.get("other_networks")
+                   else "no validation records of the probe" if mine is None
                    else "no validation records of the choice beside the probe's")
             out.append({**probe, "not_scored": why})
             continue
-        from bench.validity import OK
-
         out.append({**probe, "config_hash": mine["config_hash"], "seeds": sorted(mine["per_seed"]),
                     "per_seed": mine["per_seed"], "score": mine["score"], "validity": mine["validity"],
                     "choice_score": theirs["score"],
@@ -236,7 +236,7 @@ def score_edge_probes(df, method: str, tuned: list[str], choice: dict, probes: l
     return out
 
 
-def json_key(values: dict) -> str:
+def _values_key(values: dict) -> str:
     import json
 
     return json.dumps(values, sort_keys=True, default=str)

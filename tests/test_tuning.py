@@ -542,6 +542,38 @@ def test_a_probe_past_the_edge_decides_whether_the_choice_is_one(tmp_path):
                                               "checks (fail)" in mfvi_row and "rho_lr 0.25 scores 0.7" in mfvi_row
 
 
+def test_a_probe_on_another_fit_of_the_map_network_is_not_weighed():
+    """PBN starts from its seed's MAP network: a probe fitted on another fit of it (a network trained again)
+    is not weighed against the choice (no score, the reason said), and on the same fit it is."""
+    import pandas as pd
+
+    from methods import METHODS
+
+    d = METHODS.get("pbn").defaults
+    chosen, past = {"beta_start": 0.01, "rho_lr": 0.1}, {"rho_lr": 0.2}
+    configs = [{**d, **chosen}, {**d, **chosen, **past}]
+
+    def records(shas):
+        rows = []
+        for h, cfg, sha, nll in zip(("choice", "probe"), configs, shas, (0.5, 0.4)):
+            for kind in ("val", "id"):
+                rows.append({"kind": kind, "status": "ok", "method": "pbn", "model": "m", "profile": "quick",
+                             "config_hash": h, "method_config": cfg, "seed": 0, "metrics.nll": nll,
+                             "validity.status": "ok", "finished_at": f"2026-12-07T00:00:0{len(rows)}",
+                             "diagnostics": {"map_training": {"network_sha": sha, "val_nll": [1.0]}}})
+        return pd.DataFrame(rows)
+
+    choice = {"model": "m", "chosen": chosen}
+    probe = {"key": "rho_lr", "end": "largest", "values": past}
+    (same,) = tuning.score_edge_probes(records(["a", "a"]), "pbn", ["beta_start", "rho_lr"], choice, [probe], configs,
+                                       profile="quick")
+    assert same["beats_choice"] and same["score"] == 0.4 and same["choice_score"] == 0.5
+    (other,) = tuning.score_edge_probes(records(["a", "b"]), "pbn", ["beta_start", "rho_lr"], choice, [probe], configs,
+                                        profile="quick")
+    assert "score" not in other and other["not_scored"] == "the probe and the choice stand on different fits of the " \
+                                                           "MAP network"
+
+
 def test_tuning_one_method_keeps_the_others_entries(tmp_path):
     from bench.tuning import write_tuning
 
