@@ -325,6 +325,8 @@ def _probe_row(choice: dict, probe: dict, seeds) -> str:
         cells = [*(str(values[t]) for t in choice["tuned"]),
                  *(f"{per_seed[s]:.4f}" if s in per_seed else "" for s in seeds), f"{probe['score']:.4f}",
                  f"{SYMBOLS[status]} {status}" if status in SYMBOLS else status,
-                 f"{where}: " + ("better, the choice is an edge" if probe["beats_choice"] else
-                                 "no better" if status == OK else "fails its checks, no choice")]
+                 f"{where}: " + ("better beyond the seed noise, the choice is an edge" if probe["beats_choice"] else
+                                 "fails its checks, no choice" if status != OK else
+                                 "tied within the seed noise" if probe["score"] < probe["choice_score"] else
+                                 "no better")]
     return "| " + " | ".join(cells) + " |"

@@ -206,9 +206,16 @@ def score_edge_probes(df, method: str, tuned: list[str], choice: dict, probes: l
     configurations of the choice and of each probe (in that order), ``df`` the records with their verdicts
     (``attach_validity``), ``only`` :func:`bench.selection.choose_on_validation`'s restrictions. A scored
     probe adds ``config_hash``, ``per_seed``, ``score`` and ``validity`` and the choice's ``choice_score``
-    over the same seeds, and ``beats_choice``: it passes its validity checks and its mean validation NLL
-    is lower, so that the protocol would have chosen it had the space reached it. A probe that cannot be
-    weighed says why (``not_scored``): no records, or not on the choice's fit of the MAP network."""
+    over the same seeds, the ``p_value`` of a two-sided paired t-test of the two over those seeds (the
+    boards' test of a best row, :mod:`bench.leaderboard.stats`; None with one seed), and ``beats_choice``:
+    it passes its validity checks and its mean validation NLL is lower, beyond the seed noise where there
+    are two seeds or more (p below the boards' ``ALPHA``); with one seed, lower as the choice was made. A
+    probe as good as the choice within the seed noise does not make it an edge: the validation NLL is flat
+    there, not falling past the end. A probe that cannot be weighed says why (``not_scored``): no records,
+    or not on the choice's fit of the MAP network."""
+    import math
+
+    from bench.leaderboard.stats import ALPHA, paired_p_value
     from bench.selection import choose_on_validation
     from bench.validity import OK
 
@@ -229,10 +236,12 @@ def score_edge_probes(df, method: str, tuned: list[str], choice: dict, probes: l
                    else "no validation records of the choice beside the probe's")
             out.append({**probe, "not_scored": why})
             continue
+        p_value = paired_p_value([mine["per_seed"][s] - theirs["per_seed"][s] for s in sorted(mine["per_seed"])])
+        separated = p_value < ALPHA if math.isfinite(p_value) else True  # one seed: as the choice was made
         out.append({**probe, "config_hash": mine["config_hash"], "seeds": sorted(mine["per_seed"]),
                     "per_seed": mine["per_seed"], "score": mine["score"], "validity": mine["validity"],
-                    "choice_score": theirs["score"],
-                    "beats_choice": bool(mine["validity"] == OK and mine["score"] < theirs["score"])})
+                    "choice_score": theirs["score"], "p_value": p_value if math.isfinite(p_value) else None,
+                    "beats_choice": bool(mine["validity"] == OK and mine["score"] < theirs["score"] and separated)})
     return out
 
 
@@ -253,6 +262,19 @@ def carry_edge_probes(choices: list[dict], entry: dict | None) -> None:
             c["edge_probes"] = probes
 
 
+def _probe_outcome(p: dict) -> str:
+    """How a weighed edge probe came out, in words (its seed test where it has one)."""
+    test = (f" (paired t-test p {p['p_value']:.2g} over {len(p['seeds'])} seeds)"
+            if p.get("p_value") is not None else "")
+    if p["beats_choice"]:
+        return "passes its checks: better" + test
+    if p["validity"] != "ok":
+        return f"fails its checks ({p['validity']})"
+    if p["score"] < p["choice_score"]:
+        return "passes its checks: tied within the seed noise" + test
+    return "no better"
+
+
 def probe_text(choice: dict) -> str:
     """What the edge probes of a stored choice found, e.g. "probed one step past its edges: prior_scale
     0.0005 scores 0.0512 (the choice 0.0501), no better; rho_lr 0.25 fails its checks"; "" when unprobed."""
@@ -262,13 +284,9 @@ def probe_text(choice: dict) -> str:
         name = f"{p['key'].replace(TIE, ' = ')} {v:g}"
         if "not_scored" in p:
             parts.append(f"{name} not weighed ({p['not_scored']})")
-        elif p["beats_choice"]:
-            parts.append(f"{name} scores {p['score']:.4g} against the choice's {p['choice_score']:.4g} and passes its "
-                         "checks: better")
         else:
-            how = (f"fails its checks ({p['validity']})" if p["validity"] != "ok" else "")
-            parts.append(f"{name} scores {p['score']:.4g} against the choice's {p['choice_score']:.4g}"
-                         + (f", {how}" if how else ", no better"))
+            parts.append(f"{name} scores {p['score']:.4g} against the choice's {p['choice_score']:.4g}, "
+                         + _probe_outcome(p))
     return ("probed one step past its edges: " + "; ".join(parts)) if parts else ""
 
 
@@ -852,8 +870,10 @@ def _edge_text(space: dict, choice: dict) -> str:
         text = f"{k.replace(TIE, ' = ')} = {value:g}, the {end} of {', '.join(f'{v:g}' for v in vals)}"
         if k in probes:
             p = probes[k]
+            test = (f", paired t-test p {p['p_value']:.2g} over {len(p['seeds'])} seeds"
+                    if p.get("p_value") is not None else "")
             text += (f"; one step past it, {next(iter(p['values'].values())):g} passes its checks at a lower "
-                     f"validation NLL ({p['score']:.4g} against {p['choice_score']:.4g})")
+                     f"validation NLL ({p['score']:.4g} against {p['choice_score']:.4g}{test})")
         parts.append(text)
     return "; ".join(parts)
 

@@ -106,7 +106,7 @@ def test_tune_probes_the_edges_of_its_choice_and_weighs_them_as_it_chose(tmp_pat
     assert main(["tune", "--suite", "toy", "--profile", "smoke", "--out", str(out), "--markdown",
                  "--candidates", "mfvi"]) == 0
     rows = [x for x in capsys.readouterr().out.splitlines() if "probe past the" in x]
-    assert [("better, the choice is an edge" in x) for x in rows] == [p["beats_choice"] for p in probes]
+    assert [("the choice is an edge" in x) for x in rows] == [p["beats_choice"] for p in probes]
     notes = tuning.choice_notes([out]).get(("toy", "smoke", "mlp_100"), [])
     assert bool([n for m, n in notes if "chose the edge" in n]) == bool(beaten)
     # choosing again from the records without probing keeps what the probes found
@@ -572,6 +572,40 @@ def test_a_probe_on_another_fit_of_the_map_network_is_not_weighed():
                                         profile="quick")
     assert "score" not in other and other["not_scored"] == "the probe and the choice stand on different fits of the " \
                                                            "MAP network"
+
+
+
+def test_a_probe_within_the_seed_noise_of_the_choice_does_not_make_it_an_edge():
+    """Over two or more seeds a probe beats the choice only beyond the seed noise (a two-sided paired t-test
+    at the boards' level, checked here against scipy's): a lower mean inside it is a tie, the choice holds;
+    consistently lower, it beats the choice."""
+    import pandas as pd
+    from scipy.stats import ttest_rel
+
+    from bench.leaderboard.stats import ALPHA
+
+    cfgs = [{"p": 0.3}, {"p": 0.45}]
+
+    def weigh(choice_nll, probe_nll):
+        rows = [{"kind": kind, "status": "ok", "method": "mc_dropout", "model": "m", "profile": "quick",
+                 "config_hash": h, "method_config": cfg, "seed": seed, "metrics.nll": nll, "validity.status": "ok"}
+                for h, cfg, nlls in (("c", cfgs[0], choice_nll), ("p", cfgs[1], probe_nll))
+                for seed, nll in enumerate(nlls) for kind in ("val", "id")]
+        (p,) = tuning.score_edge_probes(pd.DataFrame(rows), "mc_dropout", ["p"], {"model": "m", "chosen": cfgs[0]},
+                                        [{"key": "p", "end": "largest", "values": cfgs[1]}], cfgs, profile="quick")
+        return p
+
+    noisy = weigh([0.50, 0.50, 0.50], [0.45, 0.52, 0.49])  # lower on average, not beyond the noise
+    expected = ttest_rel([0.45, 0.52, 0.49], [0.50, 0.50, 0.50]).pvalue
+    assert noisy["score"] < noisy["choice_score"] and noisy["p_value"] == pytest.approx(expected)
+    assert expected >= ALPHA and not noisy["beats_choice"]
+    steady = weigh([0.50, 0.52, 0.48], [0.40, 0.421, 0.379])
+    assert steady["p_value"] == pytest.approx(ttest_rel([0.40, 0.421, 0.379], [0.50, 0.52, 0.48]).pvalue)
+    assert steady["p_value"] < ALPHA and steady["beats_choice"]
+    space = {"p": [0.05, 0.1, 0.2, 0.3]}
+    held = {"model": "m", "chosen": cfgs[0], "at_edge": ["p"], "edge_probes": [noisy]}
+    assert tuning.edge_keys(space, held) == [] and "tied within the seed noise (paired t-test p" in tuning.probe_text(held)
+    assert tuning.edge_keys(space, {**held, "edge_probes": [steady]}) == ["p"]
 
 
 def test_tuning_one_method_keeps_the_others_entries(tmp_path):
