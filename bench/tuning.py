@@ -905,8 +905,8 @@ def choice_notes(results_dirs, df=None) -> dict[tuple[str, str, str], list[tuple
         if unprobed and not edge and not (where + (method,) in stale and not entry.get("fixed")):
             out.setdefault(where, []).append((
                 method, f"{entry_name}: its choice is an end of a two-value range ({', '.join(unprobed)}), which "
-                        "the protocol cannot call an edge, and was not probed past it (bench tune --probe-edges): "
-                        "whether a value beyond does better is untested"))
+                        "the protocol cannot call an edge, and no probe past it has been weighed (bench tune "
+                        "--probe-edges): whether a value beyond does better is untested"))
         if validation_first(entry):
             out.setdefault(where, []).append((
                 method, f"{entry_name}: tuned validation first (bench tune --validation-first): a candidate it "
