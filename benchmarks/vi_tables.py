@@ -208,10 +208,12 @@ def pbn_choice(runs: Runs) -> dict | None:
         choices = [c for c in choices if not flat_options(c)]  # a sweep, not a later run at one value
     except Exception:  # noqa: BLE001 - no sweep run: no choice
         return None
+    from bench.config import resolve_plan
     from bench.suites import SUITES
 
-    profile = SUITES.get(runs.suite).profiles.get(runs.profile, {}).get("methods", {}).get("pbn", {})
-    dflt = {k: v for k, v in {**METHODS.get("pbn").defaults, **profile}.items() if k != "lr"}  # the profile's PBN
+    # the profile's PBN, as a run of the profile configures it (defaults, Method.profile_defaults, the profile's)
+    profile = resolve_plan(SUITES.get(runs.suite)(), runs.profile, ["pbn"], {}, method_registry=METHODS).methods["pbn"][0]
+    dflt = {k: v for k, v in profile.items() if k != "lr"}
     for c in choices:
         cfg = cfg_of("pbn", runs.df.loc[runs.df["config_hash"] == c["chosen_config_hash"], "method_config"].iloc[0]
                      if (runs.df["config_hash"] == c["chosen_config_hash"]).any() else {})
