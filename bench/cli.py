@@ -666,6 +666,24 @@ def cmd_select(args) -> int:
     return 0
 
 
+def unkept_map_networks(suite, plan, method: str, model: str, seeds, out) -> list[int]:
+    """The seeds of the MAP networks a fit of ``method`` at ``plan`` (one configuration) on ``seeds`` would
+    train anew under the results ``out``: absent from the suite's checkpoint cache under the grid's key (and
+    an older key's); [] for a method that does not start from its seed's MAP network."""
+    from bench.harness import map_network_key
+    from bench.store import ResultsStore, config_hash
+    from methods import METHODS
+
+    cls, cfg = METHODS.get(method), plan.methods[method][0]
+    if cls.starts_from(cfg) != "map":
+        return []
+    key = map_network_key(suite, plan, model)
+    root = ResultsStore(out).checkpoint_dir(suite.name) / "map" / str(model)  # MapCache's layout
+    dirs = [root / config_hash(k) for k in (key, {**key, "data": plan.data})]
+    needed = sorted({s for seed in seeds for s in cls.map_seeds(cfg, int(seed))})
+    return [s for s in needed if not any((d / f"seed{s}.pt").is_file() for d in dirs)]
+
+
 def cmd_tune(args) -> int:
     from bench import tuning
     from bench.selection import select
@@ -752,17 +770,23 @@ def cmd_tune(args) -> int:
             probes = tuning.edge_probes(spaces[m], c["chosen"])
             rest = [f"models={c['model']}", *(s for s in args.sets if not s.startswith("models="))]
             sets = [[*tuning.probe_sets(m, c["chosen"], p), *rest] for p in [None, *probes]]
-            if not args.select_only:
+            plans = [resolve_plan(suite, args.profile, [m], parse_sets(s), method_registry=METHODS) for s in sets]
+            # a method built on the MAP network is weighed on the networks its choice stood on: where they are
+            # not kept, a probe would train others and could not be weighed, so it is not fitted
+            unkept = unkept_map_networks(suite, plans[0], m, c["model"], c["seeds"], args.out) if probes else []
+            if not args.select_only and not unkept:
                 for s in sets[1:]:
                     sweep(m, s, ",".join(tuning.VALIDATION_FIRST_KINDS))
-            cfgs = [resolve_plan(suite, args.profile, [m], parse_sets(s), method_registry=METHODS).methods[m][0]
-                    for s in sets]
-            fits.append((c, probes, cfgs))
+            fits.append((c, probes, [p.methods[m][0] for p in plans], unkept))
         if not fits:
             return
         df = attach_validity(load_records(args.out, args.suite))
-        for c, probes, cfgs in fits:
+        for c, probes, cfgs, unkept in fits:
             c["edge_probes"] = tuning.score_edge_probes(df, m, tuning.tuned_options(spaces[m]), c, probes, cfgs, **only)
+            why = (f"not fitted: the MAP network of seed(s) {', '.join(map(str, unkept))} is not kept under "
+                   f"{args.out} (a probe would train another; scripts/keep_records.py save-maps keeps them)")
+            c["edge_probes"] = [{**p, "not_scored": why} if unkept and p.get("not_scored", "").startswith(
+                "no validation records") else p for p in c["edge_probes"]]
 
     for m in methods:
         runs = tuning.sweep_runs(m, spaces[m])

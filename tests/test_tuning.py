@@ -575,6 +575,33 @@ def test_a_probe_on_another_fit_of_the_map_network_is_not_weighed():
 
 
 
+def test_a_probe_of_a_method_built_on_the_map_network_needs_its_networks_kept(tmp_path, monkeypatch):
+    """toy smoke PBN, every verdict ok: with the MAP networks of the tune kept, --probe-edges fits and weighs
+    its probes on them; with them removed it fits nothing (no probe record, no MAP network trained again,
+    which the probe could not be weighed on) and says why."""
+    import shutil
+
+    _all_valid(monkeypatch)
+    argv = ["tune", "--suite", "toy", "--profile", "smoke", "--methods", "pbn", "--device", "cpu", "--threads", "1",
+            "--quiet"]
+
+    def probes(out):
+        (choice,) = json.loads((out / "toy" / "tuning" / "smoke.json").read_text())["methods"]["pbn"]["choices"]
+        return choice["edge_probes"]
+
+    kept, lost = tmp_path / "kept", tmp_path / "lost"
+    for out in (kept, lost):
+        assert main([*argv, "--out", str(out)]) == 0
+    n_records = len(load_records(lost, "toy"))
+    shutil.rmtree(lost / "toy" / "checkpoints" / "map")
+    for out in (kept, lost):
+        assert main([*argv, "--out", str(out), "--probe-edges"]) == 0
+    assert len(probes(kept)) == 2 and all("score" in p for p in probes(kept))
+    assert len(probes(lost)) == 2 and all(p["not_scored"].startswith("not fitted: the MAP network of seed(s) 0 is "
+                                                                     "not kept") for p in probes(lost))
+    assert len(load_records(lost, "toy")) == n_records and not (lost / "toy" / "checkpoints" / "map").exists()
+
+
 def test_a_probe_within_the_seed_noise_of_the_choice_does_not_make_it_an_edge():
     """Over two or more seeds a probe beats the choice only beyond the seed noise (a two-sided paired t-test
     at the boards' level, checked here against scipy's): a lower mean inside it is a tie, the choice holds;
