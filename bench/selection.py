@@ -325,8 +325,18 @@ def _probe_row(choice: dict, probe: dict, seeds) -> str:
         cells = [*(str(values[t]) for t in choice["tuned"]),
                  *(f"{per_seed[s]:.4f}" if s in per_seed else "" for s in seeds), f"{probe['score']:.4f}",
                  f"{SYMBOLS[status]} {status}" if status in SYMBOLS else status,
-                 f"{where}: " + ("better beyond the seed noise, the choice is an edge" if probe["beats_choice"] else
-                                 "fails its checks, no choice" if status != OK else
-                                 "tied within the seed noise" if probe["score"] < probe["choice_score"] else
-                                 "no better")]
+                 f"{where}: " + {"better": "better beyond the seed noise, the choice is an edge",
+                                 "fails": "fails its checks, no choice", "tied": "tied within the seed noise",
+                                 "worse": "no better"}[probe_outcome(probe)]]
     return "| " + " | ".join(cells) + " |"
+
+
+def probe_outcome(probe: dict) -> str:
+    """How a weighed edge probe (:func:`bench.tuning.score_edge_probes`) came out against its choice:
+    "better" (it beats the choice), "fails" (it fails its validity checks), "tied" (a lower mean validation
+    NLL within the seed noise) or "worse"."""
+    if probe["beats_choice"]:
+        return "better"
+    if probe["validity"] != OK:
+        return "fails"
+    return "tied" if probe["score"] < probe["choice_score"] else "worse"

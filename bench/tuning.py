@@ -264,15 +264,12 @@ def carry_edge_probes(choices: list[dict], entry: dict | None) -> None:
 
 def _probe_outcome(p: dict) -> str:
     """How a weighed edge probe came out, in words (its seed test where it has one)."""
+    from bench.selection import probe_outcome
+
     test = (f" (paired t-test p {p['p_value']:.2g} over {len(p['seeds'])} seeds)"
             if p.get("p_value") is not None else "")
-    if p["beats_choice"]:
-        return "passes its checks: better" + test
-    if p["validity"] != "ok":
-        return f"fails its checks ({p['validity']})"
-    if p["score"] < p["choice_score"]:
-        return "passes its checks: tied within the seed noise" + test
-    return "no better"
+    return {"better": "passes its checks: better" + test, "fails": f"fails its checks ({p['validity']})",
+            "tied": "passes its checks: tied within the seed noise" + test, "worse": "no better"}[probe_outcome(p)]
 
 
 def probe_text(choice: dict) -> str:
