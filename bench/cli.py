@@ -782,11 +782,11 @@ def cmd_tune(args) -> int:
             return
         df = attach_validity(load_records(args.out, args.suite))
         for c, probes, cfgs, unkept in fits:
-            c["edge_probes"] = tuning.score_edge_probes(df, m, tuning.tuned_options(spaces[m]), c, probes, cfgs, **only)
             why = (f"not fitted: the MAP network of seed(s) {', '.join(map(str, unkept))} is not kept under "
-                   f"{args.out} (a probe would train another; scripts/keep_records.py save-maps keeps them)")
-            c["edge_probes"] = [{**p, "not_scored": why} if unkept and p.get("not_scored", "").startswith(
-                "no validation records") else p for p in c["edge_probes"]]
+                   f"{args.out} (a probe would train another; scripts/keep_records.py save-maps keeps them)"
+                   if unkept else "")
+            c["edge_probes"] = tuning.score_edge_probes(df, m, tuning.tuned_options(spaces[m]), c, probes, cfgs,
+                                                        missing=why, **only)
 
     for m in methods:
         runs = tuning.sweep_runs(m, spaces[m])

@@ -160,12 +160,17 @@ def sweep_runs(method: str, space: dict[str, list]) -> list[list[str]]:
             for combo in itertools.product(*(space[k] for k in tied))]
 
 
+def _numbers(vals) -> list:
+    """The swept values of a space key that are numbers (not bools), in increasing order."""
+    return sorted(v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
 def at_edge(space: dict[str, list], chosen: dict) -> list[str]:
     """Space keys whose chosen value is the smallest or largest of three or more swept numbers: the
     optimum may lie outside the space (with two values every choice is an edge, so none is named)."""
     out = []
     for k, vals in space.items():
-        nums = [v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        nums = _numbers(vals)
         opt = options_of(k)[0]
         if len(nums) >= 3 and opt in chosen and chosen[opt] in (min(nums), max(nums)):
             out.append(k)
@@ -180,7 +185,7 @@ def edge_probes(space: dict[str, list], chosen: dict) -> list[dict]:
     "values": {option: value}}`` (a tied key sets each of its options)."""
     out = []
     for k, vals in space.items():
-        nums = sorted(v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool))
+        nums = _numbers(vals)
         value = chosen.get(options_of(k)[0], _MISSING)
         if len(nums) < 2 or len(nums) != len(vals) or value not in (nums[0], nums[-1]):
             continue
@@ -201,7 +206,7 @@ def probe_sets(method: str, chosen: dict, probe: dict | None) -> list[str]:
 
 
 def score_edge_probes(df, method: str, tuned: list[str], choice: dict, probes: list[dict], configs: list[dict],
-                      **only) -> list[dict]:
+                      missing: str = "", **only) -> list[dict]:
     """Each of ``probes`` beside ``choice`` as the protocol would weigh them: ``configs`` the full method
     configurations of the choice and of each probe (in that order), ``df`` the records with their verdicts
     (``attach_validity``), ``only`` :func:`bench.selection.choose_on_validation`'s restrictions. A scored
@@ -211,8 +216,8 @@ def score_edge_probes(df, method: str, tuned: list[str], choice: dict, probes: l
     it passes its validity checks and its mean validation NLL is lower, beyond the seed noise where there
     are two seeds or more (p below the boards' ``ALPHA``); with one seed, lower as the choice was made. A
     probe as good as the choice within the seed noise does not make it an edge: the validation NLL is flat
-    there, not falling past the end. A probe that cannot be weighed says why (``not_scored``): no records,
-    or not on the choice's fit of the MAP network."""
+    there, not falling past the end. A probe that cannot be weighed says why (``not_scored``): no records
+    (``missing``, when given, says why it has none), or not on the choice's fit of the MAP network."""
     import math
 
     from bench.leaderboard.stats import ALPHA, paired_p_value
@@ -225,14 +230,14 @@ def score_edge_probes(df, method: str, tuned: list[str], choice: dict, probes: l
             (c,) = [c for c in choose_on_validation(df, method, tuned, model=choice["model"],
                                                     configs=[configs[0], cfg], **only)]
         except (BenchError, ValueError) as exc:
-            out.append({**probe, "not_scored": f"no validation records of the probe and the choice ({exc})"})
+            out.append({**probe, "not_scored": missing or f"no validation records of the probe and the choice ({exc})"})
             continue
         rows = {_values_key(r["values"]): r for r in c["candidates"]}
         mine = rows.get(_values_key({**choice["chosen"], **probe["values"]}))
         theirs = rows.get(_values_key(choice["chosen"]))
         if mine is None or theirs is None:  # one_network kept one of the two (c["other_networks"]), or one has none
             why = ("the probe and the choice stand on different fits of the MAP network" if c.get("other_networks")
-                   else "no validation records of the probe" if mine is None
+                   else missing or "no validation records of the probe" if mine is None
                    else "no validation records of the choice beside the probe's")
             out.append({**probe, "not_scored": why})
             continue
@@ -262,12 +267,16 @@ def carry_edge_probes(choices: list[dict], entry: dict | None) -> None:
             c["edge_probes"] = probes
 
 
+def _seed_test(p: dict) -> str:
+    """The seed test of a weighed edge probe, e.g. "paired t-test p 0.96 over 3 seeds"; "" with one seed."""
+    return f"paired t-test p {p['p_value']:.2g} over {len(p['seeds'])} seeds" if p.get("p_value") is not None else ""
+
+
 def _probe_outcome(p: dict) -> str:
     """How a weighed edge probe came out, in words (its seed test where it has one)."""
     from bench.selection import probe_outcome
 
-    test = (f" (paired t-test p {p['p_value']:.2g} over {len(p['seeds'])} seeds)"
-            if p.get("p_value") is not None else "")
+    test = f" ({_seed_test(p)})" if _seed_test(p) else ""
     return {"better": "passes its checks: better" + test, "fails": f"fails its checks ({p['validity']})",
             "tied": "passes its checks: tied within the seed noise" + test, "worse": "no better"}[probe_outcome(p)]
 
@@ -384,11 +393,11 @@ def tuning_markdown(doc: dict) -> str:
             ok = sum(1 for r in c["candidates"] if r.get("validity", "ok") == "ok")
             chosen = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in c["chosen"].items()) \
                 if c["chosen"] else "none"
+            edges = edge_keys(e["space"], c)
             note = "; ".join(filter(None, [
                 "" if c.get("chosen_among_valid", True) else "no candidate passes its validity checks: chosen "
                                                                "among all, not method evidence",
-                stale, f"at the edge: {', '.join(edge_keys(e['space'], c))}" if edge_keys(e["space"], c) and not stale
-                else "", probe_text(c),
+                stale, f"at the edge: {', '.join(edges)}" if edges and not stale else "", probe_text(c),
                 c.get("why", ""), "validation first" if validation_first(e) else ""]))
             lines.append(f"| {m} | {c['model']} | {swept} | {chosen} | {','.join(map(str, c['seeds']))} | "
                          f"{ok}/{len(c['candidates'])} | {note} |")
@@ -828,11 +837,16 @@ def _choice_edges(results_dirs):
             yield doc, key, entry, c, _edge_text(entry.get("space") or {}, c)
 
 
+def _weighed_probes(choice: dict) -> dict[str, dict]:
+    """Space key -> the edge probe of a stored choice that was weighed against it (not ``not_scored``)."""
+    return {p["key"]: p for p in choice.get("edge_probes") or [] if "not_scored" not in p}
+
+
 def edge_keys(space: dict, choice: dict) -> list[str]:
     """The space keys a stored choice sits at the edge of: those its edge probe past the end beats
     (:func:`score_edge_probes`), and, unprobed, those :func:`at_edge` names (three or more values); a key
     whose probe the choice holds against is not an edge whatever its count of values."""
-    probes = {p["key"]: p for p in choice.get("edge_probes") or [] if "not_scored" not in p}
+    probes = _weighed_probes(choice)
     named = choice.get("at_edge") or []
     return [k for k in space if (probes[k]["beats_choice"] if k in probes else k in named)]
 
@@ -843,10 +857,10 @@ def unprobed_ends(space: dict, choice: dict) -> list[str]:
     larger of 0.01, 0.05"; [] for a choice made among all (nothing to defend)."""
     if not choice.get("chosen_among_valid", True):
         return []
-    probed = {p["key"] for p in choice.get("edge_probes") or [] if "not_scored" not in p}
+    probed = _weighed_probes(choice)
     out = []
     for k, vals in space.items():
-        nums = sorted(v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool))
+        nums = _numbers(vals)
         value = choice["chosen"].get(options_of(k)[0])
         if len(nums) == 2 == len(vals) and value in nums and k not in probed:
             out.append(f"{k.replace(TIE, ' = ')} = {value:g}, the {'smaller' if value == nums[0] else 'larger'} of "
@@ -858,19 +872,18 @@ def _edge_text(space: dict, choice: dict) -> str:
     """Which end of which swept range ``choice`` (a stored choice with its ``at_edge`` keys and edge probes)
     sits at (:func:`edge_keys`), e.g. "kl_weight = 0.0001, the smallest of 0.0001, 0.001, 0.01, 0.1"; with
     the probe that beat it; "" when none."""
-    probes = {p["key"]: p for p in choice.get("edge_probes") or [] if "not_scored" not in p}
+    probes = _weighed_probes(choice)
     parts = []
     for k in edge_keys(space, choice):
-        vals = sorted(v for v in space.get(k, []) if isinstance(v, (int, float)))
+        vals = _numbers(space.get(k, []))
         value = choice["chosen"].get(options_of(k)[0])
         end = "smallest" if value == vals[0] else "largest"
         text = f"{k.replace(TIE, ' = ')} = {value:g}, the {end} of {', '.join(f'{v:g}' for v in vals)}"
         if k in probes:
             p = probes[k]
-            test = (f", paired t-test p {p['p_value']:.2g} over {len(p['seeds'])} seeds"
-                    if p.get("p_value") is not None else "")
+            test = _seed_test(p)
             text += (f"; one step past it, {next(iter(p['values'].values())):g} passes its checks at a lower "
-                     f"validation NLL ({p['score']:.4g} against {p['choice_score']:.4g}{test})")
+                     f"validation NLL ({p['score']:.4g} against {p['choice_score']:.4g}{', ' + test if test else ''})")
         parts.append(text)
     return "; ".join(parts)
 
