@@ -743,8 +743,8 @@ def cmd_tune(args) -> int:
             raise BenchError(f"bench tune: profile {args.profile!r} gives {m} options of its own on some of its models "
                              f"({', '.join(plan.models)}): tune one model at a time (--set models=NAME)")
 
-    def sweep(m, sets, only_sets=None):
-        argv = ["run", "--suite", args.suite, "--profile", args.profile, "--methods", m, "--out", args.out,
+    def sweep(m, sets, only_sets=None, out=None):
+        argv = ["run", "--suite", args.suite, "--profile", args.profile, "--methods", m, "--out", str(out or args.out),
                 "--device", args.device, "--no-report"]
         argv += ["--data-root", args.data_root] if args.data_root else []
         argv += ["--threads", str(args.threads)] if args.threads else []
@@ -771,22 +771,28 @@ def cmd_tune(args) -> int:
             rest = [f"models={c['model']}", *(s for s in args.sets if not s.startswith("models="))]
             sets = [[*tuning.probe_sets(m, c["chosen"], p), *rest] for p in [None, *probes]]
             plans = [resolve_plan(suite, args.profile, [m], parse_sets(s), method_registry=METHODS) for s in sets]
-            # a method built on the MAP network is weighed on the networks its choice stood on: where they are
-            # not kept, a probe would train others and could not be weighed, so it is not fitted
+            # a method built on the MAP network is weighed on the networks its choice stood on; where they are
+            # not kept, the probes train networks of their own in a store beside (tuning.refit_root), with the
+            # choice fitted again there on the same networks: the pair is weighed there, seed by seed
             unkept = unkept_map_networks(suite, plans[0], m, c["model"], c["seeds"], args.out) if probes else []
-            if not args.select_only and not unkept:
-                for s in sets[1:]:
-                    sweep(m, s, ",".join(tuning.VALIDATION_FIRST_KINDS))
-            fits.append((c, probes, [p.methods[m][0] for p in plans], unkept))
-        if not fits:
-            return
-        df = attach_validity(load_records(args.out, args.suite))
-        for c, probes, cfgs, unkept in fits:
-            why = (f"not fitted: the MAP network of seed(s) {', '.join(map(str, unkept))} is not kept under "
-                   f"{args.out} (a probe would train another; scripts/keep_records.py save-maps keeps them)"
-                   if unkept else "")
-            c["edge_probes"] = tuning.score_edge_probes(df, m, tuning.tuned_options(spaces[m]), c, probes, cfgs,
-                                                        missing=why, **only)
+            where = tuning.refit_root(args.out) if unkept else Path(args.out)
+            if not args.select_only:
+                for s in sets if unkept else sets[1:]:
+                    sweep(m, s, ",".join(tuning.VALIDATION_FIRST_KINDS), out=where)
+            fits.append((c, probes, [p.methods[m][0] for p in plans], unkept, where))
+        frames = {}
+        for c, probes, cfgs, unkept, where in fits:
+            if where not in frames:
+                df = load_records(where, args.suite)
+                frames[where] = attach_validity(df) if len(df) else df
+            seeds, beside = ", ".join(map(str, unkept)), f"the store beside the tune's results ({where.name})"
+            refit = (f"the MAP network of seed(s) {seeds} is not kept with the tune's records: the probes and the "
+                     f"choice fitted again in {beside}, on MAP networks trained there" if unkept else "")
+            why = (f"not fitted: the MAP network of seed(s) {seeds} is not kept with the tune's records and nothing "
+                   f"was fitted in {beside} (bench tune --probe-edges without --select-only fits the probes there, "
+                   f"beside the choice fitted again)" if unkept else "")
+            c["edge_probes"] = tuning.score_edge_probes(frames[where], m, tuning.tuned_options(spaces[m]), c, probes,
+                                                        cfgs, missing=why, refit=refit, **only)
 
     for m in methods:
         runs = tuning.sweep_runs(m, spaces[m])

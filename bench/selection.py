@@ -327,7 +327,9 @@ def _probe_row(choice: dict, probe: dict, seeds) -> str:
                  f"{SYMBOLS[status]} {status}" if status in SYMBOLS else status,
                  f"{where}: " + {"better": "better beyond the seed noise, the choice is an edge",
                                  "fails": "fails its checks, no choice", "tied": "tied within the seed noise",
-                                 "worse": "no better"}[probe_outcome(probe)]]
+                                 "worse": "no better"}[probe_outcome(probe)]
+                 + (f"; weighed against the choice fitted again beside it, {probe['choice_score']:.4f} "
+                    f"({probe['choice_refit']})" if probe.get("choice_refit") else "")]
     return "| " + " | ".join(cells) + " |"
 
 

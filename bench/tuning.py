@@ -205,8 +205,18 @@ def probe_sets(method: str, chosen: dict, probe: dict | None) -> list[str]:
     return [f"{method}.{o}=" + _values([v]) for o, v in {**chosen, **(probe or {}).get("values", {})}.items()]
 
 
+def refit_root(results) -> Path:
+    """The results store beside ``results`` where ``bench tune --probe-edges`` fits the edge probes of a
+    method built on the MAP network when the networks its choice stood on are not kept: there the probes and
+    the choice, fitted again, stand on the same MAP networks, trained there: a store of its own, beside
+    ``results`` and not inside it (a reading of every suite under ``results`` would take its records for the
+    tune's)."""
+    results = Path(results).resolve()
+    return results.with_name(f"{results.name}-edge-probes")
+
+
 def score_edge_probes(df, method: str, tuned: list[str], choice: dict, probes: list[dict], configs: list[dict],
-                      missing: str = "", **only) -> list[dict]:
+                      missing: str = "", refit: str = "", **only) -> list[dict]:
     """Each of ``probes`` beside ``choice`` as the protocol would weigh them: ``configs`` the full method
     configurations of the choice and of each probe (in that order), ``df`` the records with their verdicts
     (``attach_validity``), ``only`` :func:`bench.selection.choose_on_validation`'s restrictions. A scored
@@ -217,7 +227,9 @@ def score_edge_probes(df, method: str, tuned: list[str], choice: dict, probes: l
     are two seeds or more (p below the boards' ``ALPHA``); with one seed, lower as the choice was made. A
     probe as good as the choice within the seed noise does not make it an edge: the validation NLL is flat
     there, not falling past the end. A probe that cannot be weighed says why (``not_scored``): no records
-    (``missing``, when given, says why it has none), or not on the choice's fit of the MAP network."""
+    (``missing``, when given, says why it has none), or not on the choice's fit of the MAP network. ``refit``:
+    ``df`` holds the choice fitted again beside the probes, not the fit it was chosen on; a weighed probe
+    keeps the reason (``choice_refit``)."""
     import math
 
     from bench.leaderboard.stats import ALPHA, paired_p_value
@@ -226,6 +238,9 @@ def score_edge_probes(df, method: str, tuned: list[str], choice: dict, probes: l
 
     out = []
     for probe, cfg in zip(probes, configs[1:]):
+        if df.empty:
+            out.append({**probe, "not_scored": missing or "no records"})
+            continue
         try:
             (c,) = [c for c in choose_on_validation(df, method, tuned, model=choice["model"],
                                                     configs=[configs[0], cfg], **only)]
@@ -246,7 +261,8 @@ def score_edge_probes(df, method: str, tuned: list[str], choice: dict, probes: l
         out.append({**probe, "config_hash": mine["config_hash"], "seeds": sorted(mine["per_seed"]),
                     "per_seed": mine["per_seed"], "score": mine["score"], "validity": mine["validity"],
                     "choice_score": theirs["score"], "p_value": p_value if math.isfinite(p_value) else None,
-                    "beats_choice": bool(mine["validity"] == OK and mine["score"] < theirs["score"] and separated)})
+                    "beats_choice": bool(mine["validity"] == OK and mine["score"] < theirs["score"] and separated),
+                    **({"choice_refit": refit} if refit else {})})
     return out
 
 
@@ -291,9 +307,11 @@ def probe_text(choice: dict) -> str:
         if "not_scored" in p:
             parts.append(f"{name} not weighed ({p['not_scored']})")
         else:
-            parts.append(f"{name} scores {p['score']:.4g} against the choice's {p['choice_score']:.4g}, "
+            again = " fitted again beside it" if p.get("choice_refit") else ""
+            parts.append(f"{name} scores {p['score']:.4g} against the choice's{again} {p['choice_score']:.4g}, "
                          + _probe_outcome(p))
-    return ("probed one step past its edges: " + "; ".join(parts)) if parts else ""
+    refits = sorted({p["choice_refit"] for p in choice.get("edge_probes") or [] if p.get("choice_refit")})
+    return ("probed one step past its edges: " + "; ".join(parts) + "".join(f" ({r})" for r in refits)) if parts else ""
 
 
 def check_spaces(spaces: dict[str, dict[str, list]] = SPACES, n: int = CONFIGS_PER_METHOD) -> None:

@@ -575,31 +575,61 @@ def test_a_probe_on_another_fit_of_the_map_network_is_not_weighed():
 
 
 
-def test_a_probe_of_a_method_built_on_the_map_network_needs_its_networks_kept(tmp_path, monkeypatch):
+def test_a_probe_of_a_method_built_on_the_map_network_is_weighed_on_one_fit_of_it(tmp_path, monkeypatch):
     """toy smoke PBN, every verdict ok: with the MAP networks of the tune kept, --probe-edges fits and weighs
-    its probes on them; with them removed it fits nothing (no probe record, no MAP network trained again,
-    which the probe could not be weighed on) and says why."""
+    its probes on them; with them removed it writes nothing beside the tune's records (no probe record, no
+    MAP network trained again there) and fits the probes and the choice again in the store beside
+    (tuning.refit_root), on networks trained there, and weighs them against that refit, seed by seed; under
+    --select-only without that store it says why nothing is weighed."""
     import shutil
+
+    from bench.selection import choose_on_validation
+    from bench.validity import attach_validity
 
     _all_valid(monkeypatch)
     argv = ["tune", "--suite", "toy", "--profile", "smoke", "--methods", "pbn", "--device", "cpu", "--threads", "1",
             "--quiet"]
 
-    def probes(out):
-        (choice,) = json.loads((out / "toy" / "tuning" / "smoke.json").read_text())["methods"]["pbn"]["choices"]
-        return choice["edge_probes"]
+    def choice(out):
+        (c,) = json.loads((out / "toy" / "tuning" / "smoke.json").read_text())["methods"]["pbn"]["choices"]
+        return c
 
     kept, lost = tmp_path / "kept", tmp_path / "lost"
     for out in (kept, lost):
         assert main([*argv, "--out", str(out)]) == 0
-    n_records = len(load_records(lost, "toy"))
+    n_records = len(load_records(lost))
     shutil.rmtree(lost / "toy" / "checkpoints" / "map")
     for out in (kept, lost):
         assert main([*argv, "--out", str(out), "--probe-edges"]) == 0
-    assert len(probes(kept)) == 2 and all("score" in p for p in probes(kept))
-    assert len(probes(lost)) == 2 and all(p["not_scored"].startswith("not fitted: the MAP network of seed(s) 0 is "
-                                                                     "not kept") for p in probes(lost))
-    assert len(load_records(lost, "toy")) == n_records and not (lost / "toy" / "checkpoints" / "map").exists()
+    assert len(choice(kept)["edge_probes"]) == 2 and all("score" in p and "choice_refit" not in p
+                                                         for p in choice(kept)["edge_probes"])
+    assert not tuning.refit_root(kept).exists()
+    assert len(load_records(lost)) == n_records and not (lost / "toy" / "checkpoints" / "map").exists()
+    refit = tuning.refit_root(lost)
+    assert refit.parent == lost.parent  # a store of its own: a reading of every suite under lost reads none of it
+    assert list((refit / "toy" / "checkpoints" / "map").rglob("seed0.pt"))
+    c, board = choice(lost), choice(kept)
+    df = attach_validity(load_records(refit, "toy"))
+    (again,) = df[df.config_hash == c["chosen_config_hash"]].groupby("config_hash")["seed"].nunique()
+    assert again == len(c["seeds"])  # the choice, fitted again beside its probes on every seed
+    for p in c["edge_probes"]:
+        assert "is not kept with the tune's records" in p["choice_refit"] and f"({refit.name})" in p["choice_refit"]
+        (both,) = choose_on_validation(df, "pbn", ["beta_start", "rho_lr"], model=c["model"], profile="smoke",
+                                       configs=[r["method_config"] for r in (df[df.config_hash == h].iloc[0]
+                                                                             for h in (c["chosen_config_hash"],
+                                                                                       p["config_hash"]))])
+        scores = {r["config_hash"]: r["score"] for r in both["candidates"]}
+        assert p["score"] == pytest.approx(scores[p["config_hash"]])
+        assert p["choice_score"] == pytest.approx(scores[c["chosen_config_hash"]])
+    assert "fitted again beside it" in tuning.probe_text(c)
+    assert main([*argv, "--out", str(lost), "--select-only", "--probe-edges"]) == 0  # weighed again from there
+    assert [p.get("score") for p in choice(lost)["edge_probes"]] == [p["score"] for p in c["edge_probes"]]
+    shutil.rmtree(refit)
+    assert main([*argv, "--out", str(lost), "--select-only", "--probe-edges"]) == 0
+    assert len(choice(lost)["edge_probes"]) == 2 and all(p["not_scored"].startswith("not fitted: the MAP network of "
+                                                                                    "seed(s) 0 is not kept")
+                                                         for p in choice(lost)["edge_probes"])
+    assert board["chosen_config_hash"] == c["chosen_config_hash"]
 
 
 def test_a_probe_within_the_seed_noise_of_the_choice_does_not_make_it_an_edge():
