@@ -575,7 +575,7 @@ def test_a_probe_on_another_fit_of_the_map_network_is_not_weighed():
 
 
 
-def test_a_probe_of_a_method_built_on_the_map_network_is_weighed_on_one_fit_of_it(tmp_path, monkeypatch):
+def test_a_probe_of_a_method_built_on_the_map_network_is_weighed_on_one_fit_of_it(tmp_path, monkeypatch, capsys):
     """toy smoke PBN, every verdict ok: with the MAP networks of the tune kept, --probe-edges fits and weighs
     its probes on them; with them removed it writes nothing beside the tune's records (no probe record, no
     MAP network trained again there) and fits the probes and the choice again in the store beside
@@ -622,6 +622,12 @@ def test_a_probe_of_a_method_built_on_the_map_network_is_weighed_on_one_fit_of_i
         assert p["score"] == pytest.approx(scores[p["config_hash"]])
         assert p["choice_score"] == pytest.approx(scores[c["chosen_config_hash"]])
     assert "fitted again beside it" in tuning.probe_text(c)
+    capsys.readouterr()
+    assert main(["tune", "--suite", "toy", "--profile", "smoke", "--out", str(lost), "--markdown",
+                 "--candidates", "pbn"]) == 0
+    rows = [x for x in capsys.readouterr().out.splitlines() if "(not a candidate)" in x]
+    assert len(rows) == 2 and all(f"weighed against the choice fitted again beside it, {p['choice_score']:.4f} ("
+                                  in x for x, p in zip(rows, c["edge_probes"])), rows
     assert main([*argv, "--out", str(lost), "--select-only", "--probe-edges"]) == 0  # weighed again from there
     assert [p.get("score") for p in choice(lost)["edge_probes"]] == [p["score"] for p in c["edge_probes"]]
     shutil.rmtree(refit)
