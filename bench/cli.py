@@ -785,12 +785,12 @@ def cmd_tune(args) -> int:
             if where not in frames:
                 df = load_records(where, args.suite)
                 frames[where] = attach_validity(df) if len(df) else df
-            seeds, beside = ", ".join(map(str, unkept)), f"the store beside the tune's results ({where.name})"
-            refit = (f"the MAP network of seed(s) {seeds} is not kept with the tune's records: the probes and the "
-                     f"choice fitted again in {beside}, on MAP networks trained there" if unkept else "")
-            why = (f"not fitted: the MAP network of seed(s) {seeds} is not kept with the tune's records and nothing "
-                   f"was fitted in {beside} (bench tune --probe-edges without --select-only fits the probes there, "
-                   f"beside the choice fitted again)" if unkept else "")
+            seeds, beside = ", ".join(map(str, unkept)), "<results>-edge-probes"
+            refit = (f"the tune's MAP networks of seed(s) {seeds} are not kept: the probes and the choice fitted "
+                     f"again on networks trained in {beside}" if unkept else "")
+            why = (f"not fitted: the tune's MAP networks of seed(s) {seeds} are not kept and nothing was fitted in "
+                   f"{beside} (bench tune --probe-edges without --select-only fits the probes there, beside the "
+                   f"choice fitted again)" if unkept else "")
             c["edge_probes"] = tuning.score_edge_probes(frames[where], m, tuning.tuned_options(spaces[m]), c, probes,
                                                         cfgs, missing=why, refit=refit, **only)
 

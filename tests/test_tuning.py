@@ -613,7 +613,8 @@ def test_a_probe_of_a_method_built_on_the_map_network_is_weighed_on_one_fit_of_i
     (again,) = df[df.config_hash == c["chosen_config_hash"]].groupby("config_hash")["seed"].nunique()
     assert again == len(c["seeds"])  # the choice, fitted again beside its probes on every seed
     for p in c["edge_probes"]:
-        assert "is not kept with the tune's records" in p["choice_refit"] and f"({refit.name})" in p["choice_refit"]
+        assert p["choice_refit"] == "the tune's MAP networks of seed(s) 0 are not kept: the probes and the choice " \
+                                   "fitted again on networks trained in <results>-edge-probes"
         (both,) = choose_on_validation(df, "pbn", ["beta_start", "rho_lr"], model=c["model"], profile="smoke",
                                        configs=[r["method_config"] for r in (df[df.config_hash == h].iloc[0]
                                                                              for h in (c["chosen_config_hash"],
@@ -632,8 +633,8 @@ def test_a_probe_of_a_method_built_on_the_map_network_is_weighed_on_one_fit_of_i
     assert [p.get("score") for p in choice(lost)["edge_probes"]] == [p["score"] for p in c["edge_probes"]]
     shutil.rmtree(refit)
     assert main([*argv, "--out", str(lost), "--select-only", "--probe-edges"]) == 0
-    assert len(choice(lost)["edge_probes"]) == 2 and all(p["not_scored"].startswith("not fitted: the MAP network of "
-                                                                                    "seed(s) 0 is not kept")
+    assert len(choice(lost)["edge_probes"]) == 2 and all(p["not_scored"].startswith("not fitted: the tune's MAP "
+                                                                                    "networks of seed(s) 0 are not")
                                                          for p in choice(lost)["edge_probes"])
     assert board["chosen_config_hash"] == c["chosen_config_hash"]
 
