@@ -208,9 +208,9 @@ def probe_sets(method: str, chosen: dict, probe: dict | None) -> list[str]:
 def refit_root(results) -> Path:
     """The results store beside ``results`` where ``bench tune --probe-edges`` fits the edge probes of a
     method built on the MAP network when the networks its choice stood on are not kept: there the probes and
-    the choice, fitted again, stand on the same MAP networks, trained there: a store of its own, beside
-    ``results`` and not inside it (a reading of every suite under ``results`` would take its records for the
-    tune's)."""
+    the choice, fitted again, stand on the same MAP networks, trained there. It is a store of its own beside
+    ``results``, not inside it: a reading of every suite under ``results`` would take its records for the
+    tune's."""
     results = Path(results).resolve()
     return results.with_name(f"{results.name}-edge-probes")
 
@@ -307,8 +307,8 @@ def probe_text(choice: dict) -> str:
         if "not_scored" in p:
             parts.append(f"{name} not weighed ({p['not_scored']})")
         else:
-            again = " fitted again beside it" if p.get("choice_refit") else ""
-            parts.append(f"{name} scores {p['score']:.4g} against the choice's{again} {p['choice_score']:.4g}, "
+            whose = "the refitted choice's" if p.get("choice_refit") else "the choice's"
+            parts.append(f"{name} scores {p['score']:.4g} against {whose} {p['choice_score']:.4g}, "
                          + _probe_outcome(p))
     refits = sorted({p["choice_refit"] for p in choice.get("edge_probes") or [] if p.get("choice_refit")})
     return ("probed one step past its edges: " + "; ".join(parts) + "".join(f" ({r})" for r in refits)) if parts else ""

@@ -622,7 +622,7 @@ def test_a_probe_of_a_method_built_on_the_map_network_is_weighed_on_one_fit_of_i
         scores = {r["config_hash"]: r["score"] for r in both["candidates"]}
         assert p["score"] == pytest.approx(scores[p["config_hash"]])
         assert p["choice_score"] == pytest.approx(scores[c["chosen_config_hash"]])
-    assert "fitted again beside it" in tuning.probe_text(c)
+    assert "against the refitted choice's" in tuning.probe_text(c)
     capsys.readouterr()
     assert main(["tune", "--suite", "toy", "--profile", "smoke", "--out", str(lost), "--markdown",
                  "--candidates", "pbn"]) == 0
