@@ -236,7 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="after choosing, fit each choice one step past every end of its space it sits at (the "
                          "validation and clean test sets, the choice's seeds; with --select-only: from the records "
                          "there are) and store whether the protocol would have chosen that fit: a choice a probe "
-                         "beats is at the edge of its space, its rows no verdict on the method (docs/validity.md)")
+                         "beats is at the edge of its space, its rows no verdict on the method (docs/validity.md); "
+                         "a method built on the MAP network whose networks are not kept under --out is probed "
+                         "beside the choice fitted again, on networks trained in <out>-edge-probes")
     tu.add_argument("--markdown", action="store_true",
                     help="print the stored tuning of --suite/--profile as a markdown table and write nothing")
     tu.add_argument("--candidates", metavar="METHOD", default=None,
