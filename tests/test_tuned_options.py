@@ -111,3 +111,19 @@ def test_the_tune_of_another_objective_prints_its_fixed_options_before_its_choic
     kept = _run(Path(__file__).resolve().parents[1] / "docs" / "tuning", "mnist_rotated", "quick", "ssvi[epochs=60]",
                 "lenet_300_100")
     assert kept.returncode == 0 and kept.stdout.split()[:2] == ["--set", "ssvi.epochs=60"], kept.stderr
+
+
+def test_the_camvid_rerun_script_runs_seeds_at_the_kept_rerun_tunes_choice():
+    """scripts/camvid_rerun.sh runs seeds 1-2 of a tuned method at the choice of the rerun's kept tune
+    (docs/records-rerun): its --set words (split and budget) are those the tune ran with, so
+    tuned_options gives VDP++'s choice under them, and refuses it at the profile's own budget."""
+    import re
+    import shlex
+
+    root = Path(__file__).resolve().parents[1]
+    line = next(x for x in (root / "scripts" / "camvid_rerun.sh").read_text().splitlines() if x.startswith("S=("))
+    sets = shlex.split(re.fullmatch(r"S=\((.*)\)", line).group(1))
+    assert sets[::2] == ["--set"] * (len(sets) // 2)
+    out = _run(root / "docs" / "records-rerun", "camvid", "quick", "vdp", "unet_small", *sets)
+    assert out.returncode == 0 and out.stdout.split()[0::2] == ["--set"] and "vdp.kl_weight=" in out.stdout, out.stderr
+    assert _run(root / "docs" / "records-rerun", "camvid", "quick", "vdp", "unet_small").returncode == 2
