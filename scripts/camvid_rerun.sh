@@ -12,8 +12,9 @@
 # A and B run side by side on two cores (one thread each) and resume: a finished cell is skipped, a
 # training stopped midway continues from its last epoch (checkpoints under $OUT). A tuned method is
 # tuned on seed 0 (bench tune --validation-first: the candidates not chosen are scored on the
-# validation and clean test frames only), then runs seeds 1-2 at its choice (scripts/tuned_options.py;
-# none when no candidate passes its checks). OUT (default results-camvid-rerun) is the results folder,
+# validation and clean test frames only) and its choice fitted one step past every end of its space it
+# sits at (--probe-edges), then runs seeds 1-2 at its choice (scripts/tuned_options.py; none when no
+# candidate passes its checks). OUT (default results-camvid-rerun) is the results folder,
 # DATA_ROOT (default data) the data root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,7 @@ S=(--set "data.val_sequences=[0006R0]" --set train.epochs=30)
 RUN=(--suite camvid --profile quick --data-root "${DATA_ROOT:-data}" --out "$OUT" --threads 1 --quiet)
 UNTUNED=deterministic,temperature_scaling,laplace_last_layer,laplace_diag,subnet_laplace,deep_ensemble
 
-tune() { $PY -m bench tune "${RUN[@]}" --methods "$1" "${S[@]}" --set seeds=0 --validation-first; }
+tune() { $PY -m bench tune "${RUN[@]}" --methods "$1" "${S[@]}" --set seeds=0 --validation-first --probe-edges; }
 seeds12() {
   local chosen
   if ! chosen=$($PY scripts/tuned_options.py "$OUT" camvid quick "$1" unet_small "${S[@]}"); then
@@ -48,5 +49,5 @@ case "${1:-}" in
     bash scripts/ensure_venv.sh
     for m in vdp ssvi; do tune "$m"; done
     for m in vdp ssvi; do seeds12 "$m"; done ;;
-  *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
