@@ -161,6 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--force-method", dest="force_methods", type=_csv, action="extend", default=[], metavar="NAME",
                    help="refit and re-evaluate the cells of these methods only (repeatable or comma-separated); "
                         "unlike --force, the cached MAP networks are kept, not retrained")
+    r.add_argument("--redo-predating", action="store_true",
+                   help="refit and re-evaluate the finished cells whose records predate a validity check a refit "
+                        "measures (their verdict says 'it predates the check: rerun the cell'; "
+                        "bench.validity.REFIT_MEASURES); the cached MAP networks are kept")
     _plugin_option(r)
     kp = r.add_argument_group("kept predictions (docs/predictions.md; python -m bench rescore)")
     kp.add_argument("--keep-predictions", action="store_true",
@@ -239,6 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "beats is at the edge of its space, its rows no verdict on the method (docs/validity.md); "
                          "a method built on the MAP network whose networks are not kept under --out is probed "
                          "beside the choice fitted again, on networks trained in <out>-edge-probes")
+    tu.add_argument("--redo-predating", action="store_true",
+                    help="passed on to the sweeps (bench run --redo-predating): candidates whose records predate a "
+                         "validity check are refitted, so that the choice is made among fits the checks can judge")
     tu.add_argument("--markdown", action="store_true",
                     help="print the stored tuning of --suite/--profile as a markdown table and write nothing")
     tu.add_argument("--candidates", metavar="METHOD", default=None,
@@ -557,6 +564,7 @@ def run_plan(args, suite, plan, methods: list[str]):
     if args.executor == "local":
         harness = Harness(suite, plan, data, store, device, METHODS, force=args.force, progress=not args.quiet,
                           force_methods=getattr(args, "force_methods", ()), only_kinds=getattr(args, "only_sets", None),
+                          redo_predating=getattr(args, "redo_predating", False),
                           keep_predictions=args.prediction_policy,
                           quiet=args.quiet, workers=args.loader_workers, pretrained=pretrained)
         summary = harness.run()
@@ -564,7 +572,8 @@ def run_plan(args, suite, plan, methods: list[str]):
         from bench.executors.launch import run_distributed
 
         artifacts = Harness(suite, plan, data, store, device, METHODS, quiet=True,
-                            keep_predictions=args.prediction_policy, force_methods=getattr(args, "force_methods", ()))
+                            keep_predictions=args.prediction_policy, force_methods=getattr(args, "force_methods", ()),
+                            redo_predating=getattr(args, "redo_predating", False))
         del data
         summary = run_distributed(args, suite, plan, data_root, device, pretrained, store, METHODS, workers, threads,
                                   on_connect=artifacts.write_artifacts,  # nothing written before the cluster answers
@@ -752,6 +761,7 @@ def cmd_tune(args) -> int:
         argv += ["--threads", str(args.threads)] if args.threads else []
         argv += ["--quiet"] if args.quiet else []
         argv += ["--only-sets", only_sets] if only_sets else []
+        argv += ["--redo-predating"] if getattr(args, "redo_predating", False) else []
         argv += [a for f in getattr(args, "plugins", []) for a in ("--plugin", f)]
         for s in sets:
             argv += ["--set", s]

@@ -434,7 +434,8 @@ class Harness:
     def __init__(self, suite, plan: RunPlan, data: SuiteData, store: ResultsStore, device: torch.device,
                  methods_registry, *, force: bool = False, progress: bool = False, quiet: bool = False,
                  workers: int = 0, pretrained: dict[str, dict] | None = None, map_refresh: bool | None = None,
-                 keep_predictions: PredictionPolicy | None = None, force_methods=(), only_kinds=None):
+                 keep_predictions: PredictionPolicy | None = None, force_methods=(), only_kinds=None,
+                 redo_predating: bool = False):
         self.suite, self.plan, self.data, self.store = suite, plan, data, store
         suite.results_dir = store.root  # a suite may read networks an earlier run left there (data.backbone=camvid)
         self.device, self.methods_registry = device, methods_registry
@@ -442,6 +443,10 @@ class Harness:
         # --force-method: these methods' cells are refitted and re-evaluated; the MAP networks are not
         # retrained (the cache refreshes with ``force`` only)
         self.force_methods = frozenset(force_methods or ())
+        # --redo-predating: a finished cell whose clean-test record predates a check a refit measures
+        # (bench.validity.predating_checks) is refitted and re-evaluated, its MAP network kept
+        self.redo_predating = bool(redo_predating)
+        self._refits: set = set()  # the run directories of such cells in this run
         self.workers = int(workers)  # loader processes for file-backed evaluation sets
         self.pretrained = pretrained or {}  # model -> {"path": weights file}: a pretrained MAP network
         self.summary = RunSummary()
@@ -585,11 +590,11 @@ class Harness:
         seed_everything(fit_seed)  # initialisation inside the constructor depends on it
         method = cls(ctx, **cfg)
         ckpt, old_ckpt = self.fitted_path(cid, fhash), self.fitted_path(cid, legacy_fhash)
-        if not ckpt.exists() and legacy_fhash != fhash and old_ckpt.exists() and not self.forced(method_name):
+        if not ckpt.exists() and legacy_fhash != fhash and old_ckpt.exists() and not self.refitted(cid):
             ckpt = old_ckpt  # fitted by older code under the identity that included evaluation options
         try:
             state = None
-            if ckpt.exists() and not self.forced(method_name):
+            if ckpt.exists() and not self.refitted(cid):
                 state = load_or_set_aside(ckpt, lambda st: method.load_state_dict(st["method"]))
             if state is not None:
                 fit_cost, fit_digest = state["fit_cost"], state.get("fit_digest")  # None: a checkpoint of older code
@@ -708,9 +713,27 @@ class Harness:
             pending = [e for e in self.data.eval_sets if _set_key(e) in todo]
             kept = {k: rec for k, rec in kept.items() if k not in redo}
             mixed = len(redo)
+        if not pending and self.redo_predating and self.predating(cid, kept):
+            return CellState(None, None, list(self.data.eval_sets), 0)
         why = None if pending else f"all {len(self.data.eval_sets)} evaluation records exist"
         return CellState(why, failure, pending, stale, unkept, mixed,
                          {k: record_fit_key(rec) for k, rec in kept.items()})
+
+    def predating(self, cid: CellIdentity, kept: dict) -> list[str]:
+        """The checks the clean-test record among ``kept`` predates (bench.validity.predating_checks); the
+        cell is then refitted in this run (:meth:`refitted`)."""
+        from bench.validity import predating_checks
+
+        rec = kept.get(_set_key(self.id_set))
+        names = predating_checks(rec) if rec is not None else []
+        if names:
+            self._refits.add(cid.run_dir)
+        return names
+
+    def refitted(self, cid: CellIdentity) -> bool:
+        """Whether the cell's fit is redone rather than loaded: ``--force``, ``--force-method`` naming its
+        method, or ``--redo-predating`` finding its records predate a check."""
+        return self.forced(cid.base["method"]) or cid.run_dir in self._refits
 
     def made_from(self, record: dict, e: EvalSet) -> bool:
         """Whether ``record`` was made from the data ``e`` holds now (same fingerprint)."""

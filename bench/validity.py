@@ -617,6 +617,21 @@ def laplace_predictive_variance(run: dict) -> CheckResult:
 
 
 # -- the verdict ---------------------------------------------------------------------------------------
+#: the checks a refit of the cell measures where its records predate them (their reason then says so,
+#: :data:`PREDATES`): ``bench run --redo-predating`` refits those cells. ``map_converged`` is not one: its
+#: measurement is the cached MAP network's, which a refit of the cell does not train again
+REFIT_MEASURES = ("vi_converged", "vi_stationarity", "laplace_predictive_variance")
+PREDATES = "predates the check"
+
+
+def predating_checks(id_record: dict) -> list[str]:
+    """The checks of :data:`REFIT_MEASURES` that the fit behind ``id_record`` (its clean-test record) could
+    not be judged by because the record predates them: a refit of its cell measures them."""
+    v = verdict(run_view(id_record), checks_of(id_record.get("method"), id_record.get("validity")))
+    return [c["name"] for c in v["checks"]
+            if c["name"] in REFIT_MEASURES and c["status"] == NOT_MEASURED and PREDATES in c["reason"]]
+
+
 def verdict(run: dict, check_names) -> dict:
     """``{"status", "checks": [CheckResult as dict], "reasons": [text], "version"}`` of one fitted
     configuration (``run``: see :func:`register_check`) under the checks ``check_names``."""

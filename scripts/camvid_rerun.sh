@@ -13,8 +13,9 @@
 # training stopped midway continues from its last epoch (checkpoints under $OUT). A tuned method is
 # tuned on seed 0 (bench tune --validation-first: the candidates not chosen are scored on the
 # validation and clean test frames only) and its choice fitted one step past every end of its space it
-# sits at (--probe-edges), then runs seeds 1-2 at its choice (scripts/tuned_options.py; none when no
-# candidate passes its checks). OUT (default results-camvid-rerun) is the results folder,
+# sits at (--probe-edges), its candidates whose records predate a check refitted first (--redo-predating:
+# the VI candidates fitted before vi_converged existed), then runs seeds 1-2 at its choice
+# (scripts/tuned_options.py; none when no candidate passes its checks). OUT (default results-camvid-rerun) is the results folder,
 # DATA_ROOT (default data) the data root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +27,7 @@ S=(--set "data.val_sequences=[0006R0]" --set train.epochs=30)
 RUN=(--suite camvid --profile quick --data-root "${DATA_ROOT:-data}" --out "$OUT" --threads 1 --quiet)
 UNTUNED=deterministic,temperature_scaling,laplace_last_layer,laplace_diag,subnet_laplace,deep_ensemble
 
-tune() { $PY -m bench tune "${RUN[@]}" --methods "$1" "${S[@]}" --set seeds=0 --validation-first --probe-edges; }
+tune() { $PY -m bench tune "${RUN[@]}" --methods "$1" "${S[@]}" --set seeds=0 --validation-first --probe-edges --redo-predating; }
 seeds12() {
   local chosen
   if ! chosen=$($PY scripts/tuned_options.py "$OUT" camvid quick "$1" unet_small "${S[@]}"); then
@@ -34,7 +35,7 @@ seeds12() {
     return 0
   fi
   # shellcheck disable=SC2086  # the --set words of the choice
-  $PY -m bench run "${RUN[@]}" --methods "$1" --seeds 1,2 "${S[@]}" $chosen --no-report
+  $PY -m bench run "${RUN[@]}" --methods "$1" --seeds 1,2 "${S[@]}" $chosen --no-report --redo-predating
 }
 
 case "${1:-}" in
@@ -42,12 +43,12 @@ case "${1:-}" in
   save) $PY scripts/keep_records.py save camvid --results "$OUT" --archive "$ARCHIVE" ;;
   A)
     bash scripts/ensure_venv.sh
-    $PY -m bench run "${RUN[@]}" --methods "$UNTUNED" "${S[@]}" --no-report
+    $PY -m bench run "${RUN[@]}" --methods "$UNTUNED" "${S[@]}" --no-report --redo-predating
     for m in mc_dropout mfvi pbn; do tune "$m"; done
     for m in mc_dropout mfvi pbn; do seeds12 "$m"; done ;;
   B)
     bash scripts/ensure_venv.sh
     for m in vdp ssvi; do tune "$m"; done
     for m in vdp ssvi; do seeds12 "$m"; done ;;
-  *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -718,3 +718,40 @@ def test_a_method_fitted_again_re_evaluates_the_records_of_another_fit(tmp_path,
     after, digest = _fits(out)
     assert digest != first and {r["fit_digest"] for r in after.values()} == {digest}
     assert all(after[n]["metrics"]["nll"] != before[n]["metrics"]["nll"] for n in after)
+
+
+def test_redo_predating_refits_only_the_cells_whose_records_predate_a_check(tmp_path):
+    """A finished cell whose clean-test record predates a check a refit measures (mean-field VI's record
+    without the per-epoch validation curve that vi_converged reads, as records made before the check were)
+    is skipped by a plain run and refitted by --redo-predating, which then measures it; a cell its checks
+    can judge (MAP's) is left alone, and a second --redo-predating has nothing to redo."""
+    import json
+
+    from bench.validity import predating_checks
+
+    out = tmp_path / "r"
+    argv = [*TOY, "--methods", "deterministic,mfvi", "--seeds", "0", "--out", str(out)]
+    assert main(argv) == 0
+
+    def id_record(method):
+        (path,) = [p for p in (out / "toy" / "records").rglob("id*.json") if f"/{method}-" in p.as_posix()]
+        return path, json.loads(path.read_text())
+
+    path, rec = id_record("mfvi")
+    assert rec["diagnostics"]["train"]["epoch_stats"] and predating_checks(rec) == []
+    for p in path.parent.glob("*.json"):  # every record of the cell as older code wrote them
+        r = json.loads(p.read_text())
+        for e in ((r.get("diagnostics") or {}).get("train") or {}).get("epoch_stats") or []:
+            e.pop("val_nll", None)
+        p.write_text(json.dumps(r))
+    old = json.loads(path.read_text())
+    assert predating_checks(old) == ["vi_converged"]
+    map_before = id_record("deterministic")[1]
+    assert main(argv) == 0 and id_record("mfvi")[1] == old  # a plain run skips it
+    assert main([*argv, "--redo-predating"]) == 0
+    new = id_record("mfvi")[1]
+    assert predating_checks(new) == []
+    assert new["cost"]["fit_time_s"] != old["cost"]["fit_time_s"]  # fitted again, not loaded from its checkpoint
+    assert all(isinstance(e.get("val_nll"), float) for e in new["diagnostics"]["train"]["epoch_stats"])
+    assert id_record("deterministic")[1] == map_before
+    assert main([*argv, "--redo-predating"]) == 0 and id_record("mfvi")[1] == new

@@ -80,6 +80,7 @@ def run_distributed(args, suite, plan, data_root, device, pretrained, store, reg
                    quiet=args.quiet, tags={"code": code}, keep_predictions=getattr(args, "prediction_policy", None),
                    plugins=tuple(str(Path(f).resolve()) for f in getattr(args, "plugins", [])),
                    force_methods=tuple(getattr(args, "force_methods", ())),
+                   redo_predating=bool(getattr(args, "redo_predating", False)),
                    suite_object=None if suite.name in SUITES else suite)  # bench.evaluate's own suite
     with open_client(args, workers, threads or 1) as client:
         check_workers(client, spec, registry, say=say)  # exit 2 before any work when a worker cannot run it

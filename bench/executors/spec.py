@@ -23,6 +23,7 @@ class RunSpec:
     keep_predictions: object = None  # a bench.predictions.PredictionPolicy (--keep-predictions), else None
     plugins: tuple = ()  # --plugin files (absolute paths): every worker loads them (bench.plugins)
     force_methods: tuple = ()  # --force-method: these methods' cells are refitted, the MAP networks kept
+    redo_predating: bool = False  # --redo-predating: cells whose records predate a check are refitted
     # a suite that is not registered (bench.evaluate's in-memory suite, bench/user_suite.py): pickled
     # with its networks, without its tensors, which it reads from data_root
     suite_object: object = None
@@ -33,4 +34,4 @@ class RunSpec:
 
         return (self.suite, json.dumps(self.plan.__dict__, default=str, sort_keys=True), self.data_root, self.out,
                 self.device, self.force, self.loader_workers, self.threads, self.keep_predictions, self.plugins,
-                self.force_methods)
+                self.force_methods, self.redo_predating)
