@@ -62,6 +62,18 @@ def real_root():
     return root
 
 
+def load_script(relpath: str):
+    """A script of the repository that is not in a package (``benchmarks/x.py``, ``scripts/y.py``) as a
+    module, loaded from its file."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / relpath
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def make_fake_mnist(root: Path, n_train: int = 600, n_test: int = 200, gz: bool = False, seed: int = 0) -> Path:
     """MNIST and FashionMNIST test in torchvision's raw IDX layout, with learnable fake digits."""
     from datasets.mnist import write_idx

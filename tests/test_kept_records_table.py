@@ -1,20 +1,13 @@
 """benchmarks/kept_records.py: the index of the kept-record folders, counted from the records themselves."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 from bench.store import pack_bytes, read_pack
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("kept_records", ROOT / "benchmarks" / "kept_records.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _records():
@@ -42,7 +35,7 @@ def test_the_index_counts_each_folder_s_records_and_fits_and_names_the_pages_tha
     (docs / "page.md").write_text("The board reads `docs/a-b/mnist_rotated` and docs/a.\n")
     (tmp_path / "README.md").write_text("See docs/a-b for the history.\n")
 
-    mod = _script()
+    mod = load_script("benchmarks/kept_records.py")
     assert [f.name for f in mod.kept_folders(docs)] == ["a", "a-b"]
     summary = mod.folder_summary(docs / "a")["mnist_rotated"]
     recs = [r for c in cells[:2] for r in by_cell[c].values()]

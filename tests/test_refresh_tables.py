@@ -1,19 +1,17 @@
 """benchmarks/refresh_tables.py: tables between markers are replaced by their command's output."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("refresh_tables", ROOT / "benchmarks" / "refresh_tables.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/refresh_tables.py")
 
 
 def test_marked_table_is_regenerated_and_the_rest_untouched(tmp_path):
