@@ -720,11 +720,13 @@ def test_a_method_fitted_again_re_evaluates_the_records_of_another_fit(tmp_path,
     assert all(after[n]["metrics"]["nll"] != before[n]["metrics"]["nll"] for n in after)
 
 
-def test_redo_predating_refits_only_the_cells_whose_records_predate_a_check(tmp_path):
+@pytest.mark.parametrize("executor", [[], ["--executor", "dask", "--workers", "1"]], ids=["local", "dask"])
+def test_redo_predating_refits_only_the_cells_whose_records_predate_a_check(tmp_path, executor):
     """A finished cell whose clean-test record predates a check a refit measures (mean-field VI's record
     without the per-epoch validation curve that vi_converged reads, as records made before the check were)
     is skipped by a plain run and refitted by --redo-predating, which then measures it; a cell its checks
-    can judge (MAP's) is left alone, and a second --redo-predating has nothing to redo."""
+    can judge (MAP's) is left alone, and a second --redo-predating has nothing to redo. The same through
+    a Dask cluster: the driver sends the cell, the worker refits it."""
     import json
 
     from bench.validity import predating_checks
@@ -748,10 +750,10 @@ def test_redo_predating_refits_only_the_cells_whose_records_predate_a_check(tmp_
     assert predating_checks(old) == ["vi_converged"]
     map_before = id_record("deterministic")[1]
     assert main(argv) == 0 and id_record("mfvi")[1] == old  # a plain run skips it
-    assert main([*argv, "--redo-predating"]) == 0
+    assert main([*argv, "--redo-predating", *executor]) == 0
     new = id_record("mfvi")[1]
     assert predating_checks(new) == []
     assert new["cost"]["fit_time_s"] != old["cost"]["fit_time_s"]  # fitted again, not loaded from its checkpoint
     assert all(isinstance(e.get("val_nll"), float) for e in new["diagnostics"]["train"]["epoch_stats"])
     assert id_record("deterministic")[1] == map_before
-    assert main([*argv, "--redo-predating"]) == 0 and id_record("mfvi")[1] == new
+    assert main([*argv, "--redo-predating", *executor]) == 0 and id_record("mfvi")[1] == new
