@@ -797,12 +797,14 @@ def cmd_tune(args) -> int:
             if where not in frames:
                 df = load_records(where, args.suite)
                 frames[where] = attach_validity(df) if len(df) else df
-            seeds, beside = ", ".join(map(str, unkept)), "<results>-edge-probes"
-            refit = (f"the tune's MAP networks of seed(s) {seeds} are not kept: the probes and the choice fitted "
-                     f"again on networks trained in {beside}" if unkept else "")
-            why = (f"not fitted: the tune's MAP networks of seed(s) {seeds} are not kept and nothing was fitted in "
-                   f"{beside} (bench tune --probe-edges without --select-only fits the probes there, beside the "
-                   f"choice fitted again)" if unkept else "")
+            refit = why = ""
+            if unkept:
+                seeds = ", ".join(map(str, unkept))
+                refit = (f"the tune's MAP networks of seed(s) {seeds} are not kept: the probes and the choice "
+                         f"fitted again on networks trained in <results>-edge-probes")
+                why = (f"not fitted: the tune's MAP networks of seed(s) {seeds} are not kept and nothing was fitted "
+                       f"in <results>-edge-probes (bench tune --probe-edges without --select-only fits the probes "
+                       f"there, beside the choice fitted again)")
             c["edge_probes"] = tuning.score_edge_probes(frames[where], m, tuning.tuned_options(spaces[m]), c, probes,
                                                         cfgs, missing=why, refit=refit, **only)
 

@@ -3,7 +3,7 @@
 Every table of README.md and docs/ is generated from records kept in git (``scripts/keep_records.py``
 keeps them, packed, as ``<folder>/<suite>/records.jsonl.xz``). This lists each such folder under
 ``docs/``: its suites with their records and fits (cells: one fit of a configuration on a seed), the
-profiles and the days the records were made, what the folder is for (the first paragraph of its
+profiles and the days the records were made, what the folder is for (the heading of its
 ``README.md``), and the pages (README.md, docs/**/*.md) that name it. A folder no page names is kept
 but read by no table a reader can find: the table says so.
 
@@ -54,17 +54,10 @@ def folder_summary(folder: Path) -> dict:
 
 
 def about(folder: Path) -> str:
-    """The first paragraph of ``folder/README.md`` on one line ("" without one)."""
+    """The heading (first line) of ``folder/README.md`` ("" without one)."""
     readme = folder / "README.md"
-    if not readme.is_file():
-        return ""
-    lines = [x.strip() for x in readme.read_text().strip().splitlines()]
-    first = []
-    for x in lines:
-        if not x:
-            break
-        first.append(x.lstrip("# ").strip())
-    return " ".join(first)
+    lines = readme.read_text().strip().splitlines() if readme.is_file() else []
+    return lines[0].lstrip("# ").strip() if lines else ""
 
 
 def pages_naming(folder: Path, root: Path, kept: list[Path]) -> list[str]:

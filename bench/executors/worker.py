@@ -83,7 +83,7 @@ def harness_for(spec: RunSpec):
         h = Harness(suite, spec.plan, data, ResultsStore(spec.out), worker_device(spec.device), METHODS,
                     force=spec.force, progress=False, quiet=spec.quiet, workers=spec.loader_workers,
                     pretrained=spec.pretrained, map_refresh=False, keep_predictions=spec.keep_predictions,
-                    force_methods=spec.force_methods, redo_predating=getattr(spec, "redo_predating", False))
+                    force_methods=spec.force_methods, redo_predating=spec.redo_predating)
         h.wait_for_locks = True  # a cell still locked by a dead node's process is waited for, then taken over
         h.write_artifacts()
         _HARNESSES.clear()  # one run at a time per worker: free the previous run's data
