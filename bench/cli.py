@@ -775,7 +775,15 @@ def cmd_tune(args) -> int:
         from bench.store import load_records
         from bench.validity import attach_validity
 
-        fits = []
+        frames, tuned = {}, tuning.tuned_options(spaces[m])
+
+        def frame(where):
+            if where not in frames:
+                df = load_records(where, args.suite)
+                frames[where] = attach_validity(df) if len(df) else df
+            return frames[where]
+
+        home = Path(args.out)
         for c in choices:
             if not c.get("chosen_among_valid", True):
                 continue  # no choice among valid fits: nothing to defend
@@ -783,30 +791,37 @@ def cmd_tune(args) -> int:
             rest = [f"models={c['model']}", *(s for s in args.sets if not s.startswith("models="))]
             sets = [[*tuning.probe_sets(m, c["chosen"], p), *rest] for p in [None, *probes]]
             plans = [resolve_plan(suite, args.profile, [m], parse_sets(s), method_registry=METHODS) for s in sets]
+            cfgs = [p.methods[m][0] for p in plans]
             # a method built on the MAP network is weighed on the networks its choice stood on; where they are
-            # not kept, the probes train networks of their own in a store beside (tuning.refit_root), with the
-            # choice fitted again there on the same networks: the pair is weighed there, seed by seed
+            # not kept, a probe the tune's records already weigh on them (fitted there before) is weighed
+            # there; the others train networks of their own in a store beside (tuning.refit_root), with the
+            # choice fitted again there on the same networks: each pair is weighed there, seed by seed
             unkept = unkept_map_networks(suite, plans[0], m, c["model"], c["seeds"], args.out) if probes else []
-            where = tuning.refit_root(args.out) if unkept else Path(args.out)
+            scored = tuning.score_edge_probes(frame(home), m, tuned, c, probes, cfgs, **only) if unkept else None
+            away = [i for i, p in enumerate(scored) if "not_scored" in p] if unkept else []
             if not args.select_only:
-                for s in sets if unkept else sets[1:]:
-                    sweep(m, s, ",".join(tuning.VALIDATION_FIRST_KINDS), out=where)
-            fits.append((c, probes, [p.methods[m][0] for p in plans], unkept, where))
-        frames = {}
-        for c, probes, cfgs, unkept, where in fits:
-            if where not in frames:
-                df = load_records(where, args.suite)
-                frames[where] = attach_validity(df) if len(df) else df
-            refit = why = ""
-            if unkept:
+                if away:
+                    for s in [sets[0], *(sets[i + 1] for i in away)]:
+                        sweep(m, s, ",".join(tuning.VALIDATION_FIRST_KINDS), out=tuning.refit_root(args.out))
+                elif not unkept:
+                    for s in sets[1:]:
+                        sweep(m, s, ",".join(tuning.VALIDATION_FIRST_KINDS))
+                    frames.pop(home, None)  # the probes' records are new there
+            if scored is None:
+                scored = tuning.score_edge_probes(frame(home), m, tuned, c, probes, cfgs, **only)
+            if away:
                 seeds = ", ".join(map(str, unkept))
                 refit = (f"the tune's MAP networks of seed(s) {seeds} are not kept: the probes and the choice "
                          f"fitted again on networks trained in <results>-edge-probes")
                 why = (f"not fitted: the tune's MAP networks of seed(s) {seeds} are not kept and nothing was fitted "
                        f"in <results>-edge-probes (bench tune --probe-edges without --select-only fits the probes "
                        f"there, beside the choice fitted again)")
-            c["edge_probes"] = tuning.score_edge_probes(frames[where], m, tuning.tuned_options(spaces[m]), c, probes,
-                                                        cfgs, missing=why, refit=refit, **only)
+                beside = tuning.score_edge_probes(frame(tuning.refit_root(args.out)), m, tuned, c,
+                                                  [probes[i] for i in away], [cfgs[0], *(cfgs[i + 1] for i in away)],
+                                                  missing=why, refit=refit, **only)
+                for i, p in zip(away, beside):
+                    scored[i] = p
+            c["edge_probes"] = scored
 
     for m in methods:
         runs = tuning.sweep_runs(m, spaces[m])

@@ -580,7 +580,8 @@ def test_a_probe_of_a_method_built_on_the_map_network_is_weighed_on_one_fit_of_i
     its probes on them; with them removed it writes nothing beside the tune's records (no probe record, no
     MAP network trained again there) and fits the probes and the choice again in the store beside
     (tuning.refit_root), on networks trained there, and weighs them against that refit, seed by seed; under
-    --select-only without that store it says why nothing is weighed."""
+    --select-only without that store it says why nothing is weighed. A probe the tune's records hold on the
+    choice's networks is weighed there; only the others are fitted beside."""
     import shutil
 
     from bench.selection import choose_on_validation
@@ -637,6 +638,17 @@ def test_a_probe_of_a_method_built_on_the_map_network_is_weighed_on_one_fit_of_i
                                                                                     "networks of seed(s) 0 are not")
                                                          for p in choice(lost)["edge_probes"])
     assert board["chosen_config_hash"] == c["chosen_config_hash"]
+    # a probe the tune's records weigh on the networks its choice stood on is weighed there, not fitted again
+    # beside: with kept's MAP networks removed and one probe's records with them, only that probe and the
+    # choice are fitted in the store beside
+    shutil.rmtree(kept / "toy" / "checkpoints" / "map")
+    gone, stays = board["edge_probes"]
+    (folder,) = [d for d in (kept / "toy" / "records").rglob(f"pbn-{gone['config_hash']}") if d.is_dir()]
+    shutil.rmtree(folder)
+    assert main([*argv, "--out", str(kept), "--probe-edges"]) == 0
+    again, beside = choice(kept)["edge_probes"], tuning.refit_root(kept)
+    assert again[1] == stays and "choice_refit" in again[0] and again[0]["config_hash"] == gone["config_hash"]
+    assert set(load_records(beside, "toy")["config_hash"]) == {board["chosen_config_hash"], gone["config_hash"]}
 
 
 def test_a_probe_within_the_seed_noise_of_the_choice_does_not_make_it_an_edge():
