@@ -626,8 +626,12 @@ PREDATES = "predates the check"
 
 def predating_checks(id_record: dict) -> list[str]:
     """The checks of :data:`REFIT_MEASURES` that the fit behind ``id_record`` (its clean-test record) could
-    not be judged by because the record predates them: a refit of its cell measures them."""
+    not be judged by because the record predates them: a refit of its cell measures them. None for a fit
+    that fails a check its record measures: a refit repeats the fit (its seed, data and options), which
+    fails again, so no check it measures can make the cell method evidence."""
     v = verdict(run_view(id_record), checks_of(id_record.get("method"), id_record.get("validity")))
+    if v["status"] == FAILED:
+        return []
     return [c["name"] for c in v["checks"]
             if c["name"] in REFIT_MEASURES and c["status"] == NOT_MEASURED and PREDATES in c["reason"]]
 

@@ -725,14 +725,17 @@ def test_redo_predating_refits_only_the_cells_whose_records_predate_a_check(tmp_
     """A finished cell whose clean-test record predates a check a refit measures (mean-field VI's record
     without the per-epoch validation curve that vi_converged reads, as records made before the check were)
     is skipped by a plain run and refitted by --redo-predating, which then measures it; a cell its checks
-    can judge (MAP's) is left alone, and a second --redo-predating has nothing to redo. The same through
+    can judge (MAP's) is left alone, and so is one that fails a check already (a refit would fail it again);
+    a second --redo-predating has nothing to redo. The same through
     a Dask cluster: the driver sends the cell, the worker refits it."""
     import json
 
     from bench.validity import predating_checks
 
     out = tmp_path / "r"
-    argv = [*TOY, "--methods", "deterministic,mfvi", "--seeds", "0", "--out", str(out)]
+    # a mean-field VI fit that passes every check but its stationarity (measured after the fit, as vi_converged)
+    fit = ["--set", "train.epochs=300", "--set", "mfvi.prior_scale=0.1", "--set", "mfvi.sigma_init=0.03"]
+    argv = [*TOY, "--methods", "deterministic,mfvi", "--seeds", "0", "--out", str(out), *fit]
     assert main(argv) == 0
 
     def id_record(method):
@@ -745,14 +748,22 @@ def test_redo_predating_refits_only_the_cells_whose_records_predate_a_check(tmp_
         r = json.loads(p.read_text())
         for e in ((r.get("diagnostics") or {}).get("train") or {}).get("epoch_stats") or []:
             e.pop("val_nll", None)
+        (r.get("diagnostics") or {}).pop("sigma_stationarity", None)
         p.write_text(json.dumps(r))
     old = json.loads(path.read_text())
-    assert predating_checks(old) == ["vi_converged"]
+    assert predating_checks(old) == ["vi_stationarity", "vi_converged"]
     map_before = id_record("deterministic")[1]
     assert main(argv) == 0 and id_record("mfvi")[1] == old  # a plain run skips it
+    # a cell that already fails a check its record measures is not refitted: its refit would fail it again
+    failing = json.loads(json.dumps(old))
+    failing["diagnostics"]["train"]["rho_adam_travel_ratio"] = 0.9  # `vi_rate_limit` fails: at Adam's ceiling
+    assert predating_checks(failing) == []
+    path.write_text(json.dumps(failing))
+    assert main([*argv, "--redo-predating", *executor]) == 0 and id_record("mfvi")[1] == failing
+    path.write_text(json.dumps(old))
     assert main([*argv, "--redo-predating", *executor]) == 0
     new = id_record("mfvi")[1]
-    assert predating_checks(new) == []
+    assert predating_checks(new) == [] and "residual" in new["diagnostics"]["sigma_stationarity"]
     assert new["cost"]["fit_time_s"] != old["cost"]["fit_time_s"]  # fitted again, not loaded from its checkpoint
     assert all(isinstance(e.get("val_nll"), float) for e in new["diagnostics"]["train"]["epoch_stats"])
     assert id_record("deterministic")[1] == map_before
