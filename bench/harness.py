@@ -715,7 +715,8 @@ class Harness:
             mixed = len(redo)
         if not pending and self.redo_predating and self.predating(cid, kept):
             return CellState(None, None, list(self.data.eval_sets), 0)
-        why = None if pending else f"all {len(self.data.eval_sets)} evaluation records exist"
+        why = None if pending else f"all {len(self.data.eval_sets)} evaluation records exist" + (
+            self.predating_left(kept) if self.redo_predating else "")
         return CellState(why, failure, pending, stale, unkept, mixed,
                          {k: record_fit_key(rec) for k, rec in kept.items()})
 
@@ -729,6 +730,16 @@ class Harness:
         if names:
             self._refits.add(cid.run_dir)
         return names
+
+    def predating_left(self, kept: dict) -> str:
+        """Why --redo-predating leaves a cell whose clean-test record predates a check: it fails another
+        (bench.validity.predating_checks); "" for a cell that predates none."""
+        from bench.validity import refit_view
+
+        rec = kept.get(_set_key(self.id_set))
+        predates, failed = refit_view(rec) if rec is not None else ([], [])
+        return (f"; they predate {', '.join(predates)} but fail {', '.join(failed)}, which a refit would fail "
+                f"again" if predates and failed else "")
 
     def refitted(self, cid: CellIdentity) -> bool:
         """Whether the cell's fit is redone rather than loaded: ``--force``, ``--force-method`` naming its

@@ -627,13 +627,19 @@ PREDATES = "predates the check"
 def predating_checks(id_record: dict) -> list[str]:
     """The checks of :data:`REFIT_MEASURES` that the fit behind ``id_record`` (its clean-test record) could
     not be judged by because the record predates them: a refit of its cell measures them. None for a fit
-    that fails a check its record measures: a refit repeats the fit (its seed, data and options), which
-    fails again, so no check it measures can make the cell method evidence."""
+    that fails a check its record measures (:func:`refit_view`): a refit repeats the fit (its seed, data and
+    options), which fails again, so no check it measures can make the cell method evidence."""
+    predates, failed = refit_view(id_record)
+    return [] if failed else predates
+
+
+def refit_view(id_record: dict) -> tuple[list[str], list[str]]:
+    """``(predates, failed)`` of the fit behind ``id_record``: the checks of :data:`REFIT_MEASURES` its record
+    predates, and the checks it fails."""
     v = verdict(run_view(id_record), checks_of(id_record.get("method"), id_record.get("validity")))
-    if v["status"] == FAILED:
-        return []
-    return [c["name"] for c in v["checks"]
-            if c["name"] in REFIT_MEASURES and c["status"] == NOT_MEASURED and PREDATES in c["reason"]]
+    predates = [c["name"] for c in v["checks"]
+                if c["name"] in REFIT_MEASURES and c["status"] == NOT_MEASURED and PREDATES in c["reason"]]
+    return predates, [c["name"] for c in v["checks"] if c["status"] == FAIL]
 
 
 def verdict(run: dict, check_names) -> dict:
