@@ -165,6 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refit and re-evaluate the finished cells whose records predate a validity check a refit "
                         "measures (their verdict says 'it predates the check: rerun the cell'; "
                         "bench.validity.REFIT_MEASURES); the cached MAP networks are kept")
+    r.add_argument("--plan", action="store_true",
+                   help="print what this command would do with each cell of the grid, read from --out (nothing to "
+                        "do, evaluate from its fitted checkpoint, fit or resume a stopped training, refit; the MAP "
+                        "networks it would train) and stop: nothing is downloaded, fitted or written")
     _plugin_option(r)
     kp = r.add_argument_group("kept predictions (docs/predictions.md; python -m bench rescore)")
     kp.add_argument("--keep-predictions", action="store_true",
@@ -477,9 +481,46 @@ def cmd_run(args) -> int:
     suite.data_root = resolve_data_root(args.data_root)  # the folder suite lists its tree there to check a model spec
     suite.results_dir = Path(args.out)
     plan = resolve_plan(suite, args.profile, methods, parse_sets(args.sets), seeds=args.seeds, method_registry=METHODS)
+    if args.plan:
+        return show_plan(args, suite, plan)
     if not args.dry_run:
         run_backbone(args, suite, plan)
     return run_plan(args, suite, plan, methods)[0]
+
+
+def show_plan(args, suite, plan) -> int:
+    """``bench run --plan``: what the command would do with each cell of ``plan``, as a table (the records
+    under ``--out`` read as a run reads them, the data loaded to identify the evaluation sets, never
+    downloaded); nothing fitted or written."""
+    from bench.harness import Harness
+    from bench.provenance import resolve_device
+    from bench.store import ResultsStore
+    from datasets.roots import resolve_data_root
+    from methods import METHODS
+
+    if args.dry_run:
+        raise BenchError("--plan and --dry-run: give one (--dry-run prints a batch job script)")
+    backbone = suite.backbone_run(plan.data) if hasattr(suite, "backbone_run") else None
+    if backbone is not None and not suite.camvid_backbone_path(plan.data).is_file():
+        print(f"[{suite.name}] data.backbone={plan.data['backbone']}: its network is not under {args.out} yet: a "
+              f"run makes it first (bench {' '.join(backbone_argv(args, backbone))}); the grid's cells are named "
+              f"once it exists")
+        return 0
+    device = resolve_device(args.device)
+    pretrained = ({m: suite.pretrained_weights(m, plan.data, download=False) for m in plan.models}
+                  if getattr(suite, "pretrained_map", False) else None)
+    data = suite.load(resolve_data_root(args.data_root), plan.data, download=False)
+    harness = Harness(suite, plan, data, ResultsStore(args.out), device, METHODS, force=args.force, progress=False,
+                      quiet=True, force_methods=args.force_methods, only_kinds=getattr(args, "only_sets", None),
+                      redo_predating=args.redo_predating, keep_predictions=prediction_policy(args),
+                      pretrained=pretrained)
+    rows = harness.plan_rows()
+    todo = sum(not what.startswith("nothing to do") for _, what in rows)
+    print(f"[{suite.name}] profile {plan.profile}, results {args.out}: {len(rows)} cells, {todo} with work to do\n")
+    print("| cell | what `bench run` would do |\n| --- | --- |")
+    for tag, what in rows:
+        print(f"| {tag} | {what} |")
+    return 0
 
 
 def run_backbone(args, suite, plan) -> None:
@@ -490,15 +531,7 @@ def run_backbone(args, suite, plan) -> None:
     run = suite.backbone_run(plan.data) if hasattr(suite, "backbone_run") else None
     if run is None or suite.camvid_backbone_path(plan.data).is_file():
         return
-    argv = ["run", "--suite", run["suite"], "--profile", run["profile"], "--methods", ",".join(run["methods"]),
-            "--seeds", ",".join(map(str, run["seeds"])), "--out", str(args.out), "--device", args.device]
-    for key, values in run["sets"].items():
-        argv += ["--set", f"{key}={json.dumps(values[0], separators=(',', ':')).strip(chr(34))}"]
-    argv += ["--data-root", str(args.data_root)] if args.data_root else []
-    argv += ["--threads", str(args.threads)] if args.threads else []
-    argv += ["--loader-workers", "auto" if args.loader_workers < 0 else str(args.loader_workers)]
-    argv += [flag for flag, on in (("--quiet", args.quiet), ("--no-report", args.no_report),
-                                   ("--no-download", args.no_download)) if on]
+    argv = backbone_argv(args, run)
     if not args.quiet:
         print(f"[{suite.name}] data.backbone={plan.data['backbone']}: its network is made first: bench "
               f"{' '.join(argv)}", file=sys.stderr)
@@ -509,6 +542,19 @@ def run_backbone(args, suite, plan) -> None:
                          f"{' '.join(argv)}) left no network at {path} (exit {code})")
     for model in plan.models:
         suite.check_model(model, plan.data)
+
+
+def backbone_argv(args, run: dict) -> list[str]:
+    """The ``bench run`` arguments of a suite's backbone run (``Suite.backbone_run``) under ``args``'s options."""
+    argv = ["run", "--suite", run["suite"], "--profile", run["profile"], "--methods", ",".join(run["methods"]),
+            "--seeds", ",".join(map(str, run["seeds"])), "--out", str(args.out), "--device", args.device]
+    for key, values in run["sets"].items():
+        argv += ["--set", f"{key}={json.dumps(values[0], separators=(',', ':')).strip(chr(34))}"]
+    argv += ["--data-root", str(args.data_root)] if args.data_root else []
+    argv += ["--threads", str(args.threads)] if args.threads else []
+    argv += ["--loader-workers", "auto" if args.loader_workers < 0 else str(args.loader_workers)]
+    return argv + [flag for flag, on in (("--quiet", args.quiet), ("--no-report", args.no_report),
+                                         ("--no-download", args.no_download)) if on]
 
 
 def run_plan(args, suite, plan, methods: list[str]):

@@ -24,7 +24,7 @@ from bench.cost import PeakMemory, Timer, flops_per_example, host_context, memor
 from bench.data import EvalSet, SuiteData, TensorLoader, batches, data_digest
 from bench.errors import BenchError, DivergedError, InvalidPredictiveError, MethodFailedError
 from bench.events import log_event
-from bench.locks import file_lock
+from bench.locks import file_lock, held_here
 from bench.measurement import HOST_KEYS, ThreadUsage, add_usage, host_load, timing_caveat, usage_fractions
 from bench.models import build_model
 from bench.predictions import PredictionPolicy, keep_predictions, predictions_path, satisfies
@@ -446,7 +446,7 @@ class Harness:
         # --redo-predating: a finished cell whose clean-test record predates a check a refit measures
         # (bench.validity.predating_checks) is refitted and re-evaluated, its MAP network kept
         self.redo_predating = bool(redo_predating)
-        self._refits: set = set()  # the run directories of such cells in this run
+        self._refits: dict = {}  # the run directories of such cells in this run -> the checks they predate
         self.workers = int(workers)  # loader processes for file-backed evaluation sets
         self.pretrained = pretrained or {}  # model -> {"path": weights file}: a pretrained MAP network
         self.summary = RunSummary()
@@ -728,8 +728,50 @@ class Harness:
         rec = kept.get(_set_key(self.id_set))
         names = predating_checks(rec) if rec is not None else []
         if names:
-            self._refits.add(cid.run_dir)
+            self._refits[cid.run_dir] = names
         return names
+
+    def plan_rows(self) -> list[tuple[str, str]]:
+        """``(cell tag, what a run would do with it)`` for every cell of the grid, in the order a local run
+        does them, read from the store as :meth:`run_cell` would read it (``bench run --plan``): nothing is
+        fitted, locked or written. A shared MAP network not cached yet is named where the first cell
+        needing it would train it."""
+        rows, planned = [], set()
+        for model_name, method_name, cfg, seed in self.cells():
+            cid = self.cell_identity(model_name, method_name, cfg, seed)
+            if (who := held_here(cid.lock)) is not None:
+                rows.append((cid.tag, f"skipped: being run by another process now (pid {who.get('pid', '?')})"))
+                continue
+            state = self.cell_state(cid)
+            if state.why:
+                rows.append((cid.tag, f"nothing to do: {state.why}"))
+                continue
+            sets = f"{len(state.pending)} of {len(self.data.eval_sets)} evaluation sets"
+            hashes = [h for h in dict.fromkeys(fit_hashes(self.suite, cid)) if h]
+            partial = sorted(p.name for h in hashes for p in self.fit_work_dir(cid, h).glob("*.partial"))
+            resume = f", resuming the training a run stopped ({', '.join(partial)})" if partial else ""
+            if self.refitted(cid):
+                why = ("--force" if self.force else f"--force-method {method_name}" if self.forced(method_name)
+                       else f"--redo-predating: its records predate {', '.join(self._refits[cid.run_dir])}")
+                what = f"refit ({why}){resume}, then evaluate {sets}"
+            elif any(self.fitted_path(cid, h).is_file() for h in hashes):
+                rows.append((cid.tag, f"evaluate {sets} from its fitted checkpoint"))
+                continue
+            else:
+                what = f"fit{resume}, then evaluate {sets}"
+            if state.failure is not None:
+                what += " (recorded as failed on other data or by its executor: retried)"
+            cache = self.map_cache(model_name)
+            seeds = [] if cache.pretrained else cid.cls.map_seeds(cfg, seed)
+            new = [s for s in seeds if (model_name, s) not in planned
+                   and (self.force or not cache.cached_path(s).is_file())]
+            planned.update((model_name, s) for s in new)
+            if new:
+                resumed = [s for s in new if cache.path(s).with_suffix(".partial").is_file()]
+                what += (f"; trains the MAP network of seed(s) {', '.join(map(str, new))} first"
+                         + (f" (resuming seed(s) {', '.join(map(str, resumed))})" if resumed else ""))
+            rows.append((cid.tag, what))
+        return rows
 
     def predating_left(self, kept: dict) -> str:
         """Why --redo-predating leaves a cell whose clean-test record predates a check: it fails another

@@ -92,6 +92,24 @@ def holder(path: Path) -> dict | None:
     return info
 
 
+def held_here(path: Path, locks_table: Path = Path("/proc/locks")) -> dict | None:
+    """The holder (:func:`holder`) of the lock file at ``path`` when a process of this machine holds its
+    ``flock`` now, from the kernel's table of locks (Linux's ``/proc/locks``), else None (no lock file, no
+    such table, or no holder here: a holder on another node of a shared file system is not seen). Only
+    reads: a lock attempt, even one given back at once, could make a run beside skip the cell."""
+    try:
+        st = os.stat(path)
+        lines = Path(locks_table).read_text().splitlines()
+    except OSError:
+        return None
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == dev:
+            return holder(path) or {}
+    return None
+
+
 def _write_holder(fd: int) -> None:
     blob = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "beat": time.time()}).encode()
     os.ftruncate(fd, 0)

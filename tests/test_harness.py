@@ -765,6 +765,11 @@ def test_redo_predating_refits_only_the_cells_whose_records_predate_a_check(tmp_
         assert ("they predate vi_stationarity, vi_converged but fail vi_rate_limit, which a refit would fail "
                 "again, skipped") in capsys.readouterr().err
     path.write_text(json.dumps(old))
+    if not executor:  # what --plan says of the cell (it reads the store as the run does)
+        capsys.readouterr()
+        assert main([*argv, "--redo-predating", "--plan"]) == 0
+        assert ("mfvi[prior_scale=0.1,sigma_init=0.03] seed 0 | refit (--redo-predating: its records predate "
+                "vi_stationarity, vi_converged), then evaluate 3 of 3 evaluation sets |") in capsys.readouterr().out
     assert main([*argv, "--redo-predating", *executor]) == 0
     new = id_record("mfvi")[1]
     assert predating_checks(new) == [] and "residual" in new["diagnostics"]["sigma_stationarity"]
@@ -772,3 +777,58 @@ def test_redo_predating_refits_only_the_cells_whose_records_predate_a_check(tmp_
     assert all(isinstance(e.get("val_nll"), float) for e in new["diagnostics"]["train"]["epoch_stats"])
     assert id_record("deterministic")[1] == map_before
     assert main([*argv, "--redo-predating", *executor]) == 0 and id_record("mfvi")[1] == new
+
+
+def test_plan_says_what_a_run_would_do_with_each_cell_and_writes_nothing(tmp_path, capsys):
+    """bench run --plan reads the store as a run does: a finished cell has nothing to do, a cell missing an
+    evaluation record is evaluated from its fitted checkpoint (the run that follows loads it, fitting
+    nothing), a cell with a stopped training resumes it, a new cell is fitted, training its seed's MAP
+    network first (named once, on the first cell that needs it), a cell whose lock a process here holds is
+    skipped; and the plan writes nothing."""
+    import os
+    from pathlib import Path
+
+    from bench.locks import file_lock
+
+    out = tmp_path / "r"
+    argv = [*TOY, "--methods", "deterministic,mfvi", "--out", str(out)]
+
+    def plan(*extra):
+        capsys.readouterr()
+        assert main([*argv, "--seeds", "0,1", "--plan", *extra]) == 0
+        return {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1].rstrip(" |")
+                for line in capsys.readouterr().out.splitlines() if line.startswith("| mlp_100")}
+
+    assert plan() == {"mlp_100 deterministic seed 0": "fit, then evaluate 3 of 3 evaluation sets; trains the MAP "
+                                                      "network of seed(s) 0 first",
+                      "mlp_100 deterministic seed 1": "fit, then evaluate 3 of 3 evaluation sets; trains the MAP "
+                                                      "network of seed(s) 1 first",
+                      "mlp_100 mfvi seed 0": "fit, then evaluate 3 of 3 evaluation sets",
+                      "mlp_100 mfvi seed 1": "fit, then evaluate 3 of 3 evaluation sets"}
+    assert not out.exists()
+    assert main([*argv, "--seeds", "0"]) == 0
+    (record,) = (out / "toy" / "records").rglob("mfvi-*/seed0/id*.json")
+    record.unlink()
+    (fitted,) = (out / "toy" / "checkpoints" / "fitted").rglob("mfvi-*/seed0.pt")
+    stopped = out / "toy" / "checkpoints" / "partial" / "mlp_100" / fitted.parent.name / "seed1" / "mfvi.partial"
+    stopped.parent.mkdir(parents=True)
+    stopped.write_bytes(b"")
+    files = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    rows = plan()
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == files  # nothing written
+    assert rows == {"mlp_100 deterministic seed 0": "nothing to do: all 3 evaluation records exist",
+                    "mlp_100 deterministic seed 1": "fit, then evaluate 3 of 3 evaluation sets; trains the MAP "
+                                                    "network of seed(s) 1 first",
+                    "mlp_100 mfvi seed 0": "evaluate 1 of 3 evaluation sets from its fitted checkpoint",
+                    "mlp_100 mfvi seed 1": "fit, resuming the training a run stopped (mfvi.partial), then evaluate "
+                                           "3 of 3 evaluation sets"}
+    lock = out / "toy" / "locks" / "mlp_100" / record.parent.parent.name / "seed1.lock"
+    if Path("/proc/locks").is_file():
+        with file_lock(lock, wait=False) as held:
+            assert held and plan()["mlp_100 mfvi seed 1"] == (f"skipped: being run by another process now "
+                                                              f"(pid {os.getpid()})")
+    stopped.unlink()
+    capsys.readouterr()
+    assert main([*_loud(argv), "--seeds", "0"]) == 0  # the run does what the plan said
+    err = capsys.readouterr().err
+    assert "mlp_100 mfvi seed 0: loaded fitted checkpoint" in err and "0 fitted, 1 loaded, 1 skipped" in err
