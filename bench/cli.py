@@ -250,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     tu.add_argument("--redo-predating", action="store_true",
                     help="passed on to the sweeps (bench run --redo-predating): candidates whose records predate a "
                          "validity check are refitted, so that the choice is made among fits the checks can judge")
+    tu.add_argument("--plan", action="store_true",
+                    help="print what each sweep would do with each of its cells (bench run --plan) and stop: "
+                         "nothing fitted, chosen or written")
     tu.add_argument("--markdown", action="store_true",
                     help="print the stored tuning of --suite/--profile as a markdown table and write nothing")
     tu.add_argument("--candidates", metavar="METHOD", default=None,
@@ -803,6 +806,7 @@ def cmd_tune(args) -> int:
     def sweep(m, sets, only_sets=None, out=None):
         argv = ["run", "--suite", args.suite, "--profile", args.profile, "--methods", m, "--out", str(out or args.out),
                 "--device", args.device, "--no-report"]
+        argv += ["--plan"] if args.plan else []
         argv += ["--data-root", args.data_root] if args.data_root else []
         argv += ["--threads", str(args.threads)] if args.threads else []
         argv += ["--quiet"] if args.quiet else []
@@ -869,6 +873,17 @@ def cmd_tune(args) -> int:
                     scored[i] = p
             c["edge_probes"] = scored
 
+    if args.plan:
+        if args.select_only:
+            raise BenchError("--plan goes without --select-only (which fits nothing)")
+        for m in methods:
+            for sets in tuning.sweep_runs(m, spaces[m]):
+                sweep(m, [*sets, *args.sets], first)
+            print(f"\nThen {m}'s choice on the validation split" + (
+                ", the chosen configuration's other sets evaluated" if first else "") + (
+                ", and one fit past each end of its space the choice sits at (--probe-edges)" if args.probe_edges
+                else "") + ".\n")
+        return 0
     for m in methods:
         runs = tuning.sweep_runs(m, spaces[m])
         if not args.select_only:

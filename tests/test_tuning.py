@@ -73,7 +73,17 @@ def test_tune_probes_the_edges_of_its_choice_and_weighs_them_as_it_chose(tmp_pat
     _all_valid(monkeypatch)
     out = tmp_path / "results"
     argv = ["tune", "--suite", "toy", "--profile", "smoke", "--methods", "mfvi", "--out", str(out), "--quiet"]
+
+    def plan():  # bench tune --plan: each sweep's cells, as bench run --plan says them; nothing written
+        capsys.readouterr()
+        assert main([*argv, "--probe-edges", "--plan"]) == 0
+        text = capsys.readouterr().out
+        assert "one fit past each end of its space the choice sits at" in text
+        return [line.split(" | ")[1].rstrip(" |") for line in text.splitlines() if line.startswith("| mlp_100 mfvi")]
+
+    assert plan() == ["fit, then evaluate 3 of 3 evaluation sets"] * 4 and not out.exists()
     assert main([*argv, "--device", "cpu", "--threads", "1", "--probe-edges"]) == 0
+    assert plan() == ["nothing to do: all 3 evaluation records exist"] * 4
     path = out / "toy" / "tuning" / "smoke.json"
     (choice,) = json.loads(path.read_text())["methods"]["mfvi"]["choices"]
     chosen, probes = choice["chosen"], choice["edge_probes"]
