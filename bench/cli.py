@@ -877,8 +877,12 @@ def cmd_tune(args) -> int:
         if args.select_only:
             raise BenchError("--plan goes without --select-only (which fits nothing)")
         for m in methods:
-            for sets in tuning.sweep_runs(m, spaces[m]):
+            runs = tuning.sweep_runs(m, spaces[m])
+            for sets in runs:
                 sweep(m, [*sets, *args.sets], first)
+            if len(runs) > 1:
+                print(f"\n{m}'s {len(runs)} sweeps run one after the other: a MAP network named under several "
+                      f"of them is trained once, by the first.")
             print(f"\nThen {m}'s choice on the validation split" + (
                 ", the chosen configuration's other sets evaluated" if first else "") + (
                 ", and one fit past each end of its space the choice sits at (--probe-edges)" if args.probe_edges
