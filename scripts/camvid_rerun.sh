@@ -7,7 +7,7 @@
 #   bash scripts/camvid_rerun.sh restore   # docs/records-rerun -> $OUT (never over a record there)
 #   bash scripts/camvid_rerun.sh A         # untuned methods, then the tunes and seeds 1-2 of mc_dropout, mfvi, pbn
 #   bash scripts/camvid_rerun.sh B         # the tunes and seeds 1-2 of vdp and ssvi (a second core)
-#   bash scripts/camvid_rerun.sh save      # $OUT -> docs/records-rerun (finished cells only)
+#   bash scripts/camvid_rerun.sh save      # $OUT -> docs/records-rerun (finished cells and the MAP networks)
 #
 # A and B run side by side on two cores (one thread each) and resume: a finished cell is skipped, a
 # training stopped midway continues from its last epoch (checkpoints under $OUT). A tuned method is
@@ -40,7 +40,11 @@ seeds12() {
 
 case "${1:-}" in
   restore) $PY scripts/keep_records.py restore camvid --results "$OUT" --archive "$ARCHIVE" ;;
-  save) $PY scripts/keep_records.py save camvid --results "$OUT" --archive "$ARCHIVE" ;;
+  save)  # the finished cells, and the MAP networks they stand on (a later session elsewhere pairs with them)
+    $PY scripts/keep_records.py save camvid --results "$OUT" --archive "$ARCHIVE"
+    if [ -d "$OUT/camvid/checkpoints/map" ]; then
+      $PY scripts/keep_records.py save-maps camvid --results "$OUT" --archive "$ARCHIVE"
+    fi ;;
   A)
     bash scripts/ensure_venv.sh
     $PY -m bench run "${RUN[@]}" --methods "$UNTUNED" "${S[@]}" --no-report --redo-predating
