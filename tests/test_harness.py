@@ -832,3 +832,25 @@ def test_plan_says_what_a_run_would_do_with_each_cell_and_writes_nothing(tmp_pat
     assert main([*_loud(argv), "--seeds", "0"]) == 0  # the run does what the plan said
     err = capsys.readouterr().err
     assert "mlp_100 mfvi seed 0: loaded fitted checkpoint" in err and "0 fitted, 1 loaded, 1 skipped" in err
+
+
+def test_held_here_reads_the_kernel_table_of_locks_without_taking_one(tmp_path):
+    """bench.locks.held_here finds a lock file's flock in a /proc/locks-format table by its device and inode
+    (major:minor in hex, as Linux writes it), returns its holder's line of the lock file, and None for a
+    table without it, a POSIX (not flock) lock on the same inode, or no lock file."""
+    import json
+    import os
+
+    from bench.locks import held_here
+
+    lock = tmp_path / "seed0.lock"
+    lock.write_text(json.dumps({"host": "node1", "pid": 4242, "beat": 1.0}))
+    st = os.stat(lock)
+    ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    table = tmp_path / "locks"
+    table.write_text(f"1: POSIX  ADVISORY  WRITE 99 {ident} 0 EOF\n"
+                     f"2: FLOCK  ADVISORY  WRITE 4242 fe:01:{st.st_ino + 1} 0 EOF\n")
+    assert held_here(lock, table) is None
+    table.write_text(table.read_text() + f"3: FLOCK  ADVISORY  WRITE 4242 {ident} 0 EOF\n")
+    assert held_here(lock, table)["pid"] == 4242
+    assert held_here(tmp_path / "absent.lock", table) is None
