@@ -733,8 +733,9 @@ def test_redo_predating_refits_only_the_cells_whose_records_predate_a_check(tmp_
     from bench.validity import predating_checks
 
     out = tmp_path / "r"
-    # a mean-field VI fit that passes every check but its stationarity (measured after the fit, as vi_converged)
-    fit = ["--set", "train.epochs=300", "--set", "mfvi.prior_scale=0.1", "--set", "mfvi.sigma_init=0.03"]
+    # a mean-field VI fit that passes every check but the two a refit measures (its stationarity, vi_converged)
+    fit = ["--set", "train.epochs=100", "--set", "mfvi.prior_scale=0.1", "--set", "mfvi.sigma_init=0.03",
+           "--set", "mfvi.rho_lr=0.05"]
     argv = [*TOY, "--methods", "deterministic,mfvi", "--seeds", "0", "--out", str(out), *fit]
     assert main(argv) == 0
 
@@ -768,7 +769,7 @@ def test_redo_predating_refits_only_the_cells_whose_records_predate_a_check(tmp_
     if not executor:  # what --plan says of the cell (it reads the store as the run does)
         capsys.readouterr()
         assert main([*argv, "--redo-predating", "--plan"]) == 0
-        assert ("mfvi[prior_scale=0.1,sigma_init=0.03] seed 0 | refit (--redo-predating: its records predate "
+        assert ("mfvi[prior_scale=0.1,rho_lr=0.05,sigma_init=0.03] seed 0 | refit (--redo-predating: its records predate "
                 "vi_stationarity, vi_converged), then evaluate 3 of 3 evaluation sets |") in capsys.readouterr().out
     assert main([*argv, "--redo-predating", *executor]) == 0
     new = id_record("mfvi")[1]
