@@ -124,8 +124,10 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | N
     still being evaluated (but for its validation and clean-test records when it has both: those of
     a validation-first tuning candidate, whose other sets are being evaluated), and its fitted
     checkpoint is not kept, so a later machine refits it and evaluates every set from that one fit
-    (a cell of two fits would mix their records); one whose records come from two fits
-    (:func:`bench.checkpoints.one_fit`) is not kept either. A saved cell replaces its kept records
+    (a cell of two fits would mix their records). One whose records come from two fits
+    (:func:`bench.checkpoints.one_fit`: fitted again, e.g. by ``--force-method`` or ``--redo-predating``) is
+    its newest fit's records, judged as above: kept whole, kept as a validation-first candidate (a
+    candidate refitted validation first), or not yet; the earlier fit's are not. A saved cell replaces its kept records
     where they come from another fit (the cell fitted again): those the results folder lacks are
     removed, not left beside the new fit's records.
     ``only``: copy just these run directories (a device run's new cells; the others still count
@@ -147,6 +149,15 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | N
     complete = {}
     for cell, recs in cells.items():
         failed = any(r["status"] == "failed" and r["kind"] == "fit" for _, r in recs)
+        newest, fits = one_fit([r for _, r in recs])
+        if len(fits) > 1:
+            # fitted again (--force-method, --redo-predating) after the records of an earlier fit: the newest
+            # fit is the cell's, the earlier fit's records beside it superseded (not kept, and removed where
+            # kept: _other_fits); the newest fit's are then whole, a validation-first candidate's, or not yet
+            recs = [(path, r) for path, r in recs if record_fit_key(r) in (None, newest)]
+            print(f"keep_records: {cell.relative_to(results)}: its records come from {len(fits)} fits "
+                  f"({', '.join(f'{n} from {k}' for k, n in sorted(fits.items()))}): the newest fit's "
+                  f"{fits[newest]} are the cell's, the earlier fit's superseded", file=sys.stderr)
         if len(recs) < full[data[cell]] and not failed:
             # a tuning candidate scored validation first (bench tune --validation-first) is whole with its
             # validation and clean-test records: a full run evaluates the validation split last, so a cell
@@ -161,12 +172,6 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | N
                 print(f"keep_records: {cell.relative_to(results)}: its validation and clean-test records kept, "
                       f"not its {len(recs) - len(scored)} other(s) (still being evaluated)", file=sys.stderr)
             recs = scored
-        fits = one_fit([r for _, r in recs])[1]
-        if len(fits) > 1:
-            print(f"keep_records: {cell.relative_to(results)} not kept: its records come from {len(fits)} fits "
-                  f"({', '.join(f'{n} from {k}' for k, n in sorted(fits.items()))}; e.g. a --force-method run "
-                  f"stopped during its evaluation): run it again to finish it from one fit", file=sys.stderr)
-            continue
         complete[cell] = recs
     with_maps = first_seeds(complete)
     if only is not None:

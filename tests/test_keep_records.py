@@ -247,7 +247,8 @@ def test_save_maps_keeps_a_suites_map_networks_and_restore_puts_them_back(tmp_pa
 
 def test_a_cell_whose_records_come_from_two_fits_is_not_kept(tmp_path, capsys):
     """A --force-method refit stopped during its evaluation leaves a cell with every record, some
-    from the new fit and the rest from the old one: not kept until a re-run finishes it from one fit."""
+    from the new fit and the rest from the old one: the new fit's are the cell's, and not kept until a
+    re-run finishes it from that fit."""
     results, archive = tmp_path / "results", tmp_path / "kept"
     store = ResultsStore(results)
     mixed, whole = (store.run_dir("toy", "mlp", m, "abc", 0) for m in ("deterministic", "mc_dropout"))
@@ -258,8 +259,34 @@ def test_a_cell_whose_records_come_from_two_fits_is_not_kept(tmp_path, capsys):
     assert keep.save(results, "toy", archive) == 2
     assert {Path(rel).parent.parent.name for rel in keep.kept(archive, "toy")} == {"mc_dropout-abc"}
     err = capsys.readouterr().err
-    assert "deterministic-abc/seed0 not kept: its records come from 2 fits" in err
+    assert "deterministic-abc/seed0: its records come from 2 fits" in err
     assert "1 from fit_time_s:12.5" in err and "1 from state:aaaa" in err
+    assert "deterministic-abc/seed0 not kept: 1 of 2 records (still being evaluated)" in err
+
+
+def test_a_candidate_refitted_validation_first_is_kept_as_its_new_fit(tmp_path, capsys):
+    """bench tune --validation-first --redo-predating refits a kept candidate whose records predate a check
+    and scores the new fit on the validation and clean test sets only: its shifted-set records stay from
+    the earlier fit. Saved, the cell is the new fit's two records, and the earlier fit's kept records of it
+    are removed: no kept cell pairs one fit's validation score with another's shifted sets."""
+    results, archive = tmp_path / "results", tmp_path / "kept"
+    store = ResultsStore(results)
+    cell, other = (store.run_dir("toy", "mlp", m, "abc", 0) for m in ("vdp", "deterministic"))
+    for run, method in ((cell, "vdp"), (other, "deterministic")):
+        for rec in (record("noise", 0.5, method), record("blur", 0.25, method),
+                    {**record("validation", 0.5, method), "kind": "val", "severity": None},
+                    {**record("clean", 0.5, method), "kind": "id", "severity": None}):
+            store.write(run, {**rec, "fit_digest": "old", "finished_at": "2026-12-06T01:00:00"})
+    assert keep.save(results, "toy", archive) == 8
+    for kind, name in (("val", "validation"), ("id", "clean")):  # the refit's, over the earlier fit's
+        store.write(cell, {**record(name, 0.75, "vdp"), "kind": kind, "severity": None, "fit_digest": "new",
+                           "finished_at": "2026-12-07T01:00:00"})
+    keep.save(results, "toy", archive)
+    vdp = {Path(rel).stem: rec["fit_digest"] for rel, rec in keep.kept(archive, "toy").items() if "vdp-abc" in rel}
+    assert vdp == {"val-validation-na": "new", "id-clean-na": "new"}
+    err = capsys.readouterr().err
+    assert "vdp-abc/seed0: its records come from 2 fits (2 from state:new, 2 from state:old)" in err
+    assert "vdp-abc/seed0: 2 kept record(s) of another fit" in err
 
 
 def test_a_fits_identity_is_its_states_bytes():
