@@ -44,7 +44,7 @@ def network_digest(state_dict) -> str:
 def state_digest(state) -> str:
     """A short SHA-256 of a fitted method's state (its ``state_dict``: tensors by dtype, shape and
     bytes, mappings by sorted key, sequences in order, anything else by type and ``repr``): the
-    identity of the fit its records come from (:func:`fit_key`). A deterministic refit repeats it;
+    identity of the fit its records come from (:func:`bench.store.fit_key`). A deterministic refit repeats it;
     a refit on other hardware, or after a change, does not."""
     import hashlib
 
@@ -75,41 +75,6 @@ def state_digest(state) -> str:
 
     feed(state)
     return h.hexdigest()[:16]
-
-
-def fit_key(fit_digest: str | None, fit_time_s) -> str | None:
-    """The identity of one fit of a method: its state's :func:`state_digest`, or for a fit
-    checkpointed before the harness recorded it, its measured fit time (every record of one fit
-    copies it from the checkpoint; two fits never measure the same float); None when neither is known."""
-    if fit_digest:
-        return f"state:{fit_digest}"
-    if fit_time_s is None:
-        return None
-    return f"fit_time_s:{float(fit_time_s)!r}"
-
-
-def record_fit_key(record: dict) -> str | None:
-    """:func:`fit_key` of the fit an evaluation record comes from (None for a failure record)."""
-    if record.get("kind") == "fit":
-        return None
-    return fit_key(record.get("fit_digest"), (record.get("cost") or {}).get("fit_time_s"))
-
-
-def one_fit(records: list[dict]) -> tuple[str | None, dict[str, int]]:
-    """The fit the newest of ``records`` (one cell's) comes from, and ``{fit key: records}`` of every
-    fit among them: more than one key is a cell that mixes fits (e.g. a ``--force-method`` refit
-    stopped during its evaluation, the rest of the records left from the fit before)."""
-    counts: dict[str, int] = {}
-    newest: tuple[str, str] | None = None
-    for rec in records:
-        key = record_fit_key(rec)
-        if key is None:
-            continue
-        counts[key] = counts.get(key, 0) + 1
-        stamp = str(rec.get("finished_at") or rec.get("started_at") or "")
-        if newest is None or stamp > newest[0]:
-            newest = (stamp, key)
-    return (newest[1] if newest else None), counts
 
 
 def recorded_networks(records: Path, model: str, seed: int, train: dict) -> dict[str, int]:

@@ -18,7 +18,7 @@ import torch
 
 from bench import metrics as M
 from bench import validity
-from bench.checkpoints import MapCache, fit_key, load_or_set_aside, one_fit, record_fit_key, save_torch, state_digest
+from bench.checkpoints import MapCache, load_or_set_aside, save_torch, state_digest
 from bench.config import RunPlan, method_label
 from bench.cost import PeakMemory, Timer, flops_per_example, host_context, memory_probe
 from bench.data import EvalSet, SuiteData, TensorLoader, batches, data_digest
@@ -31,7 +31,7 @@ from bench.predictions import PredictionPolicy, keep_predictions, predictions_pa
 from bench.predictive import concat
 from bench.provenance import device_description, git_commit, now, versions, worker_identity
 from bench.seeding import derive_seed, seed_everything
-from bench.store import ResultsStore, config_hash
+from bench.store import ResultsStore, config_hash, fit_key, one_fit, record_fit_key
 from bench.training import earlier_training_time
 
 log = logging.getLogger("bench")
@@ -641,7 +641,7 @@ class Harness:
         if self.store.remove(run_dir, "fit", "fit", None):  # a retry (--force) succeeded
             self.say(f"{tag}: the earlier failure record is superseded, removed")
         if fit_digest:
-            base["fit_digest"] = fit_digest  # which fit the records come from (bench.checkpoints.fit_key)
+            base["fit_digest"] = fit_digest  # which fit the records come from (bench.store.fit_key)
         # records kept from another fit than this one (its checkpoint was missing or set aside, so the
         # method was fitted again): redone, so that the cell's records come from one fit
         this_fit = fit_key(fit_digest, fit_cost.get("fit_time_s"))

@@ -25,7 +25,7 @@ import lzma
 import os
 import re
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
 import pandas as pd
@@ -291,6 +291,11 @@ class ResultsStore:
         """Every valid record under the store (or one suite). Damaged files are skipped with a
         warning naming them (and appended to ``problems`` as ``(path, problem)``); reading
         never moves or deletes anything."""
+        for _, rec in self.iter_located(suite, problems):
+            yield rec
+
+    def iter_located(self, suite: str | None = None, problems: list | None = None) -> Iterable[tuple[str, dict]]:
+        """:meth:`iter_records` with each record's path in the store's layout (posix, relative to the root)."""
         base = self.root / _safe(suite) if suite else self.root
         loose = set()
         for path in sorted(base.rglob("*.json")):
@@ -303,7 +308,7 @@ class ResultsStore:
                 if problems is not None:
                     problems.append((path, problem))
                 continue
-            yield rec
+            yield path.relative_to(self.root).as_posix(), rec
         for pack in find_packs(base):
             try:
                 entries = read_pack(pack)
@@ -321,7 +326,7 @@ class ResultsStore:
                     if problems is not None:
                         problems.append((pack / rel, problem))
                     continue
-                yield rec
+                yield rel, rec
 
 
 def _flatten(rec: dict, prefix: str = "") -> dict:
@@ -361,6 +366,41 @@ def _records_fingerprint(results: str | os.PathLike, suite: str | None) -> tuple
     return (Path(results).resolve().as_posix(), suite, tuple(files))
 
 
+def fit_key(fit_digest: str | None, fit_time_s) -> str | None:
+    """The identity of one fit of a method: its state's :func:`state_digest`, or for a fit
+    checkpointed before the harness recorded it, its measured fit time (every record of one fit
+    copies it from the checkpoint; two fits never measure the same float); None when neither is known."""
+    if fit_digest:
+        return f"state:{fit_digest}"
+    if fit_time_s is None:
+        return None
+    return f"fit_time_s:{float(fit_time_s)!r}"
+
+
+def record_fit_key(record: dict) -> str | None:
+    """:func:`fit_key` of the fit an evaluation record comes from (None for a failure record)."""
+    if record.get("kind") == "fit":
+        return None
+    return fit_key(record.get("fit_digest"), (record.get("cost") or {}).get("fit_time_s"))
+
+
+def one_fit(records: list[dict]) -> tuple[str | None, dict[str, int]]:
+    """The fit the newest of ``records`` (one cell's) comes from, and ``{fit key: records}`` of every
+    fit among them: more than one key is a cell that mixes fits (e.g. a ``--force-method`` refit
+    stopped during its evaluation, the rest of the records left from the fit before)."""
+    counts: dict[str, int] = {}
+    newest: tuple[str, str] | None = None
+    for rec in records:
+        key = record_fit_key(rec)
+        if key is None:
+            continue
+        counts[key] = counts.get(key, 0) + 1
+        stamp = str(rec.get("finished_at") or rec.get("started_at") or "")
+        if newest is None or stamp > newest[0]:
+            newest = (stamp, key)
+    return (newest[1] if newest else None), counts
+
+
 def load_records(results: str | os.PathLike, suite: str | None = None) -> pd.DataFrame:
     """All records under ``results`` (optionally one suite) as a flat DataFrame.
 
@@ -380,11 +420,20 @@ def load_records(results: str | os.PathLike, suite: str | None = None) -> pd.Dat
 
 
 def _read_records(results: str | os.PathLike, suite: str | None) -> pd.DataFrame:
-    rows = []
-    for rec in ResultsStore(results).iter_records(suite):
+    rows, cells = [], {}
+    for path, rec in ResultsStore(results).iter_located(suite):
+        cells.setdefault(PurePosixPath(path).parent, []).append((len(rows), rec))  # the cell: its run directory
         kept = {k: rec.pop(k, None) for k in NESTED_COLUMNS}
         flat = {k: v for k, v in rec.items() if not isinstance(v, dict)}  # json_normalize's column order
         flat.update(_flatten(rec))
         flat.update(kept)
         rows.append(flat)
-    return pd.DataFrame(rows)
+    # a cell's records come from one fit: where a cell was fitted again (--force-method, --redo-predating)
+    # and records of the fit before stand beside the new fit's (sets not evaluated again yet, or not at
+    # all: a candidate refitted validation first), the newest fit's are the cell's, the others superseded
+    superseded = set()
+    for members in cells.values():
+        newest, fits = one_fit([rec for _, rec in members])
+        if len(fits) > 1:
+            superseded.update(i for i, rec in members if record_fit_key(rec) not in (None, newest))
+    return pd.DataFrame([row for i, row in enumerate(rows) if i not in superseded])

@@ -67,7 +67,7 @@ from pathlib import Path, PurePosixPath
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.checkpoints import one_fit, record_fit_key  # noqa: E402
+from bench.store import one_fit, record_fit_key  # noqa: E402
 from bench.store import (OLD_PACK_NAME, PACK_NAME, atomic_write_bytes, pack_bytes, pack_path, read_pack,  # noqa: E402
                          read_record)
 from bench.tuning import VALIDATION_FIRST_KINDS  # noqa: E402
@@ -125,7 +125,7 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | N
     a validation-first tuning candidate, whose other sets are being evaluated), and its fitted
     checkpoint is not kept, so a later machine refits it and evaluates every set from that one fit
     (a cell of two fits would mix their records). One whose records come from two fits
-    (:func:`bench.checkpoints.one_fit`: fitted again, e.g. by ``--force-method`` or ``--redo-predating``) is
+    (:func:`bench.store.one_fit`: fitted again, e.g. by ``--force-method`` or ``--redo-predating``) is
     its newest fit's records, judged as above: kept whole, kept as a validation-first candidate (a
     candidate refitted validation first), or not yet; the earlier fit's are not. A saved cell replaces its kept records
     where they come from another fit (the cell fitted again): those the results folder lacks are

@@ -296,7 +296,8 @@ def test_a_fits_identity_is_its_states_bytes():
     import numpy as np
     import torch
 
-    from bench.checkpoints import fit_key, one_fit, state_digest
+    from bench.checkpoints import state_digest
+    from bench.store import fit_key, one_fit
 
     def state():
         return {"model": {"w": torch.arange(6, dtype=torch.bfloat16).reshape(2, 3), "mask": torch.tensor([True, False])},
@@ -353,7 +354,7 @@ def test_a_cell_fitted_again_replaces_its_kept_records(tmp_path, capsys, packed)
 def test_no_kept_cell_mixes_two_fits():
     """Every cell kept in git (docs/*/<suite>/records.jsonl.xz) has its records from one fit: a
     table row never pairs one fit's validation score with another's shifted-set records."""
-    from bench.checkpoints import one_fit
+    from bench.store import one_fit
     from bench.store import read_pack
 
     packs = sorted((ROOT / "docs").glob("*/*/records.jsonl.xz"))
@@ -401,3 +402,29 @@ def test_merge_takes_a_cell_fitted_again_whole_or_not_at_all(tmp_path, capsys):
     pbn = {Path(p).stem: r["fit_digest"] for p, r in now.items() if "pbn-abc" in p}
     assert pbn == {"val-validation-na": "new", "id-clean-na": "new"}
     assert sum("deterministic-abc" in p for p in now) == 4
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_a_results_folder_reads_a_cell_as_its_newest_fit(tmp_path, packed):
+    """load_records, under every table and choice, reads a cell whose records come from two fits (fitted
+    again, the sets of the fit before not evaluated again yet) as its newest fit's records only: a row never
+    pairs the new fit's validation score with the old fit's shifted sets. Cells of one fit, and failure
+    records, are read whole; packed or loose alike."""
+    from bench.store import load_records
+
+    results = tmp_path / "results"
+    store = ResultsStore(results)
+    mixed, whole = (store.run_dir("toy", "mlp", m, "abc", 0) for m in ("vdp", "deterministic"))
+    for run, method in ((mixed, "vdp"), (whole, "deterministic")):
+        for rec in (record("noise", 0.5, method), {**record("clean", 0.5, method), "kind": "id", "severity": None}):
+            store.write(run, {**rec, "fit_digest": "old", "finished_at": "2026-12-06T01:00:00"})
+    store.write(mixed, {**record("clean", 0.75, "vdp"), "kind": "id", "severity": None, "fit_digest": "new",
+                        "finished_at": "2026-12-07T01:00:00"})
+    store.write(whole, {"suite": "toy", "method": "deterministic", "model": "mlp", "seed": 0, "status": "failed",
+                        "kind": "fit", "shift": "fit", "severity": None, "error": "earlier"})
+    if packed:
+        keep.pack("toy", results)
+        assert not list((results / "toy" / "records").rglob("*.json"))  # read from the pack alone
+    df = load_records(results, "toy")
+    assert sorted(df[df.method == "vdp"]["fit_digest"]) == ["new"]
+    assert sorted(df[df.method == "deterministic"]["kind"]) == ["fit", "id", "shift"]
