@@ -18,7 +18,7 @@ import torch
 
 from bench import metrics as M
 from bench import validity
-from bench.checkpoints import MapCache, load_or_set_aside, save_torch, state_digest
+from bench.checkpoints import MapCache, load_or_set_aside, recorded_networks, save_torch, state_digest
 from bench.config import RunPlan, method_label
 from bench.cost import PeakMemory, Timer, flops_per_example, host_context, memory_probe
 from bench.data import EvalSet, SuiteData, TensorLoader, batches, data_digest
@@ -770,6 +770,12 @@ class Harness:
                 resumed = [s for s in new if cache.path(s).with_suffix(".partial").is_file()]
                 what += (f"; trains the MAP network of seed(s) {', '.join(map(str, new))} first"
                          + (f" (resuming seed(s) {', '.join(map(str, resumed))})" if resumed else ""))
+                kept = {s: recorded_networks(cache.records_dir, model_name, s, cache.key.get("train")) for s in new}
+                if any(kept.values()):
+                    what += (": cells here stand on " + "; ".join(
+                        f"seed {s}'s network {', '.join(sorted(d))}" for s, d in kept.items() if d)
+                             + ", with which a network trained again pairs only if it repeats that fit bit for bit "
+                               "(the same CPU and thread count); kept networks: scripts/keep_records.py save-maps")
             rows.append((cid.tag, what))
         return rows
 

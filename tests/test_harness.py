@@ -769,8 +769,8 @@ def test_redo_predating_refits_only_the_cells_whose_records_predate_a_check(tmp_
     if not executor:  # what --plan says of the cell (it reads the store as the run does)
         capsys.readouterr()
         assert main([*argv, "--redo-predating", "--plan"]) == 0
-        assert ("mfvi[prior_scale=0.1,rho_lr=0.05,sigma_init=0.03] seed 0 | refit (--redo-predating: its records predate "
-                "vi_stationarity, vi_converged), then evaluate 3 of 3 evaluation sets |") in capsys.readouterr().out
+        assert ("mfvi[prior_scale=0.1,rho_lr=0.05,sigma_init=0.03] seed 0 | refit (--redo-predating: its records "
+                "predate vi_stationarity, vi_converged), then evaluate 3 of 3 evaluation sets |") in capsys.readouterr().out
     assert main([*argv, "--redo-predating", *executor]) == 0
     new = id_record("mfvi")[1]
     assert predating_checks(new) == [] and "residual" in new["diagnostics"]["sigma_stationarity"]
@@ -833,6 +833,19 @@ def test_plan_says_what_a_run_would_do_with_each_cell_and_writes_nothing(tmp_pat
     assert main([*_loud(argv), "--seeds", "0"]) == 0  # the run does what the plan said
     err = capsys.readouterr().err
     assert "mlp_100 mfvi seed 0: loaded fitted checkpoint" in err and "0 fitted, 1 loaded, 1 skipped" in err
+    # the MAP networks not kept: a cell on seed 0's trains it again, and the plan names the network the
+    # cells here stand on, with which the new one pairs only if it repeats that fit
+    import shutil
+
+    from bench.reporting.data import map_network
+
+    (det,) = (out / "toy" / "records").rglob("deterministic-*/seed0/id*.json")
+    sha = map_network(json.loads(det.read_text())["diagnostics"])[0]
+    shutil.rmtree(out / "toy" / "checkpoints" / "map")
+    capsys.readouterr()
+    assert main([*TOY, "--methods", "pbn", "--seeds", "0", "--out", str(out), "--plan"]) == 0
+    assert (f"trains the MAP network of seed(s) 0 first: cells here stand on seed 0's network {sha}, with which a "
+            f"network trained again pairs only if it repeats that fit bit for bit") in capsys.readouterr().out
 
 
 def test_held_here_reads_the_kernel_table_of_locks_without_taking_one(tmp_path):
