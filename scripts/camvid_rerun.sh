@@ -8,6 +8,7 @@
 #   bash scripts/camvid_rerun.sh A         # untuned methods, then the tunes and seeds 1-2 of mc_dropout, mfvi, pbn
 #   bash scripts/camvid_rerun.sh B         # the tunes and seeds 1-2 of vdp and ssvi (a second core)
 #   bash scripts/camvid_rerun.sh save      # $OUT -> docs/records-rerun (finished cells and the MAP networks)
+#   bash scripts/camvid_rerun.sh status    # what A and B have left, cell by cell (bench run/tune --plan; runs nothing)
 #
 # A and B run side by side on two cores (one thread each) and resume: a finished cell is skipped, a
 # training stopped midway continues from its last epoch (checkpoints under $OUT). A tuned method is
@@ -27,7 +28,7 @@ S=(--set "data.val_sequences=[0006R0]" --set train.epochs=30)
 RUN=(--suite camvid --profile quick --data-root "${DATA_ROOT:-data}" --out "$OUT" --threads 1 --quiet)
 UNTUNED=deterministic,temperature_scaling,laplace_last_layer,laplace_diag,subnet_laplace,deep_ensemble
 
-tune() { $PY -m bench tune "${RUN[@]}" --methods "$1" "${S[@]}" --set seeds=0 --validation-first --probe-edges --redo-predating; }
+tune() { $PY -m bench tune "${RUN[@]}" --methods "$1" "${S[@]}" --set seeds=0 --validation-first --probe-edges --redo-predating "${@:2}"; }
 seeds12() {
   local chosen
   if ! chosen=$($PY scripts/tuned_options.py "$OUT" camvid quick "$1" unet_small "${S[@]}"); then
@@ -35,7 +36,7 @@ seeds12() {
     return 0
   fi
   # shellcheck disable=SC2086  # the --set words of the choice
-  $PY -m bench run "${RUN[@]}" --methods "$1" --seeds 1,2 "${S[@]}" $chosen --no-report --redo-predating
+  $PY -m bench run "${RUN[@]}" --methods "$1" --seeds 1,2 "${S[@]}" $chosen --no-report --redo-predating "${@:2}"
 }
 
 case "${1:-}" in
@@ -54,5 +55,9 @@ case "${1:-}" in
     bash scripts/ensure_venv.sh
     for m in vdp ssvi; do tune "$m"; done
     for m in vdp ssvi; do seeds12 "$m"; done ;;
-  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  status)
+    $PY -m bench run "${RUN[@]}" --methods "$UNTUNED" "${S[@]}" --redo-predating --plan
+    for m in mc_dropout mfvi pbn vdp ssvi; do tune "$m" --plan; done
+    for m in mc_dropout mfvi pbn vdp ssvi; do seeds12 "$m" --plan; done ;;
+  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
