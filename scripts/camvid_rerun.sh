@@ -43,7 +43,7 @@ case "${1:-}" in
   restore) $PY scripts/keep_records.py restore camvid --results "$OUT" --archive "$ARCHIVE" ;;
   save)  # the finished cells, and the MAP networks they stand on (a later session elsewhere pairs with them)
     $PY scripts/keep_records.py save camvid --results "$OUT" --archive "$ARCHIVE"
-    if [ -d "$OUT/camvid/checkpoints/map" ]; then
+    if compgen -G "$OUT/camvid/checkpoints/map/*/*/seed*.pt" >/dev/null; then  # a finished MAP network
       $PY scripts/keep_records.py save-maps camvid --results "$OUT" --archive "$ARCHIVE"
     fi ;;
   A)
