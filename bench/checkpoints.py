@@ -79,19 +79,26 @@ def state_digest(state) -> str:
 
 def recorded_networks(records: Path, model: str, seed: int, train: dict) -> dict[str, int]:
     """``{digest: cells}``: the MAP networks of ``model``'s seed ``seed`` trained with ``train`` that
-    the cells kept under ``records`` (a suite's records folder) stand on, as their ``id`` record's
-    diagnostics name them (:func:`bench.reporting.data.map_network`, as the leaderboard pairs runs)."""
-    from bench.reporting.data import map_network
+    the cells kept under ``records`` (a suite's records folder, loose files and packs alike) stand on, as
+    their ``id`` record's diagnostics name them (:func:`bench.reporting.data.map_network`, as the
+    leaderboard pairs runs)."""
+    from pathlib import PurePosixPath
 
+    from bench.reporting.data import map_network
+    from bench.store import ResultsStore
+
+    records = Path(records)
     found: dict[str, int] = {}
-    for cell in sorted(Path(records, model).glob(f"*/seed{seed}")):
-        for path in sorted(cell.glob("id-*.json")):
-            rec, _ = read_record(path)
-            sha = map_network(rec.get("diagnostics"))[0] if rec is not None else None
-            if sha:
-                if rec.get("train_config") == train:
-                    found[sha] = found.get(sha, 0) + 1
-                break
+    seen = set()
+    for rel, rec in ResultsStore(records.parent.parent).iter_located(records.parent.name):
+        parts = PurePosixPath(rel).parts  # <suite>/records/<model>/<method>-<hash>/seed<k>/<set>.json
+        if len(parts) != 6 or parts[2] != str(model) or parts[4] != f"seed{seed}" or not parts[5].startswith("id-"):
+            continue
+        sha = map_network(rec.get("diagnostics"))[0]
+        if sha and parts[3] not in seen:
+            seen.add(parts[3])
+            if rec.get("train_config") == train:
+                found[sha] = found.get(sha, 0) + 1
     return found
 
 

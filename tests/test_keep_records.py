@@ -428,3 +428,26 @@ def test_a_results_folder_reads_a_cell_as_its_newest_fit(tmp_path, packed):
     df = load_records(results, "toy")
     assert sorted(df[df.method == "vdp"]["fit_digest"]) == ["new"]
     assert sorted(df[df.method == "deterministic"]["kind"]) == ["fit", "id", "shift"]
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_the_map_networks_cells_stand_on_are_read_from_packs_too(tmp_path, packed):
+    """bench.checkpoints.recorded_networks (the warning of a MAP network trained again, bench run --plan)
+    counts the cells on each digest of a model's seed at one training recipe, one per cell, from loose
+    records and packed ones alike."""
+    from bench.checkpoints import recorded_networks
+
+    results = tmp_path / "results"
+    store = ResultsStore(results)
+    train = {"epochs": 3}
+    for method, sha, seed, cfg in (("pbn", "aaaa", 0, train), ("laplace_diag", "aaaa", 0, train),
+                                   ("mc_dropout", "bbbb", 0, {"epochs": 5}), ("pbn", "cccc", 1, train)):
+        run = store.run_dir("toy", "mlp", method, "abc", seed)
+        for name in ("clean", "other"):  # two id-like records of one cell count once
+            store.write(run, {**record(name, 0.5, method), "kind": "id", "severity": None, "seed": seed,
+                              "train_config": cfg, "diagnostics": {"map_training": {"network_sha": sha}}})
+    if packed:
+        keep.pack("toy", results)
+        assert not list((results / "toy" / "records").rglob("*.json"))
+    assert recorded_networks(results / "toy" / "records", "mlp", 0, train) == {"aaaa": 2}
+    assert recorded_networks(results / "toy" / "records", "mlp", 1, train) == {"cccc": 1}
