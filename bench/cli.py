@@ -17,6 +17,7 @@ EPILOG_RUN = """examples:
   python -m bench run --suite mnist_rotated --profile quick --data-root data
   python -m bench run --suite mnist_rotated --methods deterministic,deep_ensemble --seeds 0,1
   python -m bench run --suite toy --profile smoke --set train.epochs=100 --set mc_dropout.p=0.05,0.2
+  python -m bench run --suite cifar10c --plan        # what the grid has left, cell by cell; runs nothing
 
 --set key=value[,value...] overrides (several values sweep a method option):
   <method>.<option>   e.g. deep_ensemble.members=3, pbn.r_bayes=0.01,0.05
