@@ -169,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--plan", action="store_true",
                    help="print what this command would do with each cell of the grid, read from --out (nothing to "
                         "do, evaluate from its fitted checkpoint, fit or resume a stopped training, refit; the MAP "
-                        "networks it would train) and stop: nothing is downloaded, fitted or written")
+                        "networks it would train) and stop: nothing is downloaded or fitted, nothing written under "
+                        "--out (shifted sets a suite generates from its data are made first, as a run makes them)")
     _plugin_option(r)
     kp = r.add_argument_group("kept predictions (docs/predictions.md; python -m bench rescore)")
     kp.add_argument("--keep-predictions", action="store_true",
@@ -495,7 +496,8 @@ def cmd_run(args) -> int:
 def show_plan(args, suite, plan) -> int:
     """``bench run --plan``: what the command would do with each cell of ``plan``, as a table (the records
     under ``--out`` read as a run reads them, the data loaded to identify the evaluation sets, never
-    downloaded); nothing fitted or written."""
+    downloaded; shifted sets a suite generates from its data are generated first, as a run would); nothing
+    fitted, nothing written under ``--out``."""
     from bench.harness import Harness
     from bench.provenance import resolve_device
     from bench.store import ResultsStore
