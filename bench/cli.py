@@ -254,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "validity check are refitted, so that the choice is made among fits the checks can judge")
     tu.add_argument("--plan", action="store_true",
                     help="print what each sweep would do with each of its cells (bench run --plan) and stop: "
-                         "nothing fitted, chosen or written")
+                         "nothing fitted or chosen, nothing written under --out")
     tu.add_argument("--markdown", action="store_true",
                     help="print the stored tuning of --suite/--profile as a markdown table and write nothing")
     tu.add_argument("--candidates", metavar="METHOD", default=None,
