@@ -523,6 +523,12 @@ def show_plan(args, suite, plan) -> int:
     rows = harness.plan_rows()
     todo = sum(not what.startswith("nothing to do") for _, what in rows)
     print(f"[{suite.name}] profile {plan.profile}, results {args.out}: {len(rows)} cells, {todo} with work to do\n")
+    from bench.store import find_packs
+
+    if find_packs(Path(args.out) / suite.name):  # kept records: the tables read them, a run does not
+        print(f"[{suite.name}] the packed records under {args.out} (records.jsonl.xz) are not read by a run: "
+              f"restore them into a results folder first (scripts/keep_records.py restore {suite.name} --results "
+              f"DIR --archive {args.out})\n")
     print("| cell | what `bench run` would do |\n| --- | --- |")
     for tag, what in rows:
         print(f"| {tag} | {what} |")

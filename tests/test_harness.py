@@ -770,7 +770,8 @@ def test_redo_predating_refits_only_the_cells_whose_records_predate_a_check(tmp_
         capsys.readouterr()
         assert main([*argv, "--redo-predating", "--plan"]) == 0
         assert ("mfvi[prior_scale=0.1,rho_lr=0.05,sigma_init=0.03] seed 0 | refit (--redo-predating: its records "
-                "predate vi_stationarity, vi_converged), then evaluate 3 of 3 evaluation sets |") in capsys.readouterr().out
+                "predate vi_stationarity, vi_converged), then evaluate 3 of 3 evaluation sets |"
+                ) in capsys.readouterr().out
     assert main([*argv, "--redo-predating", *executor]) == 0
     new = id_record("mfvi")[1]
     assert predating_checks(new) == [] and "residual" in new["diagnostics"]["sigma_stationarity"]
@@ -846,6 +847,13 @@ def test_plan_says_what_a_run_would_do_with_each_cell_and_writes_nothing(tmp_pat
     assert main([*TOY, "--methods", "pbn", "--seeds", "0", "--out", str(out), "--plan"]) == 0
     assert (f"trains the MAP network of seed(s) 0 first: cells here stand on seed 0's network {sha}, with which a "
             f"network trained again pairs only if it repeats that fit bit for bit") in capsys.readouterr().out
+    # kept records, packed: the tables read them, a run does not, and the plan says so
+    from bench.store import PACK_NAME, atomic_write_bytes, pack_bytes
+
+    packed = {det.relative_to(out).as_posix(): json.loads(det.read_text())}
+    atomic_write_bytes(out / "toy" / PACK_NAME, pack_bytes(packed))
+    assert main([*TOY, "--methods", "pbn", "--seeds", "0", "--out", str(out), "--plan"]) == 0
+    assert "the packed records under" in capsys.readouterr().out
 
 
 def test_held_here_reads_the_kernel_table_of_locks_without_taking_one(tmp_path):
