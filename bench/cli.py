@@ -613,6 +613,12 @@ def run_plan(args, suite, plan, methods: list[str]):
     # a suite whose MAP network is pretrained: every model's weights file is found before the data
     pretrained = ({m: suite.pretrained_weights(m, plan.data, download=not args.no_download) for m in plan.models}
                   if getattr(suite, "pretrained_map", False) else None)
+    from bench.store import find_packs
+
+    if find_packs(Path(args.out) / suite.name):  # kept records: a run reads loose records only
+        print(f"[{suite.name}] warning: the packed records under {args.out} (records.jsonl.xz) are not read by a "
+              f"run: a cell kept there only is fitted again; restore them into a results folder first "
+              f"(scripts/keep_records.py restore {suite.name} --results DIR --archive {args.out})", file=sys.stderr)
     data = suite.load(data_root, plan.data, download=not args.no_download)
     store = ResultsStore(args.out)
     stale = remove_stale_temp_files(Path(args.out) / suite.name)  # left by writes killed in earlier runs

@@ -854,6 +854,8 @@ def test_plan_says_what_a_run_would_do_with_each_cell_and_writes_nothing(tmp_pat
     atomic_write_bytes(out / "toy" / PACK_NAME, pack_bytes(packed))
     assert main([*TOY, "--methods", "pbn", "--seeds", "0", "--out", str(out), "--plan"]) == 0
     assert "the packed records under" in capsys.readouterr().out
+    assert main([*TOY, "--methods", "deterministic", "--seeds", "0", "--out", str(out)]) == 0  # a run says it too
+    assert "warning: the packed records under" in capsys.readouterr().err
 
 
 def test_held_here_reads_the_kernel_table_of_locks_without_taking_one(tmp_path):
