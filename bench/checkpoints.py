@@ -21,7 +21,7 @@ from bench.locks import file_lock
 from bench.measurement import NO_USAGE, ThreadUsage, add_usage
 from bench.provenance import cpu_model, worker_identity
 from bench.seeding import derive_seed, isolated_rng, seed_everything
-from bench.store import atomic_write_json, config_hash
+from bench.store import atomic_write_json, config_hash, read_record
 from bench.torch_files import DamagedCheckpointError, load_or_set_aside, load_torch, save_torch  # noqa: F401
 from bench.training import (TrainConfig, earlier_training_time, nll_loss, train_model, training_curve,
                             validation_curve)
@@ -90,9 +90,10 @@ def recorded_networks(records: Path, model: str, seed: int, train: dict) -> dict
     records = Path(records)
     found: dict[str, int] = {}
     seen = set()
-    cells = f"{records.name}/{model}/*/seed{seed}/id-*.json"  # <suite>/records/<model>/<method>-<hash>/seed<k>
-    for rel, rec in ResultsStore(records.parent.parent).iter_located(records.parent.name, pattern=cells):
-        parts = PurePosixPath(rel).parts
+    for rel, rec in ResultsStore(records.parent.parent).iter_located(records.parent.name):
+        parts = PurePosixPath(rel).parts  # <suite>/records/<model>/<method>-<hash>/seed<k>/<set>.json
+        if len(parts) != 6 or parts[2] != str(model) or parts[4] != f"seed{seed}" or not parts[5].startswith("id-"):
+            continue
         sha = map_network(rec.get("diagnostics"))[0]
         if sha and parts[3] not in seen:
             seen.add(parts[3])

@@ -523,24 +523,16 @@ def show_plan(args, suite, plan) -> int:
     rows = harness.plan_rows()
     todo = sum(not what.startswith("nothing to do") for _, what in rows)
     print(f"[{suite.name}] profile {plan.profile}, results {args.out}: {len(rows)} cells, {todo} with work to do\n")
-    if note := unread_packs(args.out, suite.name):
-        print(f"[{suite.name}] {note}\n")
+    from bench.store import find_packs
+
+    if find_packs(Path(args.out) / suite.name):  # kept records: the tables read them, a run does not
+        print(f"[{suite.name}] the packed records under {args.out} (records.jsonl.xz) are not read by a run: "
+              f"restore them into a results folder first (scripts/keep_records.py restore {suite.name} --results "
+              f"DIR --archive {args.out})\n")
     print("| cell | what `bench run` would do |\n| --- | --- |")
     for tag, what in rows:
         print(f"| {tag} | {what} |")
     return 0
-
-
-def unread_packs(out, suite: str) -> str:
-    """What a run (and ``--plan``) says where ``out`` holds packed kept records of ``suite``: the tables read
-    them, a run reads loose records only (``ResultsStore.read``); "" where there are none."""
-    from bench.store import find_packs
-
-    if not find_packs(Path(out) / suite):
-        return ""
-    return (f"the packed records under {out} (records.jsonl.xz) are not read by a run: a cell kept there only is "
-            f"fitted again; restore them into a results folder first (scripts/keep_records.py restore {suite} "
-            f"--results DIR --archive {out})")
 
 
 def run_backbone(args, suite, plan) -> None:
@@ -621,8 +613,12 @@ def run_plan(args, suite, plan, methods: list[str]):
     # a suite whose MAP network is pretrained: every model's weights file is found before the data
     pretrained = ({m: suite.pretrained_weights(m, plan.data, download=not args.no_download) for m in plan.models}
                   if getattr(suite, "pretrained_map", False) else None)
-    if note := unread_packs(args.out, suite.name):
-        print(f"[{suite.name}] warning: {note}", file=sys.stderr)
+    from bench.store import find_packs
+
+    if find_packs(Path(args.out) / suite.name):  # kept records: a run reads loose records only
+        print(f"[{suite.name}] warning: the packed records under {args.out} (records.jsonl.xz) are not read by a "
+              f"run: a cell kept there only is fitted again; restore them into a results folder first "
+              f"(scripts/keep_records.py restore {suite.name} --results DIR --archive {args.out})", file=sys.stderr)
     data = suite.load(data_root, plan.data, download=not args.no_download)
     store = ResultsStore(args.out)
     stale = remove_stale_temp_files(Path(args.out) / suite.name)  # left by writes killed in earlier runs

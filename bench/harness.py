@@ -31,7 +31,7 @@ from bench.predictions import PredictionPolicy, keep_predictions, predictions_pa
 from bench.predictive import concat
 from bench.provenance import device_description, git_commit, now, versions, worker_identity
 from bench.seeding import derive_seed, seed_everything
-from bench.store import ResultsStore, config_hash, earlier_fits, fit_key, record_fit_key
+from bench.store import ResultsStore, config_hash, fit_key, one_fit, record_fit_key
 from bench.training import earlier_training_time
 
 log = logging.getLogger("bench")
@@ -705,8 +705,10 @@ class Harness:
                 kept[_set_key(e)] = rec
         # the records kept must come from one fit: those of an earlier fit than the newest record's
         # are redone (from the fitted checkpoint, which holds the newest fit)
+        newest, fits = one_fit(list(kept.values()))
         mixed = 0
-        if redo := earlier_fits(kept):
+        if len(fits) > 1:
+            redo = {k for k, rec in kept.items() if record_fit_key(rec) not in (None, newest)}
             todo = {_set_key(e) for e in pending} | redo
             pending = [e for e in self.data.eval_sets if _set_key(e) in todo]
             kept = {k: rec for k, rec in kept.items() if k not in redo}

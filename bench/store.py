@@ -294,16 +294,11 @@ class ResultsStore:
         for _, rec in self.iter_located(suite, problems):
             yield rec
 
-    def iter_located(self, suite: str | None = None, problems: list | None = None,
-                     pattern: str | None = None) -> Iterable[tuple[str, dict]]:
-        """:meth:`iter_records` with each record's path in the store's layout (posix, relative to the root);
-        ``pattern``: only the records whose path below the suite's folder matches this glob (e.g.
-        ``records/<model>/*/seed0/id-*.json``), the others neither read nor parsed."""
-        from fnmatch import fnmatchcase
-
+    def iter_located(self, suite: str | None = None, problems: list | None = None) -> Iterable[tuple[str, dict]]:
+        """:meth:`iter_records` with each record's path in the store's layout (posix, relative to the root)."""
         base = self.root / _safe(suite) if suite else self.root
         loose = set()
-        for path in sorted(base.glob(pattern) if pattern else base.rglob("*.json")):
+        for path in sorted(base.rglob("*.json")):
             if "records" not in path.relative_to(self.root).parts:  # not the root's own name (docs/records)
                 continue
             loose.add(path.relative_to(self.root).as_posix())
@@ -324,9 +319,6 @@ class ResultsStore:
                 continue
             for rel, rec in sorted(entries.items()):
                 if rel in loose:  # a loose file of the same path wins
-                    continue
-                if pattern and not fnmatchcase(PurePosixPath(rel).relative_to(base.relative_to(self.root)).as_posix(),
-                                               pattern):
                     continue
                 problem = record_problem(rec)
                 if problem is not None:
@@ -409,15 +401,6 @@ def one_fit(records: list[dict]) -> tuple[str | None, dict[str, int]]:
     return (newest[1] if newest else None), counts
 
 
-def earlier_fits(records: dict) -> set:
-    """The keys of ``records`` (one cell's, ``{key: record}``) whose record comes from an earlier fit than the
-    cell's newest (:func:`one_fit`): superseded by a refit; empty for a cell of one fit."""
-    newest, fits = one_fit(list(records.values()))
-    if len(fits) < 2:
-        return set()
-    return {k for k, rec in records.items() if record_fit_key(rec) not in (None, newest)}
-
-
 def load_records(results: str | os.PathLike, suite: str | None = None) -> pd.DataFrame:
     """All records under ``results`` (optionally one suite) as a flat DataFrame.
 
@@ -448,5 +431,9 @@ def _read_records(results: str | os.PathLike, suite: str | None) -> pd.DataFrame
     # a cell's records come from one fit: where a cell was fitted again (--force-method, --redo-predating)
     # and records of the fit before stand beside the new fit's (sets not evaluated again yet, or not at
     # all: a candidate refitted validation first), the newest fit's are the cell's, the others superseded
-    superseded = set().union(*(earlier_fits(dict(members)) for members in cells.values()))
+    superseded = set()
+    for members in cells.values():
+        newest, fits = one_fit([rec for _, rec in members])
+        if len(fits) > 1:
+            superseded.update(i for i, rec in members if record_fit_key(rec) not in (None, newest))
     return pd.DataFrame([row for i, row in enumerate(rows) if i not in superseded])

@@ -67,8 +67,9 @@ from pathlib import Path, PurePosixPath
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.store import (OLD_PACK_NAME, PACK_NAME, atomic_write_bytes, earlier_fits, one_fit, pack_bytes,  # noqa: E402
-                         pack_path, read_pack, read_record, record_fit_key)
+from bench.store import one_fit, record_fit_key  # noqa: E402
+from bench.store import (OLD_PACK_NAME, PACK_NAME, atomic_write_bytes, pack_bytes, pack_path, read_pack,  # noqa: E402
+                         read_record)
 from bench.tuning import VALIDATION_FIRST_KINDS  # noqa: E402
 
 ARCHIVE = ROOT / "docs" / "records"
@@ -148,12 +149,12 @@ def save(results: Path, suite: str, archive: Path = ARCHIVE, only: set[Path] | N
     complete = {}
     for cell, recs in cells.items():
         failed = any(r["status"] == "failed" and r["kind"] == "fit" for _, r in recs)
-        if old := earlier_fits(dict(recs)):
+        newest, fits = one_fit([r for _, r in recs])
+        if len(fits) > 1:
             # fitted again (--force-method, --redo-predating) after the records of an earlier fit: the newest
             # fit is the cell's, the earlier fit's records beside it superseded (not kept, and removed where
             # kept: _other_fits); the newest fit's are then whole, a validation-first candidate's, or not yet
-            newest, fits = one_fit([r for _, r in recs])
-            recs = [(path, r) for path, r in recs if path not in old]
+            recs = [(path, r) for path, r in recs if record_fit_key(r) in (None, newest)]
             print(f"keep_records: {cell.relative_to(results)}: its records come from {len(fits)} fits "
                   f"({', '.join(f'{n} from {k}' for k, n in sorted(fits.items()))}): the newest fit's "
                   f"{fits[newest]} are the cell's, the earlier fit's superseded", file=sys.stderr)
